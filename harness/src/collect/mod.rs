@@ -1,0 +1,66 @@
+//! Collectors: each observes a running app, leaves raw artifacts in the run's `artifacts/`, then
+//! decodes them into a [`Collection`]. Several collectors may watch one run (the on/off-CPU
+//! experiment does); the engine calls every collector's `start` before releasing the app and
+//! every `stop` after it exits.
+
+pub mod perf;
+pub mod offcpu;
+pub mod eventpipe;
+pub mod dotnet_trace;
+pub mod lttng;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+use crate::model::Collection;
+use crate::scenario::CollectorSpec;
+use crate::target::{RunningApp, Target};
+
+/// What decoding may need besides the collector's own artifacts.
+pub struct DecodeContext<'a> {
+    /// The run's artifacts folder (host path).
+    pub artifacts: &'a Path,
+    /// Host folder where the app's /tmp was visible (perf maps, jitdump).
+    pub app_tmp_dir: &'a Path,
+    pub host_pid: u32,
+    /// The pid inside the app's namespace (names perf-PID.map).
+    pub target_pid: u32,
+    /// Maps a path as the target saw it to a host path where the same file can be read
+    /// (container runs: the image's files; host runs: identity).
+    pub path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
+    /// Symbol folders given with `--symbols DIR`.
+    pub symbol_dirs: &'a [PathBuf],
+}
+
+pub trait Collector {
+    /// The collector's name in results (`perf-cpu`, `eventpipe`, …); unique within a scenario.
+    fn name(&self) -> &str;
+    /// Environment the app must be started with for this collector to see it.
+    fn app_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// Called once the app printed its readiness line and before it is released into its
+    /// measured phase. Returns only when the session is surely recording (a sentinel).
+    fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()>;
+    /// Called after the app exited (or when the run is cut short): flush and close.
+    fn stop(&mut self, target: &mut dyn Target, app: &RunningApp) -> Result<()>;
+    /// Turns the raw artifacts into the model.
+    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection>;
+    /// The command lines this collector ran, for the manifest.
+    fn commands(&self) -> Vec<String>;
+}
+
+/// Builds the collector a scenario names.
+pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
+    Ok(match spec.kind.as_str() {
+        "perf-cpu" => perf::from_spec(spec)?,
+        "perf-offcpu" => offcpu::from_spec(spec)?,
+        "eventpipe" => eventpipe::from_spec(spec)?,
+        "dotnet-trace" => dotnet_trace::from_spec(spec)?,
+        "lttng" => lttng::from_spec(spec)?,
+        other => bail!(
+            "unknown collector kind `{other}`: expected perf-cpu, perf-offcpu, eventpipe, dotnet-trace or lttng"
+        ),
+    })
+}

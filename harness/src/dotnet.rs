@@ -1,0 +1,1 @@
+//! (stage `dotnet`: being written)

@@ -1,0 +1,1 @@
+//! (stage `engine`: being written)

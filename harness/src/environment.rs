@@ -1,0 +1,1 @@
+//! (stage `environment`: being written)

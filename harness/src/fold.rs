@@ -1,0 +1,1 @@
+//! (stage `fold`: being written)

@@ -1,0 +1,1 @@
+//! (stage `progress`: being written)

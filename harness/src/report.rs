@@ -1,0 +1,1 @@
+//! (stage `report`: being written)

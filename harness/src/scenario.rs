@@ -1,0 +1,388 @@
+//! Scenarios are data: `scenarios/<name>.toml` names the workload, the collectors, the target and
+//! the expectations. A user points one at their own app with `workload = { dll = "…" }` or
+//! `workload = { project = "…" }` and their own expectations file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub workload: WorkloadRef,
+    /// Arguments passed to the workload (after the ones the engine adds: --truth, --go-file).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for the app.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `host`, `container` or `sidecar`; absent = container when a Docker daemon answers, else host.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Base image for container targets (`bullseye`, `bookworm`, `trixie`).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Capabilities for container targets; absent = the least set measured to work.
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// Hard limit for the app's run, seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    #[serde(rename = "collector", default)]
+    pub collectors: Vec<CollectorSpec>,
+    #[serde(rename = "expect", default)]
+    pub expectations: Vec<Expectation>,
+    /// Free-form notes shown in summary.md (what the scenario demonstrates).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+fn default_timeout() -> u64 {
+    120
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum WorkloadRef {
+    /// A workload of this repository: `workloads/<name>`.
+    Named(String),
+    /// A user's project folder (built with `dotnet build`) or a built dll.
+    Path {
+        #[serde(default)]
+        project: Option<PathBuf>,
+        #[serde(default)]
+        dll: Option<PathBuf>,
+        /// Publish ReadyToRun (precompiled) instead of a plain build.
+        #[serde(default)]
+        ready_to_run: bool,
+    },
+}
+
+/// One collector of a scenario: a kind plus kind-specific options (frequency, profile …),
+/// which the collector reads itself.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CollectorSpec {
+    pub kind: String,
+    /// Name in results; defaults to the kind.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub options: toml::Table,
+}
+
+impl CollectorSpec {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.kind)
+    }
+    pub fn opt_str(&self, key: &str) -> Option<&str> {
+        self.options.get(key).and_then(|v| v.as_str())
+    }
+    pub fn opt_u64(&self, key: &str) -> Option<u64> {
+        self.options.get(key).and_then(|v| v.as_integer()).map(|v| v as u64)
+    }
+    pub fn opt_bool(&self, key: &str) -> Option<bool> {
+        self.options.get(key).and_then(|v| v.as_bool())
+    }
+    pub fn opt_strings(&self, key: &str) -> Option<Vec<String>> {
+        self.options
+            .get(key)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareMode {
+    /// A sample counts for a method when the method is anywhere on its stack.
+    #[default]
+    Inclusive,
+    /// A sample counts for a method only when the method is its leaf frame.
+    Leaf,
+}
+
+/// An expectation. `collector` picks which collector's data it reads (default: the first).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Expectation {
+    /// A frame matching `pattern` (regex over resolved names, code versions merged) is present
+    /// (or absent) in at least `min_share` of the samples.
+    Frame {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        pattern: String,
+        #[serde(default = "yes")]
+        present: bool,
+        #[serde(default)]
+        leaf_only: bool,
+        #[serde(default)]
+        min_share: Option<f64>,
+    },
+    /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
+    /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.
+    Share {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        method: String,
+        among: Vec<String>,
+        truth: String,
+        #[serde(default)]
+        mode: ShareMode,
+        #[serde(default)]
+        sample_kind: Option<String>,
+        #[serde(default)]
+        tolerance_pts: Option<f64>,
+        #[serde(default)]
+        min_samples: Option<u64>,
+    },
+    /// Share of `method` among `among` is at least `min` (fraction; "≈ only X" uses 0.9).
+    ShareAtLeast {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        method: String,
+        among: Vec<String>,
+        min: f64,
+        #[serde(default)]
+        mode: ShareMode,
+        #[serde(default)]
+        sample_kind: Option<String>,
+        #[serde(default)]
+        min_samples: Option<u64>,
+    },
+    /// Resolved-frame ratio for a DSO class (`jit`, `r2r`, `runtime_native`, `libc`, `kernel`,
+    /// `managed` = jit + r2r) at least `min` and/or at most `max`.
+    Resolved {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        class: String,
+        #[serde(default)]
+        min: Option<f64>,
+        #[serde(default)]
+        max: Option<f64>,
+        /// Count leaf frames only (the default) or every frame.
+        #[serde(default = "yes")]
+        leaf_only: bool,
+    },
+    /// Count of events named `event` (version suffix ignored) against literal bounds or truth.
+    EventCount {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        event: String,
+        #[serde(default)]
+        provider: Option<String>,
+        #[serde(default)]
+        min: Option<u64>,
+        #[serde(default)]
+        max: Option<u64>,
+        /// Count must be ≥ this truth value.
+        #[serde(default)]
+        at_least_truth: Option<String>,
+        /// Count must equal this truth value within `tolerance`.
+        #[serde(default)]
+        equals_truth: Option<String>,
+        #[serde(default)]
+        tolerance: Option<u64>,
+    },
+    /// |count(a) − count(b)| ≤ max_diff.
+    EventBalance {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        a: String,
+        b: String,
+        #[serde(default = "two")]
+        max_diff: u64,
+    },
+    /// Exceptions by "type: message" equal truth's map at `truth` exactly.
+    Exceptions {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        collector: Option<String>,
+        truth: String,
+        /// Only exception types matching this regex are compared.
+        #[serde(default)]
+        type_pattern: Option<String>,
+    },
+    /// A run metric (manifest `metrics`) within bounds.
+    Metric {
+        #[serde(default)]
+        name: Option<String>,
+        metric: String,
+        #[serde(default)]
+        min: Option<f64>,
+        #[serde(default)]
+        max: Option<f64>,
+    },
+    /// Two collectors agree on an event count within `tolerance`.
+    AgreeCount {
+        #[serde(default)]
+        name: Option<String>,
+        event: String,
+        collectors: Vec<String>,
+        #[serde(default = "two")]
+        tolerance: u64,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+fn two() -> u64 {
+    2
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
+        let scenario: Scenario =
+            toml::from_str(text).with_context(|| format!("{} is not a valid scenario", origin.display()))?;
+        scenario.validate().with_context(|| format!("in {}", origin.display()))?;
+        Ok(scenario)
+    }
+
+    pub fn load(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Scenario::from_toml(&text, path)
+    }
+
+    /// `scenarios/<name>.toml`, or a path to a TOML file.
+    pub fn find(name_or_path: &str) -> Result<Scenario> {
+        let as_path = Path::new(name_or_path);
+        if name_or_path.ends_with(".toml") || as_path.is_file() {
+            return Scenario::load(as_path);
+        }
+        let path = crate::project_root().join("scenarios").join(format!("{name_or_path}.toml"));
+        if !path.is_file() {
+            let known = list_names().unwrap_or_default().join(", ");
+            bail!("no scenario `{name_or_path}` ({} does not exist); known: {known}", path.display());
+        }
+        Scenario::load(&path)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.collectors.is_empty() {
+            bail!("scenario `{}` names no [[collector]]", self.name);
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for c in &self.collectors {
+            if !names.insert(c.name().to_string()) {
+                bail!("two collectors are named `{}`: give one a `name`", c.name());
+            }
+        }
+        for e in &self.expectations {
+            if let Some(c) = e.collector() {
+                if !names.contains(c) {
+                    bail!("an expectation reads collector `{c}`, which the scenario does not have");
+                }
+            }
+            e.compile_patterns()?;
+        }
+        if let Some(t) = &self.target {
+            crate::target::TargetKind::parse(t)?;
+        }
+        Ok(())
+    }
+}
+
+impl Expectation {
+    pub fn collector(&self) -> Option<&str> {
+        match self {
+            Expectation::Frame { collector, .. }
+            | Expectation::Share { collector, .. }
+            | Expectation::ShareAtLeast { collector, .. }
+            | Expectation::Resolved { collector, .. }
+            | Expectation::EventCount { collector, .. }
+            | Expectation::EventBalance { collector, .. }
+            | Expectation::Exceptions { collector, .. } => collector.as_deref(),
+            Expectation::Metric { .. } | Expectation::AgreeCount { .. } => None,
+        }
+    }
+
+    fn compile_patterns(&self) -> Result<()> {
+        let pats: Vec<&String> = match self {
+            Expectation::Frame { pattern, .. } => vec![pattern],
+            Expectation::Share { method, among, .. } | Expectation::ShareAtLeast { method, among, .. } => {
+                std::iter::once(method).chain(among.iter()).collect()
+            }
+            Expectation::Exceptions { type_pattern: Some(p), .. } => vec![p],
+            _ => vec![],
+        };
+        for p in pats {
+            regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Names of the scenarios under `scenarios/`.
+pub fn list_names() -> Result<Vec<String>> {
+    let dir = crate::project_root().join("scenarios");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            names.push(path.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_checked_in_scenario_parses() {
+        for name in list_names().unwrap() {
+            Scenario::find(&name).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn unknown_collector_reference_is_rejected() {
+        let text = r#"
+            name = "x"
+            workload = "cpu-bound"
+            [[collector]]
+            kind = "perf-cpu"
+            [[expect]]
+            kind = "resolved"
+            collector = "eventpipe"
+            class = "jit"
+            min = 0.9
+        "#;
+        let err = Scenario::from_toml(text, Path::new("x.toml")).unwrap_err();
+        assert!(format!("{err:#}").contains("collector `eventpipe`"), "{err:#}");
+    }
+
+    #[test]
+    fn user_workload_by_path() {
+        let text = r#"
+            name = "mine"
+            workload = { dll = "/srv/app/My.dll" }
+            [[collector]]
+            kind = "perf-cpu"
+            frequency = 499
+        "#;
+        let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
+        assert!(matches!(s.workload, WorkloadRef::Path { dll: Some(_), .. }));
+        assert_eq!(s.collectors[0].opt_u64("frequency"), Some(499));
+    }
+}

@@ -1,0 +1,1 @@
+//! Container and sidecar targets (being written).

@@ -1,0 +1,266 @@
+//! Where the app runs and where collector tools run beside it: `host`, `container` (tools inside
+//! the app's container) or `sidecar` (tools in their own container joined to the app's pid
+//! namespace, /tmp shared). Collectors build their command lines in the target's view (the pid
+//! the tool sees, paths under [`RunningApp::work_dir_in_target`]) and let the target start them.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    Host,
+    Container,
+    Sidecar,
+}
+
+impl TargetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Host => "host",
+            TargetKind::Container => "container",
+            TargetKind::Sidecar => "sidecar",
+        }
+    }
+    pub fn parse(s: &str) -> Result<TargetKind> {
+        Ok(match s {
+            "host" => TargetKind::Host,
+            "container" => TargetKind::Container,
+            "sidecar" => TargetKind::Sidecar,
+            other => bail!("unknown target `{other}`: expected host, container or sidecar"),
+        })
+    }
+}
+
+/// What to start. Paths are host paths; a container target maps them into its own view.
+#[derive(Clone, Debug)]
+pub struct AppLaunch {
+    /// The built app (`…/cpu-bound.dll`) started with `dotnet`, or a native apphost.
+    pub dll: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Host folder shared with the target: truth.json, the go-file, artifacts, perf maps.
+    pub work_dir: PathBuf,
+}
+
+/// A started app.
+pub struct RunningApp {
+    /// The pid as the host sees it (for /proc, host-side tools).
+    pub host_pid: u32,
+    /// The pid inside the app's pid namespace (perf-PID.map, diagnostics socket names).
+    pub target_pid: u32,
+    /// Host folder where the app's /tmp is visible (perf maps, jitdump, diagnostic sockets).
+    pub tmp_dir_host: PathBuf,
+    /// `AppLaunch::work_dir` as the app and the tools see it.
+    pub work_dir_in_target: PathBuf,
+    pub container_id: Option<String>,
+    /// Lines the app printed on stdout/stderr, as they arrive.
+    pub output: mpsc::Receiver<String>,
+    pub(crate) child: Option<Child>,
+    /// Everything received from `output` so far by [`RunningApp::wait_for_line`].
+    pub transcript: Vec<String>,
+}
+
+impl RunningApp {
+    /// Waits for a stdout line starting with `prefix` (e.g. the workload's readiness line),
+    /// skipping anything else (the runtime's "configured to pause during startup" notice …).
+    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.output.recv_timeout(left) {
+                Ok(line) => {
+                    self.transcript.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return Ok(line);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "the app printed no `{prefix}` line within {:?}; its output so far:\n{}",
+                    timeout,
+                    self.transcript.join("\n")
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => bail!(
+                    "the app exited before printing `{prefix}`; its output:\n{}",
+                    self.transcript.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Drains the remaining output until the app closes it.
+    pub fn drain_output(&mut self) {
+        while let Ok(line) = self.output.recv_timeout(Duration::from_millis(200)) {
+            self.transcript.push(line);
+        }
+    }
+}
+
+/// A collector tool process started by a target.
+pub struct ToolProcess {
+    pub child: Child,
+    /// How to deliver a signal to the tool itself (for `docker exec`, the exec'd process is in
+    /// the container, so a signal to the local client is not enough).
+    pub signal_via: Option<Vec<String>>,
+    pub description: String,
+}
+
+impl ToolProcess {
+    /// Sends SIGINT to the tool (perf writes its buffers and exits cleanly on SIGINT).
+    pub fn interrupt(&mut self) -> Result<()> {
+        if let Some(argv) = &self.signal_via {
+            let status = Command::new(&argv[0]).args(&argv[1..]).status()?;
+            if !status.success() {
+                bail!("could not signal {}: `{}` failed", self.description, argv.join(" "));
+            }
+            return Ok(());
+        }
+        signal(self.child.id(), 2)
+    }
+
+    /// Waits for the tool to end; after `timeout` it is killed and an error says so.
+    pub fn wait(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("{} did not end within {:?}; killed", self.description, timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+pub fn signal(pid: u32, sig: i32) -> Result<()> {
+    unsafe extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { kill(pid as i32, sig) } != 0 {
+        bail!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A place to run the app and its collectors.
+pub trait Target {
+    fn kind(&self) -> TargetKind;
+    /// Short label for result folder names and the manifest (`host`, `container-bullseye` …).
+    fn label(&self) -> String;
+    /// Capabilities granted to the collector (empty on the host: root there).
+    fn capabilities(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp>;
+    /// Starts a collector tool (`argv` in the target's view) where this target runs tools.
+    fn spawn_tool(&mut self, app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess>;
+    /// Waits for the app to exit (and returns its exit code).
+    fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32>;
+    /// Removes whatever the target created (containers); idempotent.
+    fn cleanup(&mut self) -> Result<()>;
+}
+
+/// The app runs as a child of the harness, tools as well.
+pub struct HostTarget {
+    pub dotnet: PathBuf,
+}
+
+impl HostTarget {
+    pub fn new(dotnet: PathBuf) -> Self {
+        HostTarget { dotnet }
+    }
+}
+
+/// Forwards each line of `reader` into `tx`.
+pub fn forward_lines<R: std::io::Read + Send + 'static>(reader: R, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+impl Target for HostTarget {
+    fn kind(&self) -> TargetKind {
+        TargetKind::Host
+    }
+    fn label(&self) -> String {
+        "host".into()
+    }
+    fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp> {
+        let mut cmd = Command::new(&self.dotnet);
+        cmd.arg(&app.dll).args(&app.args).envs(&app.env);
+        if let Some(root) = self.dotnet.parent() {
+            cmd.env("DOTNET_ROOT", root);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("could not start {} {}", self.dotnet.display(), app.dll.display()))?;
+        let (tx, rx) = mpsc::channel();
+        forward_lines(child.stdout.take().unwrap(), tx.clone());
+        forward_lines(child.stderr.take().unwrap(), tx);
+        let pid = child.id();
+        Ok(RunningApp {
+            host_pid: pid,
+            target_pid: pid,
+            tmp_dir_host: std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into()),
+            work_dir_in_target: app.work_dir.clone(),
+            container_id: None,
+            output: rx,
+            child: Some(child),
+            transcript: Vec::new(),
+        })
+    }
+    fn spawn_tool(&mut self, _app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess> {
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start `{}`: is it installed? (`cargo xtask doctor`)", argv[0]))?;
+        Ok(ToolProcess { child, signal_via: None, description: argv[0].clone() })
+    }
+    fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {
+        let child = app.child.as_mut().context("app already waited for")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                app.drain_output();
+                return Ok(status.code().unwrap_or(-1));
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the app (pid {}) did not exit within {:?}; killed", app.host_pid, timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    fn cleanup(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Path of `p` relative to `base`, or `p` itself.
+pub fn relative_to(p: &Path, base: &Path) -> PathBuf {
+    p.strip_prefix(base).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
+}
+
+pub mod container;

@@ -1,0 +1,1 @@
+//! (stage `unwind`: being written)

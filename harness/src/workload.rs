@@ -1,0 +1,1 @@
+//! (stage `workload`: being written)

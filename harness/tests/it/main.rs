@@ -1,0 +1,12 @@
+//! One integration-test binary (ripgrep's layout: one link, many modules). Tests here run the
+//! real thing (dotnet, perf, docker, LTTng); each skips with a printed reason when a prerequisite
+//! is absent locally and fails in CI (see `harness::testing`).
+
+mod containers;
+mod eventpipe;
+mod lttng;
+mod perf;
+mod r2r;
+mod scenarios;
+mod unwind;
+mod workloads;

@@ -1,0 +1,6 @@
+use anyhow::{Result, bail};
+use xshell::Shell;
+
+pub fn run(_sh: &Shell, _args: &[String]) -> Result<()> {
+    bail!("`cargo xtask bench unwind` is not built yet")
+}
