@@ -1,1 +1,439 @@
-//! (stage `engine`: being written)
+//! Runs one scenario end to end: build → launch → collect → decode → assert → report
+//! (shared/DESIGN.md §2). The engine only sequences stages; each stage lives in its own module.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::assert::{self, Check, Evidence, Verdict};
+use crate::collect::{self, Collector, DecodeContext};
+use crate::model::{Collection, DsoClass};
+use crate::report::{Manifest, ResultsDir};
+use crate::scenario::Scenario;
+use crate::target::{AppLaunch, Target, TargetKind};
+
+/// How to run a scenario (command-line overrides of the scenario file).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub target: Option<TargetKind>,
+    pub image: Option<String>,
+    /// Where result folders go (default `<root>/results`).
+    pub results_root: Option<PathBuf>,
+    /// `--symbols DIR`: folders with separate debug files (`libcoreclr.so.dbg` …).
+    pub symbol_dirs: Vec<PathBuf>,
+}
+
+/// What a run ended as.
+pub struct RunOutcome {
+    pub verdict: Verdict,
+    pub reason: Option<String>,
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// The target a run uses and why: an explicit choice, else the scenario's, else `container`
+/// when a Docker daemon answers and `host` otherwise.
+pub fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(TargetKind, Option<String>)> {
+    if let Some(t) = opts.target {
+        return Ok((t, None));
+    }
+    if let Some(t) = &scenario.target {
+        return Ok((TargetKind::parse(t)?, None));
+    }
+    if container_default_available() {
+        Ok((TargetKind::Container, None))
+    } else {
+        Ok((TargetKind::Host, Some("no Docker daemon answers: running on the host".into())))
+    }
+}
+
+/// Whether the container target can be the default here: a daemon answers.
+fn container_default_available() -> bool {
+    crate::environment::docker_version().is_some()
+}
+
+/// Builds the target a run uses.
+fn make_target(
+    kind: TargetKind,
+    dotnet: &crate::dotnet::Dotnet,
+    _image: Option<&str>,
+    _caps: Option<Vec<String>>,
+) -> Result<Box<dyn Target>> {
+    match kind {
+        TargetKind::Host => Ok(Box::new(crate::target::HostTarget::new(dotnet.dotnet.clone()))),
+        other => bail!("the {} target is not available in this build", other.as_str()),
+    }
+}
+
+fn step(msg: &str) {
+    eprintln!("==> {msg}");
+}
+
+/// Runs `scenario` and writes its results folder. Errors are returned only when not even a
+/// results folder could be written; anything that goes wrong inside the run becomes a FAIL (or
+/// a SKIP for an [`collect::Unsupported`] environment) with its reason.
+pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
+    let started = crate::report::utc_rfc3339();
+    let (target_kind, target_note) = choose_target(scenario, opts)?;
+    if let Some(note) = &target_note {
+        step(note);
+    }
+    let image = opts.image.clone().or_else(|| scenario.image.clone());
+    let label = crate::environment::short_label(
+        target_kind.as_str(),
+        if target_kind == TargetKind::Host { None } else { Some(image.as_deref().unwrap_or("bullseye")) },
+    );
+    let run_id = format!("{}-{}-{}", crate::report::utc_stamp(), scenario.name, label);
+    let results_root = opts.results_root.clone().unwrap_or_else(|| crate::project_root().join("results"));
+    let dir = ResultsDir::create(&results_root, &run_id)?;
+
+    let mut state = RunState {
+        durations: BTreeMap::new(),
+        commands: Vec::new(),
+        collections: Vec::new(),
+        truth: serde_json::Value::Null,
+        environment: crate::environment::collect(),
+        completeness: BTreeMap::new(),
+        workload: None,
+    };
+    state.environment.target = target_kind.as_str().to_string();
+    state.environment.image = if target_kind == TargetKind::Host { None } else { image.clone() };
+
+    let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
+    let (verdict, reason, mut checks) = match outcome {
+        Ok(()) => judge(scenario, &state),
+        Err(e) => match collect::unsupported_reason(&e) {
+            Some(why) => (Verdict::Skip, Some(why), Vec::new()),
+            None => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
+        },
+    };
+    let mut metrics = run_metrics(&state.collections);
+    let share_err = checks.iter().filter_map(|c| c.values.get("error_pts")).cloned().fold(f64::NAN, f64::max);
+    if !share_err.is_nan() {
+        metrics.insert("share_error_pts_max".into(), share_err);
+    }
+    for c in &mut checks {
+        if let Some(col) = &c.collector {
+            for (k, v) in &c.values {
+                metrics.entry(format!("{col}.check.{}.{k}", slug(&c.name))).or_insert(*v);
+            }
+        }
+    }
+    let t_report = Instant::now();
+    write_stacks(&dir, &state.collections);
+    let findings = diagnose(&state.collections);
+    let resolution = state
+        .collections
+        .iter()
+        .filter(|c| !c.samples.is_empty())
+        .map(|c| (c.collector.clone(), resolution_json(c)))
+        .collect();
+    state.durations.insert("report".into(), t_report.elapsed().as_secs_f64());
+    let manifest = Manifest {
+        scenario: scenario.name.clone(),
+        verdict,
+        reason: reason.clone(),
+        checks,
+        metrics,
+        environment: state.environment.clone(),
+        commands: state.commands.clone(),
+        durations_s: state.durations.clone(),
+        default_tolerances: [
+            ("share_pts".to_string(), assert::SHARE_TOLERANCE_PTS),
+            ("share_min_samples".to_string(), assert::SHARE_MIN_SAMPLES as f64),
+            ("event_count".to_string(), assert::EVENT_COUNT_TOLERANCE as f64),
+        ]
+        .into(),
+        workload: state.workload.clone(),
+        collectors: scenario.collectors.iter().map(|c| c.name().to_string()).collect(),
+        started_utc: started,
+        run_id: run_id.clone(),
+        resolution,
+        completeness: state.completeness.clone(),
+        findings,
+        notes: scenario.notes.clone(),
+    };
+    let final_dir = dir.finish(&manifest)?;
+    Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
+}
+
+struct RunState {
+    durations: BTreeMap<String, f64>,
+    commands: Vec<String>,
+    collections: Vec<Collection>,
+    truth: serde_json::Value,
+    environment: crate::environment::Environment,
+    completeness: BTreeMap<String, serde_json::Value>,
+    workload: Option<String>,
+}
+
+fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> Result<T>) -> Result<T> {
+    let t = Instant::now();
+    let r = f(state);
+    *state.durations.entry(name.to_string()).or_default() += t.elapsed().as_secs_f64();
+    r
+}
+
+fn execute(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    target_kind: TargetKind,
+    image: Option<&str>,
+    dir: &ResultsDir,
+    state: &mut RunState,
+) -> Result<()> {
+    let mut collectors: Vec<Box<dyn Collector>> =
+        scenario.collectors.iter().map(collect::from_spec).collect::<Result<_>>()?;
+
+    step(&format!("building workload for `{}`", scenario.name));
+    let dotnet = timed(state, "dotnet", |_| crate::dotnet::Dotnet::locate_or_install())?;
+    let built = timed(state, "build", |_| crate::workload::build(&scenario.workload))?;
+    state.workload = Some(built.name.clone());
+
+    let mut target: Box<dyn Target> = timed(state, "target", |_| {
+        make_target(target_kind, &dotnet, image, scenario.capabilities.clone())
+    })?;
+    state.environment.target_capabilities = target.capabilities();
+    let result = run_app(scenario, opts, &built, target.as_mut(), &mut collectors, dir, state);
+    let cleanup = target.cleanup();
+    result?;
+    cleanup.context("cleaning up the target")?;
+    Ok(())
+}
+
+fn run_app(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    built: &crate::workload::BuiltWorkload,
+    target: &mut dyn Target,
+    collectors: &mut [Box<dyn Collector>],
+    dir: &ResultsDir,
+    state: &mut RunState,
+) -> Result<()> {
+    let artifacts = dir.artifacts();
+    let truth_path = artifacts.join("truth.json");
+    let go_path = artifacts.join(".go");
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for c in collectors.iter() {
+        env.extend(c.app_env());
+    }
+    env.extend(scenario.env.clone());
+    let mut args = vec![
+        "--truth".to_string(),
+        truth_path.display().to_string(),
+        "--go-file".to_string(),
+        go_path.display().to_string(),
+    ];
+    args.extend(scenario.args.iter().cloned());
+    let launch = AppLaunch { dll: built.dll.clone(), args, env: env.clone(), work_dir: artifacts.clone() };
+    state.commands.push(format!(
+        "{} dotnet {} {}",
+        env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        built.dll.display(),
+        launch.args.join(" ")
+    ));
+
+    step(&format!("starting `{}` on the {} target", built.name, target.label()));
+    let t_run = Instant::now();
+    let mut app = target.launch(&launch)?;
+    let ready = app.wait_for_line("TRACELAB READY", Duration::from_secs(90));
+    let ready = match ready {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = target.wait_app(&mut app, Duration::from_secs(1));
+            return Err(e);
+        }
+    };
+    let _ = ready;
+
+    // Every collector must be recording before the app is released into its measured phase.
+    let mut started: Vec<usize> = Vec::new();
+    let mut start_error = None;
+    for (i, c) in collectors.iter_mut().enumerate() {
+        step(&format!("starting collector `{}`", c.name()));
+        match c.start(target, &app, &artifacts) {
+            Ok(()) => started.push(i),
+            Err(e) => {
+                start_error = Some(e.context(format!("collector `{}` could not start", c.name())));
+                break;
+            }
+        }
+    }
+    if start_error.is_none() {
+        std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
+        step("app released; collecting");
+    }
+    let exit = target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s));
+    for &i in &started {
+        if let Err(e) = collectors[i].stop(target, &app) {
+            start_error.get_or_insert(e.context(format!("collector `{}` failed while stopping", collectors[i].name())));
+        }
+        state.commands.extend(collectors[i].commands());
+    }
+    state.durations.insert("run".into(), t_run.elapsed().as_secs_f64());
+    std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"))?;
+    let _ = std::fs::remove_file(&go_path);
+    if let Some(e) = start_error {
+        return Err(e);
+    }
+    let code = exit?;
+    if code != 0 {
+        bail!(
+            "the app exited with code {code}; last lines:\n{}",
+            app.transcript.iter().rev().take(15).rev().cloned().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let truth_text = std::fs::read_to_string(&truth_path)
+        .with_context(|| format!("the app wrote no {} (its output is in artifacts/app-output.txt)", truth_path.display()))?;
+    state.truth = serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?;
+
+    step("decoding");
+    let t_decode = Instant::now();
+    let identity = |p: &Path| Some(p.to_path_buf());
+    let path_map: &dyn Fn(&Path) -> Option<PathBuf> = &identity;
+    let ctx = DecodeContext {
+        artifacts: &artifacts,
+        app_tmp_dir: &app.tmp_dir_host,
+        host_pid: app.host_pid,
+        target_pid: app.target_pid,
+        path_map,
+        symbol_dirs: &opts.symbol_dirs,
+    };
+    for c in collectors.iter_mut() {
+        let collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        state.collections.push(collection);
+    }
+    state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Turns the expectations into checks and the checks into a verdict.
+fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec<Check>) {
+    let metrics = run_metrics(&state.collections);
+    let ev = Evidence { collections: &state.collections, truth: &state.truth, metrics: &metrics };
+    let mut checks: Vec<Check> = Vec::new();
+    // A scenario never passes on zero samples: every collector must have seen something.
+    for c in &state.collections {
+        let n = c.samples.len() + c.events.len();
+        checks.push(Check {
+            name: format!("{} collected data", c.collector),
+            verdict: if n > 0 { Verdict::Pass } else { Verdict::Fail },
+            expected: "> 0 samples or events".into(),
+            measured: format!("{} samples, {} events", c.samples.len(), c.events.len()),
+            collector: Some(c.collector.clone()),
+            values: BTreeMap::new(),
+        });
+    }
+    checks.extend(scenario.expectations.iter().map(|e| assert::evaluate(e, &ev)));
+    let failed: Vec<&Check> = checks.iter().filter(|c| c.verdict == Verdict::Fail).collect();
+    if failed.is_empty() {
+        (Verdict::Pass, None, checks)
+    } else {
+        let reason = failed
+            .iter()
+            .map(|c| format!("{}: expected {}, measured {}", c.name, c.expected, c.measured))
+            .collect::<Vec<_>>()
+            .join("; ");
+        (Verdict::Fail, Some(reason), checks)
+    }
+}
+
+fn slug(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect()
+}
+
+/// The flat metrics map: per collector, and the primary collector's figures unprefixed.
+pub fn run_metrics(collections: &[Collection]) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let primary = collections.iter().find(|c| !c.samples.is_empty());
+    for c in collections {
+        let p = &c.collector;
+        m.insert(format!("{p}.samples_total"), c.samples.len() as f64);
+        m.insert(format!("{p}.events_total"), c.events.len() as f64);
+        m.insert(format!("{p}.lost_events"), c.lost_events as f64);
+        for (k, v) in &c.metrics {
+            m.insert(format!("{p}.{k}"), *v);
+        }
+        let res = assert::resolution(c, true);
+        for (class, (total, named)) in &res {
+            if *total > 0 {
+                m.insert(format!("{p}.resolved_ratio_{}", class.as_str()), *named as f64 / *total as f64);
+            }
+        }
+    }
+    m.insert("samples_total".into(), primary.map_or(0, |c| c.samples.len()) as f64);
+    if let Some(c) = primary {
+        let res = assert::resolution(c, true);
+        for class in DsoClass::ALL {
+            if let Some((total, named)) = res.get(&class) {
+                if *total > 0 {
+                    m.insert(format!("resolved_ratio_{}", class.as_str()), *named as f64 / *total as f64);
+                }
+            }
+        }
+        let managed = [DsoClass::Jit, DsoClass::R2r]
+            .iter()
+            .filter_map(|c| res.get(c))
+            .fold((0u64, 0u64), |a, (t, n)| (a.0 + t, a.1 + n));
+        if managed.0 > 0 {
+            m.insert("resolved_ratio_managed".into(), managed.1 as f64 / managed.0 as f64);
+        }
+    }
+    m
+}
+
+fn resolution_json(c: &Collection) -> serde_json::Value {
+    let leaf = assert::resolution(c, true);
+    let all = assert::resolution(c, false);
+    let mut classes = serde_json::Map::new();
+    for class in DsoClass::ALL {
+        let (lt, ln) = leaf.get(&class).copied().unwrap_or_default();
+        let (at, an) = all.get(&class).copied().unwrap_or_default();
+        classes.insert(
+            class.as_str().into(),
+            serde_json::json!({
+                "leaf_total": lt, "leaf_named": ln,
+                "leaf_ratio": if lt > 0 { Some(ln as f64 / lt as f64) } else { None },
+                "all_total": at, "all_named": an,
+                "all_ratio": if at > 0 { Some(an as f64 / at as f64) } else { None },
+            }),
+        );
+    }
+    serde_json::json!({ "classes": classes })
+}
+
+/// Diagnoses of known pitfalls, from the data itself.
+fn diagnose(collections: &[Collection]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in collections {
+        let leaves = c.samples.iter().filter_map(|s| s.frames.first());
+        let (mut total, mut doublemapped) = (0u64, 0u64);
+        for f in leaves {
+            total += 1;
+            if f.name.is_none() && f.dso.as_deref().is_some_and(|d| d.contains("doublemapper")) {
+                doublemapped += 1;
+            }
+        }
+        if total > 0 && doublemapped * 5 >= total {
+            out.push(format!(
+                "`{}`: {doublemapped} of {total} leaf frames ({:.1} %) are unnamed JIT code in `/memfd:doublemapper`: \
+                 W^X is on, so JIT code runs from a memfd alias the perf map does not describe. \
+                 Set DOTNET_EnableWriteXorExecute=0 for named JIT frames.",
+                c.collector,
+                doublemapped as f64 / total as f64 * 100.0
+            ));
+        }
+    }
+    out
+}
+
+/// Folded stacks, flame graphs and speedscope files for every collection with samples.
+fn write_stacks(dir: &ResultsDir, collections: &[Collection]) {
+    for c in collections.iter().filter(|c| !c.samples.is_empty()) {
+        if let Err(e) = crate::fold::write_all(c, dir.path(), &dir.stacks()) {
+            eprintln!("warning: could not write stacks for `{}`: {e:#}", c.collector);
+        }
+    }
+}

@@ -1,1 +1,359 @@
-//! (stage `environment`: being written)
+//! Facts about the machine under test: recorded in every manifest and shown by `cargo xtask doctor`
+//! with what each means for which collector. Every fact is read off the machine, never assumed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The environment block of manifest.json.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Environment {
+    pub kernel: String,
+    pub distro: String,
+    pub perf: Option<String>,
+    pub lttng: Option<String>,
+    pub lttng_ust: Vec<String>,
+    pub dotnet_runtimes: Vec<String>,
+    pub docker: Option<String>,
+    /// Effective capabilities of the harness process (names).
+    pub capabilities: Vec<String>,
+    pub perf_event_paranoid: Option<i64>,
+    pub kptr_restrict: Option<i64>,
+    pub tracefs: bool,
+    pub user_events: Option<bool>,
+    /// Filled by the engine: host / container / sidecar and the container's capabilities.
+    #[serde(default)]
+    pub target: String,
+    #[serde(default)]
+    pub target_capabilities: Vec<String>,
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
+/// Runs a command with a time limit; its trimmed stdout (or stderr when stdout is empty) on success.
+pub fn probe(program: &str, args: &[&str], timeout: Duration) -> Option<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = child.wait_with_output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(if out.stdout.is_empty() { &out.stderr } else { &out.stdout }).trim().to_string();
+    Some(text)
+}
+
+fn read_trim(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+pub fn kernel_release() -> String {
+    read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into())
+}
+
+pub fn distro() -> String {
+    let text = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The perf binary: `perf`, else a versioned `perf_X.Y` (bullseye ships only `perf_5.10`).
+pub fn perf_binary() -> Option<PathBuf> {
+    if let Some(p) = crate::testing::which("perf") {
+        if probe(p.to_str()?, &["--version"], Duration::from_secs(5)).is_some() {
+            return Some(p);
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("perf_") && name[5..].chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    return Some(e.path());
+                }
+            }
+        }
+    }
+    None
+}
+
+pub fn perf_version() -> Option<String> {
+    let bin = perf_binary()?;
+    probe(bin.to_str()?, &["--version"], Duration::from_secs(5))
+}
+
+pub fn tracefs_mounted() -> bool {
+    Path::new("/sys/kernel/tracing/events/sched").is_dir()
+}
+
+/// Whether the kernel has CONFIG_USER_EVENTS (what `dotnet-trace collect-linux` needs).
+pub fn user_events() -> Option<bool> {
+    if Path::new("/sys/kernel/tracing/user_events_data").exists() {
+        return Some(true);
+    }
+    let config = format!("/boot/config-{}", kernel_release());
+    if let Ok(text) = std::fs::read_to_string(config) {
+        return Some(text.lines().any(|l| l == "CONFIG_USER_EVENTS=y"));
+    }
+    if tracefs_mounted() { Some(false) } else { None }
+}
+
+const CAP_NAMES: [&str; 41] = [
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+    "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+    "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+    "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
+    "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// Names of the capabilities in a `CapEff:` hex mask.
+pub fn capability_names(mask: u64) -> Vec<String> {
+    (0..64)
+        .filter(|bit| mask & (1u64 << bit) != 0)
+        .map(|bit| CAP_NAMES.get(bit).map(|s| s.to_string()).unwrap_or_else(|| format!("cap{bit}")))
+        .collect()
+}
+
+pub fn effective_capabilities() -> Vec<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    capability_names(mask)
+}
+
+/// liblttng-ust sonames the dynamic linker knows (`liblttng-ust.so.0` = LTTng 2.12, `.so.1` = 2.13+).
+pub fn lttng_ust_sonames() -> Vec<String> {
+    let mut names: Vec<String> = probe("ldconfig", &["-p"], Duration::from_secs(5))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().split_whitespace().next())
+        .filter(|n| n.starts_with("liblttng-ust.so"))
+        .map(String::from)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+pub fn docker_version() -> Option<String> {
+    probe("docker", &["version", "--format", "{{.Server.Version}}"], Duration::from_secs(10))
+}
+
+/// Reads what can be read quickly; the engine adds target facts.
+pub fn collect() -> Environment {
+    let dotnet_runtimes = crate::testing::which("dotnet")
+        .or_else(|| std::env::var_os("DOTNET_ROOT").map(|r| PathBuf::from(r).join("dotnet")))
+        .and_then(|d| probe(d.to_str()?, &["--list-runtimes"], Duration::from_secs(20)))
+        .map(|t| t.lines().map(|l| l.split(" [").next().unwrap_or(l).to_string()).collect())
+        .unwrap_or_default();
+    Environment {
+        kernel: kernel_release(),
+        distro: distro(),
+        perf: perf_version(),
+        lttng: probe("lttng", &["--version"], Duration::from_secs(5)),
+        lttng_ust: lttng_ust_sonames(),
+        dotnet_runtimes,
+        docker: docker_version(),
+        capabilities: effective_capabilities(),
+        perf_event_paranoid: read_trim("/proc/sys/kernel/perf_event_paranoid").and_then(|v| v.parse().ok()),
+        kptr_restrict: read_trim("/proc/sys/kernel/kptr_restrict").and_then(|v| v.parse().ok()),
+        tracefs: tracefs_mounted(),
+        user_events: user_events(),
+        ..Default::default()
+    }
+}
+
+/// Short label for result folder names: `host-k6.18` / `container-bullseye-k6.18`.
+pub fn short_label(target: &str, image: Option<&str>) -> String {
+    let k = kernel_release();
+    let k = k.split('-').next().unwrap_or(&k).to_string();
+    let k: String = k.split('.').take(2).collect::<Vec<_>>().join(".");
+    match image {
+        Some(i) => format!("{target}-{i}-k{k}"),
+        None => format!("{target}-k{k}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_mask_names() {
+        // CAP_SYS_ADMIN is bit 21, CAP_PERFMON 38.
+        assert_eq!(capability_names((1 << 21) | (1 << 38)), vec!["SYS_ADMIN", "PERFMON"]);
+    }
+
+    #[test]
+    fn short_label_shape() {
+        assert!(short_label("host", None).starts_with("host-k"));
+        assert!(short_label("container", Some("bullseye")).starts_with("container-bullseye-k"));
+    }
+}
+
+/// How a doctor row reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Warn,
+    Missing,
+}
+
+/// One line of `cargo xtask doctor`: a fact, and what it means for which collector.
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorRow {
+    pub item: String,
+    pub value: String,
+    pub status: Status,
+    pub meaning: String,
+}
+
+fn row(item: &str, value: impl Into<String>, status: Status, meaning: impl Into<String>) -> DoctorRow {
+    DoctorRow { item: item.into(), value: value.into(), status, meaning: meaning.into() }
+}
+
+/// NEEDED entries of an ELF file's dynamic section.
+pub fn elf_needed(path: &Path) -> anyhow::Result<Vec<String>> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader};
+    use object::Endianness;
+    let data = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let elf = ElfFile64::<Endianness>::parse(&*data)
+        .map_err(|e| anyhow::anyhow!("{} is not a 64-bit ELF file: {e}", path.display()))?;
+    let endian = elf.endian();
+    let header = elf.elf_header();
+    let sections = header.sections(endian, &*data)?;
+    let mut needed = Vec::new();
+    if let Some((dynamic, index)) = sections.dynamic(endian, &*data)? {
+        let strings = sections.strings(endian, &*data, index)?;
+        for entry in dynamic {
+            if entry.tag32(endian) == Some(object::elf::DT_NEEDED) {
+                let name = entry.string(endian, strings)?;
+                needed.push(String::from_utf8_lossy(name).into_owned());
+            }
+        }
+    }
+    Ok(needed)
+}
+
+/// The runtime's LTTng provider library under a .NET root (newest runtime first).
+pub fn trace_provider_library(dotnet_root: &Path) -> Option<PathBuf> {
+    let base = dotnet_root.join("shared/Microsoft.NETCore.App");
+    let mut versions: Vec<PathBuf> = std::fs::read_dir(base).ok()?.flatten().map(|e| e.path()).collect();
+    versions.sort();
+    versions.into_iter().rev().map(|v| v.join("libcoreclrtraceptprovider.so")).find(|p| p.is_file())
+}
+
+/// Everything `cargo xtask doctor` reports. `dotnet_root` is the located .NET, if any.
+pub fn doctor(dotnet_root: Option<&Path>) -> Vec<DoctorRow> {
+    let env = collect();
+    let mut rows = vec![row("kernel", &env.kernel, Status::Ok, "containers share it; other kernels need the qemu matrix")];
+    rows.push(row("distro", &env.distro, Status::Ok, "decides the host's LTTng-UST version"));
+    rows.push(match &env.perf {
+        Some(v) => row("perf", v, Status::Ok, "perf-cpu and perf-offcpu collectors"),
+        None => row("perf", "not found", Status::Missing, "perf-cpu/perf-offcpu cannot run: apt-get install linux-perf"),
+    });
+    rows.push(match env.perf_event_paranoid {
+        Some(p) if p <= 1 || env.capabilities.iter().any(|c| c == "SYS_ADMIN" || c == "PERFMON") => {
+            row("perf_event_paranoid", p.to_string(), Status::Ok, "perf may profile other processes (root/CAP_PERFMON or ≤ 1)")
+        }
+        Some(p) => row("perf_event_paranoid", p.to_string(), Status::Warn, "unprivileged perf limited to own processes; run as root or lower it"),
+        None => row("perf_event_paranoid", "unreadable", Status::Warn, "no perf_event support?"),
+    });
+    rows.push(match env.kptr_restrict {
+        Some(0) => row("kptr_restrict", "0", Status::Ok, "kernel frames can be named from /proc/kallsyms"),
+        Some(v) if env.capabilities.iter().any(|c| c == "SYSLOG") => {
+            row("kptr_restrict", v.to_string(), Status::Ok, "root with CAP_SYSLOG still reads kallsyms addresses")
+        }
+        Some(v) => row("kptr_restrict", v.to_string(), Status::Warn, "kernel frames stay unnamed (kallsyms addresses hidden)"),
+        None => row("kptr_restrict", "unreadable", Status::Warn, "kernel frames may stay unnamed"),
+    });
+    rows.push(if env.tracefs {
+        row("tracefs", "/sys/kernel/tracing", Status::Ok, "sched:sched_switch for the perf-offcpu collector")
+    } else {
+        row("tracefs", "not mounted", Status::Warn, "perf-offcpu mounts it (mount -t tracefs nodev /sys/kernel/tracing; needs root)")
+    });
+    rows.push(match env.user_events {
+        Some(true) => row("CONFIG_USER_EVENTS", "yes", Status::Ok, "dotnet-trace collect-linux can work"),
+        Some(false) => row("CONFIG_USER_EVENTS", "no", Status::Warn, "dotnet-trace collect-linux cannot work here (scenarios using it SKIP)"),
+        None => row("CONFIG_USER_EVENTS", "unknown", Status::Warn, "mount tracefs to find out"),
+    });
+    rows.push(row(
+        "capabilities",
+        if env.capabilities.len() > 30 { "all (root)".to_string() } else { env.capabilities.join(",") },
+        if env.capabilities.iter().any(|c| c == "SYS_ADMIN") { Status::Ok } else { Status::Warn },
+        "perf needs SYS_ADMIN (or PERFMON where the engine knows it); EventPipe and LTTng user-space need none",
+    ));
+    rows.push(match &env.docker {
+        Some(v) => row("docker daemon", v, Status::Ok, "container and sidecar targets, image builds, capability matrix"),
+        None => row("docker daemon", "not answering", Status::Missing, "container targets unavailable: start dockerd (.ci/run does on Debian)"),
+    });
+    rows.push(match &env.lttng {
+        Some(v) => row("lttng-tools", v, Status::Ok, "LTTng collector (lttng-sessiond --no-kernel)"),
+        None => row("lttng-tools", "not found", Status::Missing, "LTTng collector on the host unavailable: apt-get install lttng-tools"),
+    });
+    let ust = if env.lttng_ust.is_empty() { "none".to_string() } else { env.lttng_ust.join(", ") };
+    rows.push(row(
+        "liblttng-ust",
+        &ust,
+        if env.lttng_ust.iter().any(|s| s == "liblttng-ust.so.0") { Status::Ok } else { Status::Warn },
+        ".NET's provider needs liblttng-ust.so.0 (LTTng 2.12); .so.1 (2.13+) cannot load it",
+    ));
+    match dotnet_root {
+        Some(root) => {
+            let dotnet = root.join("dotnet");
+            let sdks = probe(dotnet.to_str().unwrap_or("dotnet"), &["--list-sdks"], Duration::from_secs(20)).unwrap_or_default();
+            rows.push(row(".NET SDKs", sdks.lines().map(|l| l.split(" [").next().unwrap_or(l)).collect::<Vec<_>>().join(", "), Status::Ok, "builds the workloads"));
+            rows.push(row(".NET runtimes", env.dotnet_runtimes.join(", "), Status::Ok, "runs the workloads"));
+            match trace_provider_library(root) {
+                Some(lib) => {
+                    let needed = elf_needed(&lib).map(|n| n.into_iter().filter(|n| n.contains("lttng")).collect::<Vec<_>>());
+                    match needed {
+                        Ok(n) => {
+                            let fits = n.iter().all(|s| env.lttng_ust.contains(s));
+                            rows.push(row(
+                                "libcoreclrtraceptprovider.so NEEDED",
+                                n.join(", "),
+                                if fits { Status::Ok } else { Status::Warn },
+                                if fits {
+                                    "the runtime's LTTng provider can load here".to_string()
+                                } else {
+                                    format!("the provider cannot load on this host (has {ust}): LTTng runtime events only in a bullseye (2.12) container")
+                                },
+                            ));
+                        }
+                        Err(e) => rows.push(row("libcoreclrtraceptprovider.so NEEDED", format!("{e:#}"), Status::Warn, "cannot tell")),
+                    }
+                }
+                None => rows.push(row("libcoreclrtraceptprovider.so", "absent", Status::Warn, "no LTTng provider in this runtime")),
+            }
+        }
+        None => rows.push(row(".NET", "not found", Status::Missing, "workloads cannot build: ../shared/toolchains/install-dotnet.sh installs SDK 10.0.401")),
+    }
+    rows
+}

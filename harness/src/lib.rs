@@ -15,6 +15,9 @@ pub mod scenario;
 pub mod target;
 pub mod docker;
 pub mod image;
+pub mod caps;
+pub mod vm;
+pub mod workflow;
 
 // Observing the app, then turning raw artifacts into the model.
 pub mod collect;
@@ -26,7 +29,7 @@ pub mod fold;
 pub mod assert;
 pub mod report;
 pub mod environment;
-pub mod engine;
+// pub mod engine; (enabled once the workload and fold stages land)
 
 pub mod progress;
 pub mod testing;

@@ -124,6 +124,10 @@ pub enum Expectation {
         leaf_only: bool,
         #[serde(default)]
         min_share: Option<f64>,
+        /// Only samples of the thread whose id truth.json gives at this path (e.g. the blocked
+        /// thread of the off-CPU workload). Tids are as the collector's pid namespace sees them.
+        #[serde(default)]
+        tid_truth: Option<String>,
     },
     /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
     /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.

@@ -1,6 +1,20 @@
-use anyhow::{Result, bail};
+//! `cargo xtask list`: the scenarios, what they run and what they check.
+
+use anyhow::Result;
+use harness::scenario::{Scenario, list_names};
 use xshell::Shell;
 
 pub fn run(_sh: &Shell) -> Result<()> {
-    bail!("`cargo xtask list` is not built yet")
+    for name in list_names()? {
+        let s = Scenario::find(&name)?;
+        let collectors: Vec<&str> = s.collectors.iter().map(|c| c.name()).collect();
+        println!(
+            "{name:<22} target={:<9} collectors={:<40} checks={:<3} {}",
+            s.target.as_deref().unwrap_or("default"),
+            collectors.join(","),
+            s.expectations.len(),
+            s.description
+        );
+    }
+    Ok(())
 }

@@ -17,6 +17,27 @@ use crate::model::Collection;
 use crate::scenario::CollectorSpec;
 use crate::target::{RunningApp, Target};
 
+/// A collector that cannot work in this environment for a reason the environment proves (the
+/// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).
+/// The engine turns it into a SKIP verdict with this reason, never a FAIL or a PASS.
+#[derive(Debug, Clone)]
+pub struct Unsupported {
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// The skip reason if `err` (or anything in its chain) is an [`Unsupported`].
+pub fn unsupported_reason(err: &anyhow::Error) -> Option<String> {
+    err.chain().find_map(|e| e.downcast_ref::<Unsupported>()).map(|u| u.reason.clone())
+}
+
 /// What decoding may need besides the collector's own artifacts.
 pub struct DecodeContext<'a> {
     /// The run's artifacts folder (host path).

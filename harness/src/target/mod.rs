@@ -169,6 +169,53 @@ pub trait Target {
     fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32>;
     /// Removes whatever the target created (containers); idempotent.
     fn cleanup(&mut self) -> Result<()>;
+    /// Where a file the target saw at `path` (a DSO in a perf recording) can be read on the host
+    /// after the run; `None` when it cannot. Host: the path itself.
+    fn path_map(&self, path: &Path) -> Option<PathBuf> {
+        Some(path.to_path_buf())
+    }
+}
+
+/// The pids of a process in each pid namespace it belongs to, outermost first (the `NSpid` line
+/// of /proc/PID/status).
+pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    let pids: Option<Vec<u32>> = line.split_whitespace().map(|w| w.parse().ok()).collect();
+    pids.filter(|p| !p.is_empty())
+}
+
+/// NSpid of a host process.
+pub fn nspid(host_pid: u32) -> Result<Vec<u32>> {
+    let path = format!("/proc/{host_pid}/status");
+    let status = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {path}: process {host_pid} is gone or not visible"))?;
+    parse_nspid(&status).with_context(|| format!("{path} has no NSpid line (kernel older than 4.1?)"))
+}
+
+/// The pid a host process has inside its own (innermost) pid namespace: what names its
+/// perf-PID.map and its diagnostics socket.
+pub fn pid_in_own_namespace(host_pid: u32) -> Result<u32> {
+    Ok(*nspid(host_pid)?.last().unwrap())
+}
+
+/// The host pid of the process that is `ns_pid` inside the pid namespace of host process
+/// `member` (a tool started inside a container reports its own pid in the container's view).
+pub fn host_pid_in_namespace_of(member: u32, ns_pid: u32) -> Result<u32> {
+    let ns_of = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let want = ns_of(&member.to_string())
+        .with_context(|| format!("cannot read the pid namespace of process {member}: is it gone?"))?;
+    for entry in std::fs::read_dir("/proc").context("cannot list /proc")?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        if ns_of(pid).as_ref() != Some(&want) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        if parse_nspid(&status).and_then(|p| p.last().copied()) == Some(ns_pid) {
+            return pid.parse().context("pid");
+        }
+    }
+    bail!("no process is pid {ns_pid} in the pid namespace of process {member}")
 }
 
 /// The app runs as a child of the harness, tools as well.

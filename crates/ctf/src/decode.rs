@@ -1,0 +1,540 @@
+//! Decoding packets and events of the data streams, and merging streams by time.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::path::Path;
+
+use crate::metadata::{ByteKind, EventClass, IntNode, Metadata, Node, Role, StreamClass};
+use crate::{Error, Value};
+
+/// Magic of a data stream packet (CTF 1.8 §5).
+const PACKET_MAGIC: u64 = 0xC1FC_1FC1;
+/// A sequence of zero-size elements could spin for 2^64 iterations; nothing real needs more.
+const MAX_ZERO_SIZE_ELEMENTS: u64 = 1 << 16;
+
+/// One decoded event.
+#[derive(Clone, Debug)]
+pub struct Event<'t> {
+    pub class: &'t EventClass,
+    pub stream_class: &'t StreamClass,
+    /// Index of the stream file the event came from.
+    pub stream: usize,
+    /// Timestamp in clock cycles (LTTng: CLOCK_MONOTONIC nanoseconds).
+    pub cycles: u64,
+    /// Timestamp in nanoseconds since the clock's origin (LTTng: the Unix epoch).
+    pub ns_from_origin: i64,
+    pub cpu_id: Option<u64>,
+    /// Per-stream event context, named by `stream_class.event_context_names`.
+    pub stream_context: Vec<Value>,
+    /// Per-event context, named by `class.context_names`.
+    pub context: Vec<Value>,
+    /// Payload, named by `class.field_names`.
+    pub payload: Vec<Value>,
+}
+
+impl Event<'_> {
+    pub fn name(&self) -> &str {
+        &self.class.name
+    }
+    /// A payload field by name (leading underscore already removed).
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.class.field_names.iter().position(|n| &**n == name).and_then(|i| self.payload.get(i))
+    }
+    /// A context field (per-event first, then per-stream).
+    pub fn context_field(&self, name: &str) -> Option<&Value> {
+        self.class
+            .context_names
+            .iter()
+            .position(|n| &**n == name)
+            .and_then(|i| self.context.get(i))
+            .or_else(|| {
+                self.stream_class.event_context_names.iter().position(|n| &**n == name).and_then(|i| self.stream_context.get(i))
+            })
+    }
+}
+
+struct Cursor<'a> {
+    data: &'a [u8],
+    /// Bit position within `data`, and the end of readable content.
+    pos: u64,
+    end: u64,
+    /// File offset of `data[0]`, for error messages.
+    base: u64,
+    path: &'a Path,
+}
+
+impl<'a> Cursor<'a> {
+    fn err(&self, msg: impl Into<String>) -> Error {
+        Error::Stream { path: self.path.to_path_buf(), offset: self.base + self.pos / 8, msg: msg.into() }
+    }
+
+    #[inline]
+    fn align(&mut self, a: u32) -> Result<(), Error> {
+        let a = a as u64;
+        let p = (self.pos + a - 1) & !(a - 1);
+        if p > self.end {
+            return Err(self.err("packet content ends inside alignment padding"));
+        }
+        self.pos = p;
+        Ok(())
+    }
+
+    #[inline]
+    fn uint(&mut self, size: u32, le: bool) -> Result<u64, Error> {
+        if self.pos + size as u64 > self.end {
+            return Err(self.err(format!("a {size}-bit field runs past the packet's content")));
+        }
+        let byte = (self.pos / 8) as usize;
+        let bit = (self.pos % 8) as u32;
+        let v = if bit == 0 && size % 8 == 0 {
+            let n = (size / 8) as usize;
+            let b = &self.data[byte..byte + n];
+            let mut buf = [0u8; 8];
+            if le {
+                buf[..n].copy_from_slice(b);
+                u64::from_le_bytes(buf)
+            } else {
+                buf[8 - n..].copy_from_slice(b);
+                u64::from_be_bytes(buf)
+            }
+        } else {
+            // CTF bit fields: little-endian fields fill each byte from its least significant bit,
+            // big-endian ones from its most significant bit.
+            let nbytes = ((bit + size).div_ceil(8)) as usize;
+            let b = &self.data[byte..byte + nbytes];
+            let mask: u128 = (1u128 << size) - 1;
+            let mut acc: u128 = 0;
+            if le {
+                for (i, x) in b.iter().enumerate() {
+                    acc |= (*x as u128) << (8 * i);
+                }
+                ((acc >> bit) & mask) as u64
+            } else {
+                for x in b {
+                    acc = (acc << 8) | *x as u128;
+                }
+                ((acc >> (nbytes as u32 * 8 - bit - size)) & mask) as u64
+            }
+        };
+        self.pos += size as u64;
+        Ok(v)
+    }
+
+    fn bytes(&mut self, n: u64) -> Result<&'a [u8], Error> {
+        let bits = n.checked_mul(8).filter(|b| self.pos + b <= self.end);
+        let Some(bits) = bits else {
+            return Err(self.err(format!("{n} bytes run past the packet's content")));
+        };
+        let start = (self.pos / 8) as usize;
+        self.pos += bits;
+        Ok(&self.data[start..start + n as usize])
+    }
+
+    fn cstring(&mut self) -> Result<&'a [u8], Error> {
+        self.align(8)?;
+        let start = (self.pos / 8) as usize;
+        let limit = (self.end / 8) as usize;
+        let Some(len) = self.data[start..limit].iter().position(|&b| b == 0) else {
+            return Err(self.err("string without its terminating NUL before the packet's end"));
+        };
+        self.pos += (len as u64 + 1) * 8;
+        Ok(&self.data[start..start + len])
+    }
+}
+
+/// Values a stream's decoding tracks across fields and packets.
+struct State {
+    slots: Vec<i64>,
+    clock: u64,
+    magic: Option<u64>,
+    stream_id: Option<u64>,
+    event_id: Option<u64>,
+    content_size: Option<u64>,
+    packet_size: Option<u64>,
+    events_discarded: Option<u64>,
+    cpu_id: Option<u64>,
+}
+
+impl State {
+    #[inline]
+    fn int(&mut self, n: &IntNode, cur: &mut Cursor) -> Result<(u64, i64), Error> {
+        cur.align(n.align)?;
+        let raw = cur.uint(n.size, n.le)?;
+        let signed = if n.signed && n.size < 64 {
+            let shift = 64 - n.size;
+            ((raw << shift) as i64) >> shift
+        } else {
+            raw as i64
+        };
+        self.slots[n.slot] = signed;
+        if n.clock {
+            if n.size >= 64 {
+                self.clock = raw;
+            } else {
+                // CTF 1.8 §8: an N-bit timestamp replaces the clock's low N bits; a smaller value
+                // than those bits means they wrapped once.
+                let mask = (1u64 << n.size) - 1;
+                let mut c = (self.clock & !mask) | raw;
+                if raw < self.clock & mask {
+                    c = c.wrapping_add(1u64 << n.size);
+                }
+                self.clock = c;
+            }
+        }
+        match n.role {
+            Role::None => {}
+            Role::Magic => self.magic = Some(raw),
+            Role::StreamId => self.stream_id = Some(raw),
+            Role::EventId => self.event_id = Some(raw),
+            Role::ContentSize => self.content_size = Some(raw),
+            Role::PacketSize => self.packet_size = Some(raw),
+            Role::EventsDiscarded => self.events_discarded = Some(raw),
+            Role::CpuId => self.cpu_id = Some(raw),
+        }
+        Ok((raw, signed))
+    }
+
+    fn read(&mut self, node: &Node, cur: &mut Cursor) -> Result<Value, Error> {
+        Ok(match node {
+            Node::Int(n) => {
+                let (raw, signed) = self.int(n, cur)?;
+                if n.signed { Value::SInt(signed) } else { Value::UInt(raw) }
+            }
+            Node::Enum { int, labels } => {
+                let (raw, signed) = self.int(int, cur)?;
+                let value = if int.signed { signed } else { raw as i64 };
+                let label = labels.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&value)).map(|l| l.2.clone());
+                Value::Enum { value, label }
+            }
+            Node::Float { bits, align, le } => {
+                cur.align(*align)?;
+                let raw = cur.uint(*bits, *le)?;
+                Value::Float(if *bits == 32 { f32::from_bits(raw as u32) as f64 } else { f64::from_bits(raw) })
+            }
+            Node::Str => Value::Str(String::from_utf8_lossy(cur.cstring()?).into_owned()),
+            Node::Struct { fields, .. } => {
+                cur.align(node.align())?;
+                let mut out = Vec::with_capacity(fields.len());
+                for (name, f) in fields {
+                    out.push((name.clone(), self.read(f, cur)?));
+                }
+                Value::Struct(out)
+            }
+            Node::Variant { tag_slot, options, select } => {
+                let i = self.select(*tag_slot, select, cur)?;
+                let (name, n) = &options[i];
+                Value::Variant { option: name.clone(), value: Box::new(self.read(n, cur)?) }
+            }
+            Node::Array { elem, len, bytes } => self.elements(elem, *len, *bytes, cur)?,
+            Node::Sequence { elem, len_slot, bytes } => {
+                let len = self.slots[*len_slot];
+                if len < 0 {
+                    return Err(cur.err(format!("sequence length {len} is negative")));
+                }
+                self.elements(elem, len as u64, *bytes, cur)?
+            }
+        })
+    }
+
+    fn elements(&mut self, elem: &Node, len: u64, bytes: ByteKind, cur: &mut Cursor) -> Result<Value, Error> {
+        match bytes {
+            ByteKind::Bytes => {
+                cur.align(8)?;
+                Ok(Value::Bytes(cur.bytes(len)?.to_vec()))
+            }
+            ByteKind::Text => {
+                cur.align(8)?;
+                let b = cur.bytes(len)?;
+                let b = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
+                Ok(Value::Str(String::from_utf8_lossy(b).into_owned()))
+            }
+            ByteKind::No => {
+                self.check_count(elem, len, cur)?;
+                let mut out = Vec::with_capacity(len.min(cur.end - cur.pos + 1) as usize);
+                for _ in 0..len {
+                    out.push(self.read(elem, cur)?);
+                }
+                Ok(Value::Array(out))
+            }
+        }
+    }
+
+    fn check_count(&self, elem: &Node, len: u64, cur: &Cursor) -> Result<(), Error> {
+        let min = elem.min_bits();
+        let left = cur.end - cur.pos;
+        if (min == 0 && len > MAX_ZERO_SIZE_ELEMENTS) || min.saturating_mul(len) > left {
+            return Err(cur.err(format!("{len} elements cannot fit in the {left} bits left in the packet")));
+        }
+        Ok(())
+    }
+
+    fn select(&self, tag_slot: usize, select: &[(i64, i64, usize)], cur: &Cursor) -> Result<usize, Error> {
+        let tag = self.slots[tag_slot];
+        select
+            .iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&tag))
+            .map(|s| s.2)
+            .ok_or_else(|| cur.err(format!("variant tag value {tag} selects no option")))
+    }
+
+    /// Reads a node for its side effects only (slots, clock, roles): headers need no values.
+    fn skip(&mut self, node: &Node, cur: &mut Cursor) -> Result<(), Error> {
+        match node {
+            Node::Int(n) | Node::Enum { int: n, .. } => {
+                self.int(n, cur)?;
+            }
+            Node::Float { bits, align, le } => {
+                cur.align(*align)?;
+                cur.uint(*bits, *le)?;
+            }
+            Node::Str => {
+                cur.cstring()?;
+            }
+            Node::Struct { fields, .. } => {
+                cur.align(node.align())?;
+                for (_, f) in fields {
+                    self.skip(f, cur)?;
+                }
+            }
+            Node::Variant { tag_slot, options, select } => {
+                let i = self.select(*tag_slot, select, cur)?;
+                self.skip(&options[i].1, cur)?;
+            }
+            Node::Array { elem, len, bytes } => self.skip_elements(elem, *len, *bytes, cur)?,
+            Node::Sequence { elem, len_slot, bytes } => {
+                let len = self.slots[*len_slot];
+                if len < 0 {
+                    return Err(cur.err(format!("sequence length {len} is negative")));
+                }
+                self.skip_elements(elem, len as u64, *bytes, cur)?
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_elements(&mut self, elem: &Node, len: u64, bytes: ByteKind, cur: &mut Cursor) -> Result<(), Error> {
+        if bytes != ByteKind::No {
+            cur.align(8)?;
+            cur.bytes(len)?;
+            return Ok(());
+        }
+        self.check_count(elem, len, cur)?;
+        for _ in 0..len {
+            self.skip(elem, cur)?;
+        }
+        Ok(())
+    }
+
+    /// A top-level scope (always a struct) as a flat list of its field values.
+    fn read_scope(&mut self, node: &Option<Node>, cur: &mut Cursor) -> Result<Vec<Value>, Error> {
+        let Some(node) = node else { return Ok(Vec::new()) };
+        let Node::Struct { fields, .. } = node else { return Ok(Vec::new()) };
+        cur.align(node.align())?;
+        let mut out = Vec::with_capacity(fields.len());
+        for (_, f) in fields {
+            out.push(self.read(f, cur)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Decodes one stream file, packet after packet.
+struct StreamReader<'t> {
+    meta: &'t Metadata,
+    index: usize,
+    path: &'t Path,
+    data: &'t [u8],
+    /// Byte offset of the next packet.
+    next_packet: usize,
+    /// The current packet: its start, content end (bits from its start), and stream class.
+    packet: Option<(usize, u64, u64, &'t StreamClass)>,
+    state: State,
+    discarded: u64,
+}
+
+impl<'t> StreamReader<'t> {
+    fn new(meta: &'t Metadata, index: usize, path: &'t Path, data: &'t [u8]) -> Self {
+        StreamReader {
+            meta,
+            index,
+            path,
+            data,
+            next_packet: 0,
+            packet: None,
+            state: State {
+                slots: vec![0; meta.slot_count],
+                clock: 0,
+                magic: None,
+                stream_id: None,
+                event_id: None,
+                content_size: None,
+                packet_size: None,
+                events_discarded: None,
+                cpu_id: None,
+            },
+            discarded: 0,
+        }
+    }
+
+    fn open_packet(&mut self) -> Result<bool, Error> {
+        let start = self.next_packet;
+        if start >= self.data.len() {
+            return Ok(false);
+        }
+        let data = &self.data[start..];
+        let mut cur = Cursor { data, pos: 0, end: data.len() as u64 * 8, base: start as u64, path: self.path };
+        let st = &mut self.state;
+        st.magic = None;
+        st.stream_id = None;
+        st.content_size = None;
+        st.packet_size = None;
+        st.cpu_id = None;
+        if let Some(h) = &self.meta.packet_header {
+            st.skip(h, &mut cur)?;
+        }
+        if let Some(m) = st.magic
+            && m != PACKET_MAGIC
+        {
+            return Err(Error::Stream {
+                path: self.path.to_path_buf(),
+                offset: start as u64,
+                msg: format!("packet magic {m:#x}, expected {PACKET_MAGIC:#x}: not a CTF data stream, or corrupt"),
+            });
+        }
+        let sid = st.stream_id.unwrap_or_else(|| self.meta.streams.first().map(|s| s.id).unwrap_or(0));
+        let Some(&si) = self.meta.stream_index.get(&sid) else {
+            return Err(Error::Stream {
+                path: self.path.to_path_buf(),
+                offset: start as u64,
+                msg: format!("packet of stream class {sid}, which the metadata does not declare"),
+            });
+        };
+        let sc = &self.meta.streams[si];
+        if let Some(pc) = &sc.packet_context {
+            st.skip(pc, &mut cur)?;
+        }
+        let left_bits = data.len() as u64 * 8;
+        let packet_bits = st.packet_size.unwrap_or(left_bits);
+        let content_bits = st.content_size.unwrap_or(packet_bits);
+        if packet_bits == 0 || packet_bits % 8 != 0 || packet_bits > left_bits || content_bits > packet_bits || content_bits < cur.pos {
+            return Err(Error::Stream {
+                path: self.path.to_path_buf(),
+                offset: start as u64,
+                msg: format!(
+                    "packet sizes do not fit: content {content_bits} bits, packet {packet_bits} bits, header {} bits, {left_bits} bits left in the file",
+                    cur.pos
+                ),
+            });
+        }
+        if let Some(d) = st.events_discarded {
+            self.discarded = d;
+        }
+        self.next_packet = start + (packet_bits / 8) as usize;
+        self.packet = Some((start, cur.pos, content_bits, sc));
+        Ok(true)
+    }
+
+    fn next_event(&mut self) -> Result<Option<Event<'t>>, Error> {
+        loop {
+            let (start, pos, end, sc) = match self.packet {
+                Some(p) if p.1 < p.2 => p,
+                _ => {
+                    if !self.open_packet()? {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+            };
+            let data = &self.data[start..start + end.div_ceil(8) as usize];
+            let mut cur = Cursor { data, pos, end, base: start as u64, path: self.path };
+            let meta = self.meta;
+            let st = &mut self.state;
+            st.event_id = None;
+            if let Some(h) = &sc.event_header {
+                st.skip(h, &mut cur)?;
+            }
+            let id = st.event_id.unwrap_or(0);
+            let Some(&ci) = sc.events.get(&id) else {
+                return Err(cur.err(format!("event id {id} of stream class {} is not in the metadata", sc.id)));
+            };
+            let class = &meta.events[ci];
+            let cycles = st.clock;
+            let stream_context = st.read_scope(&sc.event_context, &mut cur)?;
+            let context = st.read_scope(&class.context, &mut cur)?;
+            let payload = st.read_scope(&class.fields, &mut cur)?;
+            self.packet = Some((start, cur.pos, end, sc));
+            let ns_from_origin = match sc.clock {
+                Some(c) => meta.clocks[c].ns_from_origin(cycles),
+                None => cycles as i64,
+            };
+            return Ok(Some(Event {
+                class,
+                stream_class: sc,
+                stream: self.index,
+                cycles,
+                ns_from_origin,
+                cpu_id: st.cpu_id,
+                stream_context,
+                context,
+                payload,
+            }));
+        }
+    }
+}
+
+/// The events of all streams of a trace, in time order.
+pub struct Events<'t> {
+    readers: Vec<StreamReader<'t>>,
+    pending: Vec<Option<Event<'t>>>,
+    heap: BinaryHeap<Reverse<(i64, usize)>>,
+    started: bool,
+    failed: bool,
+}
+
+impl<'t> Events<'t> {
+    pub(crate) fn new(meta: &'t Metadata, streams: Vec<(&'t Path, &'t [u8])>) -> Self {
+        let readers: Vec<_> = streams.into_iter().enumerate().map(|(i, (p, d))| StreamReader::new(meta, i, p, d)).collect();
+        let pending = readers.iter().map(|_| None).collect();
+        Events { readers, pending, heap: BinaryHeap::new(), started: false, failed: false }
+    }
+
+    /// Events the tracer reports it discarded (ring buffer full), summed over streams; complete
+    /// once the iterator is exhausted.
+    pub fn discarded(&self) -> u64 {
+        self.readers.iter().map(|r| r.discarded).sum()
+    }
+
+    fn refill(&mut self, i: usize) -> Result<(), Error> {
+        if let Some(ev) = self.readers[i].next_event()? {
+            self.heap.push(Reverse((ev.ns_from_origin, i)));
+            self.pending[i] = Some(ev);
+        }
+        Ok(())
+    }
+}
+
+impl<'t> Iterator for Events<'t> {
+    type Item = Result<Event<'t>, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            for i in 0..self.readers.len() {
+                if let Err(e) = self.refill(i) {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let Reverse((_, i)) = self.heap.pop()?;
+        let ev = self.pending[i].take();
+        if let Err(e) = self.refill(i) {
+            self.failed = true;
+            return Some(Err(e));
+        }
+        ev.map(Ok)
+    }
+}

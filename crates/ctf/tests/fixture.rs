@@ -1,0 +1,185 @@
+//! The recorded LTTng 2.12 trace of ../shared/fixtures/lttng decodes to exactly the events of
+//! babeltrace's text dump of it: same order, timestamps, contexts and field values.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use ctf::{Event, Trace, Value};
+use proptest::prelude::*;
+
+fn shared() -> PathBuf {
+    std::env::var_os("TRACELAB_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+fn fixture_dir() -> PathBuf {
+    shared().join("fixtures/lttng/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit")
+}
+
+fn value_text(v: &Value, out: &mut String) {
+    match v {
+        Value::UInt(x) => write!(out, "{x}").unwrap(),
+        Value::SInt(x) => write!(out, "{x}").unwrap(),
+        Value::Float(x) => write!(out, "{x}").unwrap(),
+        Value::Str(s) => write!(out, "\"{s}\"").unwrap(),
+        // babeltrace prints LTTng's raw payload bytes as the signed 8-bit integers TSDL declares.
+        Value::Bytes(b) => {
+            out.push_str("[ ");
+            for (i, x) in b.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write!(out, "[{i}] = {}", *x as i8).unwrap();
+            }
+            out.push_str(" ]");
+        }
+        other => write!(out, "{other:?}").unwrap(),
+    }
+}
+
+fn fields_text(names: &[std::sync::Arc<str>], values: &[Value], out: &mut String) {
+    out.push_str("{ ");
+    for (i, (n, v)) in names.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{n} = ").unwrap();
+        value_text(v, out);
+    }
+    out.push_str(" }");
+}
+
+/// babeltrace 1's default text line (UTC clock).
+fn babeltrace_line(ev: &Event, prev: Option<i64>, hostname: &str) -> String {
+    let ns = ev.ns_from_origin;
+    let day = ns.rem_euclid(86_400_000_000_000);
+    let (h, m, s, frac) = (day / 3_600_000_000_000, day / 60_000_000_000 % 60, day / 1_000_000_000 % 60, day % 1_000_000_000);
+    let delta = match prev {
+        Some(p) => {
+            let d = ns - p;
+            format!("+{}.{:09}", d / 1_000_000_000, d % 1_000_000_000)
+        }
+        None => "+?.?????????".into(),
+    };
+    let mut out = format!("[{h:02}:{m:02}:{s:02}.{frac:09}] ({delta}) {hostname} {}: ", ev.name());
+    write!(out, "{{ cpu_id = {} }}, ", ev.cpu_id.unwrap()).unwrap();
+    fields_text(&ev.stream_class.event_context_names, &ev.stream_context, &mut out);
+    out.push_str(", ");
+    fields_text(&ev.class.field_names, &ev.payload, &mut out);
+    out
+}
+
+#[test]
+fn fixture_matches_babeltrace_text() {
+    let dir = fixture_dir();
+    let expected = std::fs::read_to_string(shared().join("fixtures/lttng/ctf-bullseye-gc-exceptions.babeltrace.txt"))
+        .expect("the LTTng fixture's babeltrace text");
+    let expected: Vec<&str> = expected.lines().collect();
+    let trace = Trace::open(&dir).unwrap();
+    assert_eq!(trace.metadata().env("tracer_minor"), Some("12"));
+    let hostname = trace.metadata().env("hostname").unwrap().to_string();
+    let mut prev = None;
+    let mut got = Vec::new();
+    let mut events = trace.events();
+    for ev in &mut events {
+        let ev = ev.unwrap();
+        got.push(babeltrace_line(&ev, prev, &hostname));
+        prev = Some(ev.ns_from_origin);
+    }
+    assert_eq!(events.discarded(), 0);
+    assert_eq!(got.len(), 1068);
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "event {i} differs");
+    }
+    assert_eq!(got.len(), expected.len());
+}
+
+#[test]
+fn fixture_counts_and_fields() {
+    let trace = Trace::open(&fixture_dir()).unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    let mut messages = std::collections::BTreeMap::new();
+    for ev in trace.events() {
+        let ev = ev.unwrap();
+        *counts.entry(ev.name().to_string()).or_insert(0) += 1;
+        if ev.name() == "DotNETRuntime:ExceptionThrown_V1" {
+            assert_eq!(ev.field("ExceptionType").and_then(Value::as_str), Some("Fixture.FixtureException"));
+            let msg = ev.field("ExceptionMessage").and_then(Value::as_str).unwrap().to_string();
+            *messages.entry(msg).or_insert(0) += 1;
+            assert_eq!(ev.context_field("procname").and_then(Value::as_str), Some("dotnet"));
+        }
+    }
+    assert_eq!(counts["DotNETRuntime:ExceptionThrown_V1"], 1000);
+    assert_eq!(counts["DotNETRuntime:GCStart_V2"], 22);
+    assert_eq!(counts["DotNETRuntime:GCEnd_V1"], 23);
+    assert_eq!(counts["DotNETRuntime:GCHeapStats_V2"], 23);
+    assert_eq!(messages["fixture 0"], 334);
+    assert_eq!(messages["fixture 1"], 333);
+    assert_eq!(messages["fixture 2"], 333);
+}
+
+#[test]
+fn truncated_stream_names_file_and_offset() {
+    let tmp = tempdir();
+    copy_fixture(&tmp);
+    let stream = tmp.join("channel0_1");
+    let data = std::fs::read(&stream).unwrap();
+    std::fs::write(&stream, &data[..5000]).unwrap();
+    let trace = Trace::open(&tmp).unwrap();
+    let err = trace.events().find_map(Result::err).expect("a truncated packet is an error");
+    let text = err.to_string();
+    assert!(text.contains("channel0_1") && text.contains("at byte 0"), "{text}");
+}
+
+#[test]
+fn bad_metadata_names_the_line() {
+    let tmp = tempdir();
+    std::fs::write(tmp.join("metadata"), "/* CTF 1.8 */\ntrace {\n  major = 1;\n  byte_order = le;\n  packet.header := struct { uint32_t magic; };\n};\n").unwrap();
+    let err = Trace::open(&tmp).err().expect("an unknown type is an error").to_string();
+    assert!(err.contains("metadata") && err.contains("line 5") && err.contains("uint32_t"), "{err}");
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ctf-test-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn copy_fixture(to: &std::path::Path) {
+    for name in ["metadata", "channel0_0", "channel0_1"] {
+        std::fs::copy(fixture_dir().join(name), to.join(name)).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    /// Corrupting any bytes of a stream gives events or an error, never a panic or a hang.
+    #[test]
+    fn corrupt_streams_never_panic(edits in proptest::collection::vec((0usize..90112, any::<u8>()), 1..16)) {
+        let meta = std::fs::read(fixture_dir().join("metadata")).unwrap();
+        let mut data = std::fs::read(fixture_dir().join("channel0_1")).unwrap();
+        for (at, b) in edits {
+            data[at] = b;
+        }
+        let metadata = ctf::Metadata::from_bytes(&meta).unwrap();
+        let mut n = 0;
+        for ev in ctf::decode_buffer(&metadata, std::path::Path::new("channel0_1"), &data) {
+            if ev.is_err() { break }
+            n += 1;
+        }
+        prop_assert!(n <= 100_000);
+    }
+
+    /// Arbitrary metadata text is parsed or refused, never a panic.
+    #[test]
+    fn arbitrary_metadata_never_panics(text in "[a-z_ {}:=;\\[\\]<>0-9.,\"]{0,200}") {
+        let _ = ctf::Metadata::from_text(&format!("trace {{ byte_order = le; }}; {text}"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Payload decoding: runtime events by their manifest template (provider, id, version),
+//! EventSource events by the field layout in their metadata.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+use crate::metadata::{EventMetadata, FieldKind, read_utf16z};
+use crate::manifest::Template;
+
+/// Field types of the runtime manifest (`win:*` in-types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    U8,
+    U16,
+    U32,
+    U64,
+    I32,
+    I64,
+    /// Pointer-sized (the trace header's pointer size).
+    Ptr,
+    /// `win:Boolean`: 4 bytes.
+    Bool,
+    F32,
+    F64,
+    Guid,
+    Utf16,
+    Ansi,
+}
+
+/// A decoded field value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+    Guid([u8; 16]),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::U64(v) => Some(*v),
+            Value::I64(v) if *v >= 0 => Some(*v as u64),
+            Value::Bool(b) => Some(u64::from(*b)),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Formats a GUID the usual way (`3c530d44-97ae-513a-1e6d-783e8f8e03a9`).
+pub fn guid_string(g: &[u8; 16]) -> String {
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        u32::from_le_bytes(g[0..4].try_into().unwrap()),
+        u16::from_le_bytes([g[4], g[5]]),
+        u16::from_le_bytes([g[6], g[7]]),
+        g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]
+    )
+}
+
+pub type Fields = Vec<(Cow<'static, str>, Value)>;
+
+static THREAD_SAMPLE: Template = Template { fields: &[("Type", FieldType::U32)], complete: true };
+static PROCESS_INFO: Template = Template {
+    fields: &[("CommandLine", FieldType::Utf16), ("OSInformation", FieldType::Utf16), ("ArchInformation", FieldType::Utf16)],
+    complete: true,
+};
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    offset: u64,
+    pointer_size: u32,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8]> {
+        match self.buf.get(self.pos..self.pos + n) {
+            Some(b) => {
+                self.pos += n;
+                Ok(b)
+            }
+            None => Err(Error::format(
+                self.offset + self.pos as u64,
+                format_args!("payload field `{field}` needs {n} bytes, {} left", self.buf.len() - self.pos),
+            )),
+        }
+    }
+    fn fixed<const N: usize>(&mut self, field: &str) -> Result<[u8; N]> {
+        Ok(self.take(N, field)?.try_into().unwrap())
+    }
+    fn read(&mut self, ty: FieldType, field: &str) -> Result<Value> {
+        Ok(match ty {
+            FieldType::U8 => Value::U64(self.fixed::<1>(field)?[0].into()),
+            FieldType::U16 => Value::U64(u16::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::U32 => Value::U64(u32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::U64 => Value::U64(u64::from_le_bytes(self.fixed(field)?)),
+            FieldType::I32 => Value::I64(i32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::I64 => Value::I64(i64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Ptr if self.pointer_size == 4 => Value::U64(u32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::Ptr => Value::U64(u64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Bool => Value::Bool(u32::from_le_bytes(self.fixed(field)?) != 0),
+            FieldType::F32 => Value::F64(f32::from_le_bytes(self.fixed(field)?).into()),
+            FieldType::F64 => Value::F64(f64::from_le_bytes(self.fixed(field)?)),
+            FieldType::Guid => Value::Guid(self.fixed(field)?),
+            FieldType::Utf16 => {
+                let (s, used) = read_utf16z(&self.buf[self.pos..]).ok_or_else(|| {
+                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
+                })?;
+                self.pos += used;
+                Value::Str(s)
+            }
+            FieldType::Ansi => {
+                let rest = &self.buf[self.pos..];
+                let end = rest.iter().position(|&b| b == 0).ok_or_else(|| {
+                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
+                })?;
+                self.pos += end + 1;
+                Value::Str(String::from_utf8_lossy(&rest[..end]).into_owned())
+            }
+        })
+    }
+}
+
+/// Decodes an event's payload into named fields. `offset` is the payload's stream offset (for
+/// errors). Events without a known layout give no fields; bytes past a template's fixed fields
+/// (counted arrays, fields added by a newer runtime) are kept as `__rest__`.
+pub fn decode_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<Fields> {
+    let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
+    let mut out = Fields::new();
+    let template = meta.template.or_else(|| match (meta.provider.as_str(), meta.event_id) {
+        ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
+        ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
+        _ => None,
+    });
+    if let Some(t) = template {
+        for &(name, ty) in t.fields {
+            // Older writers end some payloads early (optional trailing fields).
+            if r.pos == payload.len() && !out.is_empty() {
+                break;
+            }
+            out.push((Cow::Borrowed(name), r.read(ty, name)?));
+        }
+    } else if !meta.fields.is_empty() {
+        decode_fields(&mut r, &meta.fields, "", &mut out, 0)?;
+    }
+    if r.pos < payload.len() && (template.is_some() || !meta.fields.is_empty()) {
+        out.push((Cow::Borrowed("__rest__"), Value::Bytes(payload[r.pos..].to_vec())));
+    }
+    Ok(out)
+}
+
+fn decode_fields(r: &mut Reader<'_>, fields: &[crate::metadata::FieldDef], prefix: &str, out: &mut Fields, depth: u32) -> Result<bool> {
+    for f in fields {
+        let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
+        let ty = match &f.kind {
+            FieldKind::Boolean => FieldType::Bool,
+            FieldKind::Char | FieldKind::I16 | FieldKind::U16 => FieldType::U16,
+            FieldKind::I8 | FieldKind::U8 => FieldType::U8,
+            FieldKind::I32 => FieldType::I32,
+            FieldKind::U32 => FieldType::U32,
+            FieldKind::I64 => FieldType::I64,
+            FieldKind::U64 | FieldKind::DateTime => FieldType::U64,
+            FieldKind::F32 => FieldType::F32,
+            FieldKind::F64 => FieldType::F64,
+            FieldKind::Guid => FieldType::Guid,
+            FieldKind::String => FieldType::Utf16,
+            FieldKind::Object(inner) if depth < 8 => {
+                if !decode_fields(r, inner, &name, out, depth + 1)? {
+                    return Ok(false);
+                }
+                continue;
+            }
+            // Arrays, decimals and unknown codes: the rest of the payload stays raw bytes.
+            _ => return Ok(false),
+        };
+        let v = r.read(ty, &name)?;
+        out.push((Cow::Owned(name), v));
+    }
+    Ok(true)
+}

@@ -1,0 +1,122 @@
+//! Little-endian base-128 (LEB128) integers, the compressed event header's encoding.
+
+/// Why a varint could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VarIntError {
+    /// The input ended inside the number.
+    Truncated,
+    /// More continuation bytes than the type can hold (5 for u32, 10 for u64).
+    TooLong,
+}
+
+/// Reads an unsigned LEB128 `u64` from `buf` at `*pos`, advancing `*pos` past it.
+/// Bits beyond 64 in the 10th byte are ignored, as the runtime's reader does.
+#[inline]
+pub fn read_u64(buf: &[u8], pos: &mut usize) -> Result<u64, VarIntError> {
+    let mut result = 0u64;
+    let mut shift = 0u32;
+    loop {
+        let Some(&byte) = buf.get(*pos) else { return Err(VarIntError::Truncated) };
+        *pos += 1;
+        result |= u64::from(byte & 0x7f).wrapping_shl(shift);
+        if byte & 0x80 == 0 {
+            return Ok(result);
+        }
+        shift += 7;
+        if shift >= 70 {
+            return Err(VarIntError::TooLong);
+        }
+    }
+}
+
+/// Reads an unsigned LEB128 `u32` (at most 5 bytes; high bits of the 5th byte are dropped).
+#[inline]
+pub fn read_u32(buf: &[u8], pos: &mut usize) -> Result<u32, VarIntError> {
+    let mut result = 0u32;
+    let mut shift = 0u32;
+    loop {
+        let Some(&byte) = buf.get(*pos) else { return Err(VarIntError::Truncated) };
+        *pos += 1;
+        result |= u32::from(byte & 0x7f).wrapping_shl(shift);
+        if byte & 0x80 == 0 {
+            return Ok(result);
+        }
+        shift += 7;
+        if shift >= 35 {
+            return Err(VarIntError::TooLong);
+        }
+    }
+}
+
+/// Writes `value` as unsigned LEB128 (used by tests and by tools that build streams).
+pub fn write_u64(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn u64_round_trips(v: u64) {
+            let mut buf = Vec::new();
+            write_u64(&mut buf, v);
+            let mut pos = 0;
+            prop_assert_eq!(read_u64(&buf, &mut pos), Ok(v));
+            prop_assert_eq!(pos, buf.len());
+        }
+
+        #[test]
+        fn u32_round_trips(v: u32) {
+            let mut buf = Vec::new();
+            write_u64(&mut buf, u64::from(v));
+            let mut pos = 0;
+            prop_assert_eq!(read_u32(&buf, &mut pos), Ok(v));
+            prop_assert_eq!(pos, buf.len());
+        }
+
+        #[test]
+        fn any_bytes_never_panic_nor_overrun(bytes: Vec<u8>, start in 0usize..16) {
+            let mut pos = start.min(bytes.len());
+            let before = pos;
+            match read_u64(&bytes, &mut pos) {
+                Ok(_) => prop_assert!(pos > before && pos <= bytes.len() && pos - before <= 10),
+                Err(VarIntError::Truncated) => prop_assert!(bytes[before..].iter().all(|b| b & 0x80 != 0)),
+                Err(VarIntError::TooLong) => prop_assert_eq!(pos - before, 10),
+            }
+            let mut pos = before;
+            if let Ok(_) = read_u32(&bytes, &mut pos) {
+                prop_assert!(pos - before <= 5);
+            }
+        }
+
+        #[test]
+        fn truncated_varint_is_reported(v in 128u64.., cut in 1usize..9) {
+            let mut buf = Vec::new();
+            write_u64(&mut buf, v);
+            let cut = cut.min(buf.len() - 1);
+            let mut pos = 0;
+            prop_assert_eq!(read_u64(&buf[..cut], &mut pos), Err(VarIntError::Truncated));
+        }
+    }
+
+    #[test]
+    fn known_encodings() {
+        let mut pos = 0;
+        assert_eq!(read_u32(&[0xff, 0xff, 0xff, 0xff, 0x0f], &mut pos), Ok(u32::MAX));
+        let mut pos = 0;
+        assert_eq!(read_u64(&[0x80, 0x01], &mut pos), Ok(128));
+        let mut pos = 0;
+        assert_eq!(read_u32(&[0x80; 6], &mut pos), Err(VarIntError::TooLong));
+    }
+}

@@ -1,0 +1,1 @@
+//! Capability matrix (being written).

@@ -1,1 +1,0 @@
-//! (stage `report`: being written)

@@ -1,0 +1,1 @@
+//! Merging result folders into one report (being written).

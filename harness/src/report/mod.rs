@@ -1,0 +1,267 @@
+//! Writing one run down: `results/<utc>-<scenario>-<env>/` with manifest.json (a contract: CI,
+//! reports and other tools read it — shared/DESIGN.md §5), summary.md, junit.xml, artifacts/,
+//! stacks/ and flame graphs. Everything is written into a staging folder and renamed at the end,
+//! so a crashed run leaves nothing that looks complete; `results/latest` then points at it.
+
+pub mod merge;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::assert::{Check, Verdict};
+use crate::environment::Environment;
+
+/// manifest.json. Fields may be added; none renamed without a reason in the closing note.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Manifest {
+    pub scenario: String,
+    pub verdict: Verdict,
+    pub reason: Option<String>,
+    pub checks: Vec<Check>,
+    /// Flat map name → number: samples_total, resolved_ratio_jit, share_error_pts_max, per-class
+    /// ratios (`resolved_ratio_<class>`), per-collector figures (`<collector>.<metric>`).
+    pub metrics: BTreeMap<String, f64>,
+    pub environment: Environment,
+    pub commands: Vec<String>,
+    pub durations_s: BTreeMap<String, f64>,
+    /// Tolerances used where the scenario stated none.
+    pub default_tolerances: BTreeMap<String, f64>,
+    pub workload: Option<String>,
+    pub collectors: Vec<String>,
+    pub started_utc: String,
+    pub run_id: String,
+    /// Per collector: per-DSO-class resolution of leaf and all frames.
+    #[serde(default)]
+    pub resolution: BTreeMap<String, serde_json::Value>,
+    /// Per collector: how far stacks unwind (filled where a collector reports it).
+    #[serde(default)]
+    pub completeness: BTreeMap<String, serde_json::Value>,
+    /// Diagnoses the engine made (e.g. W^X doublemapper frames), shown in summary.md.
+    #[serde(default)]
+    pub findings: Vec<String>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A results folder being written.
+pub struct ResultsDir {
+    root: PathBuf,
+    staging: PathBuf,
+    name: String,
+}
+
+impl ResultsDir {
+    /// Starts `root/<name>` as a hidden staging folder `root/.staging-<name>`.
+    pub fn create(root: &Path, name: &str) -> Result<ResultsDir> {
+        std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
+        let staging = root.join(format!(".staging-{name}"));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        for sub in ["artifacts", "stacks"] {
+            std::fs::create_dir_all(staging.join(sub))
+                .with_context(|| format!("cannot create {}", staging.join(sub).display()))?;
+        }
+        Ok(ResultsDir { root: root.to_path_buf(), staging, name: name.to_string() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.staging
+    }
+    pub fn artifacts(&self) -> PathBuf {
+        self.staging.join("artifacts")
+    }
+    pub fn stacks(&self) -> PathBuf {
+        self.staging.join("stacks")
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes manifest.json, summary.md and junit.xml, renames the folder into place and points
+    /// `latest` at it. Returns the final path.
+    pub fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
+        let json = serde_json::to_string_pretty(manifest)?;
+        std::fs::write(self.staging.join("manifest.json"), json)?;
+        std::fs::write(self.staging.join("summary.md"), summary_markdown(manifest, &self.staging))?;
+        std::fs::write(self.staging.join("junit.xml"), junit_xml(manifest))?;
+        let dest = self.root.join(&self.name);
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest)?;
+        }
+        std::fs::rename(&self.staging, &dest)
+            .with_context(|| format!("cannot rename {} to {}", self.staging.display(), dest.display()))?;
+        let latest = self.root.join("latest");
+        let _ = std::fs::remove_file(&latest);
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&self.name, &latest).with_context(|| format!("cannot link {}", latest.display()))?;
+        Ok(dest)
+    }
+
+    /// Removes the staging folder (a run that could not even be judged).
+    pub fn abandon(self) {
+        let _ = std::fs::remove_dir_all(&self.staging);
+    }
+}
+
+/// UTC timestamp for folder names: `20261122T083000Z`.
+pub fn utc_stamp() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z"))
+        .unwrap_or_else(|_| "unknown-time".into())
+}
+
+pub fn utc_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn escape_md(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {} — {}\n", m.scenario, m.verdict.upper());
+    if let Some(r) = &m.reason {
+        let _ = writeln!(s, "**Reason:** {r}\n");
+    }
+    for f in &m.findings {
+        let _ = writeln!(s, "- **Finding:** {f}");
+    }
+    if !m.findings.is_empty() {
+        s.push('\n');
+    }
+    let _ = writeln!(
+        s,
+        "Workload `{}`, collectors {}, target `{}`, started {}.\n",
+        m.workload.as_deref().unwrap_or("?"),
+        m.collectors.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
+        m.environment.target,
+        m.started_utc
+    );
+    if !m.checks.is_empty() {
+        let _ = writeln!(s, "## Checks\n\n| check | collector | verdict | expected | measured |\n|---|---|---|---|---|");
+        for c in &m.checks {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                escape_md(&c.name),
+                c.collector.as_deref().unwrap_or(""),
+                c.verdict.upper(),
+                escape_md(&c.expected),
+                escape_md(&c.measured)
+            );
+        }
+        s.push('\n');
+    }
+    if !m.resolution.is_empty() {
+        let _ = writeln!(s, "## Frame resolution (per DSO class)\n\n| collector | class | leaf frames | leaf named | all frames | all named |\n|---|---|---|---|---|---|");
+        for (collector, rep) in &m.resolution {
+            if let Some(classes) = rep.get("classes").and_then(|c| c.as_object()) {
+                for (class, v) in classes {
+                    let g = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
+                    let pct = |n: f64, t: f64| if t > 0.0 { format!("{n} ({:.1} %)", n / t * 100.0) } else { "—".into() };
+                    let _ = writeln!(
+                        s,
+                        "| {collector} | {class} | {} | {} | {} | {} |",
+                        g("leaf_total"),
+                        pct(g("leaf_named"), g("leaf_total")),
+                        g("all_total"),
+                        pct(g("all_named"), g("all_total"))
+                    );
+                }
+            }
+        }
+        s.push('\n');
+    }
+    if !m.completeness.is_empty() {
+        let _ = writeln!(s, "## Stack completeness\n");
+        for (collector, rep) in &m.completeness {
+            let _ = writeln!(s, "- `{collector}`: {}", rep);
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "## Metrics\n\n| metric | value |\n|---|---|");
+    for (k, v) in &m.metrics {
+        let _ = writeln!(s, "| {k} | {} |", fmt_num(*v));
+    }
+    let _ = writeln!(s, "\n## Environment\n");
+    let e = &m.environment;
+    let _ = writeln!(s, "- kernel {}, {}", e.kernel, e.distro);
+    let _ = writeln!(s, "- perf: {}", e.perf.as_deref().unwrap_or("absent"));
+    let _ = writeln!(s, "- LTTng: {} (UST {})", e.lttng.as_deref().unwrap_or("absent"), e.lttng_ust.join(", "));
+    let _ = writeln!(s, "- .NET: {}", e.dotnet_runtimes.join("; "));
+    let _ = writeln!(s, "- docker: {}", e.docker.as_deref().unwrap_or("absent"));
+    let _ = writeln!(s, "- target: {} {} caps [{}]", e.target, e.image.as_deref().unwrap_or(""), e.target_capabilities.join(","));
+    let _ = writeln!(s, "\n## Commands\n");
+    for c in &m.commands {
+        let _ = writeln!(s, "    {c}");
+    }
+    let _ = writeln!(s, "\n## Durations (s)\n");
+    for (k, v) in &m.durations_s {
+        let _ = writeln!(s, "- {k}: {v:.2}");
+    }
+    let flames: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".svg")).collect())
+        .unwrap_or_default();
+    if !flames.is_empty() {
+        let _ = writeln!(s, "\n## Flame graphs\n");
+        for f in flames {
+            let _ = writeln!(s, "- [{f}]({f})");
+        }
+    }
+    for n in &m.notes {
+        let _ = writeln!(s, "\n> {n}");
+    }
+    s
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v:.4}") }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+pub fn junit_xml(m: &Manifest) -> String {
+    let fails = m.checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+    let skips = m.checks.iter().filter(|c| c.verdict == Verdict::Skip).count();
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let total = m.checks.len().max(1);
+    let _ = writeln!(
+        s,
+        "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\">",
+        xml_escape(&m.scenario),
+        total,
+        fails + usize::from(m.checks.is_empty() && m.verdict == Verdict::Fail),
+        skips + usize::from(m.checks.is_empty() && m.verdict == Verdict::Skip)
+    );
+    if m.checks.is_empty() {
+        let _ = write!(s, "  <testcase classname=\"{0}\" name=\"run\">", xml_escape(&m.scenario));
+        match m.verdict {
+            Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
+            Verdict::Skip => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
+            Verdict::Pass => {}
+        }
+        s.push_str("</testcase>\n");
+    }
+    for c in &m.checks {
+        let _ = write!(s, "  <testcase classname=\"{}\" name=\"{}\">", xml_escape(&m.scenario), xml_escape(&c.name));
+        let msg = format!("expected {}; measured {}", c.expected, c.measured);
+        match c.verdict {
+            Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(&msg)); }
+            Verdict::Skip => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(&msg)); }
+            Verdict::Pass => { let _ = write!(s, "<system-out>{}</system-out>", xml_escape(&msg)); }
+        }
+        s.push_str("</testcase>\n");
+    }
+    s.push_str("</testsuite>\n");
+    s
+}

@@ -1,1 +1,0 @@
-//! (stage `unwind`: being written)

@@ -1,0 +1,1 @@
+//! The nightly CI workflow generator (being written).
