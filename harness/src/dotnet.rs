@@ -74,19 +74,32 @@ impl Dotnet {
                 tried.push(format!("{} (no dotnet binary)", root.display()));
                 continue;
             }
-            let found = Dotnet { root: root.clone(), dotnet };
+            let found = Dotnet {
+                root: root.clone(),
+                dotnet,
+            };
             match found.sdk_versions() {
                 Ok(sdks) if sdks.iter().any(|s| s.major() == Some(SDK_MAJOR)) => return Ok(found),
                 Ok(sdks) => tried.push(format!(
                     "{} (SDKs: {})",
                     root.display(),
-                    if sdks.is_empty() { "none".into() } else { sdks.iter().map(|s| s.version.as_str()).collect::<Vec<_>>().join(", ") }
+                    if sdks.is_empty() {
+                        "none".into()
+                    } else {
+                        sdks.iter()
+                            .map(|s| s.version.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
                 )),
                 Err(e) => tried.push(format!("{} ({e:#})", root.display())),
             }
         }
 
-        let script = search.shared_dir.join("toolchains").join("install-dotnet.sh");
+        let script = search
+            .shared_dir
+            .join("toolchains")
+            .join("install-dotnet.sh");
         if !script.is_file() {
             bail!(
                 "no .NET {SDK_MAJOR} SDK found and no offline installer at {}.\n\
@@ -95,7 +108,11 @@ impl Dotnet {
                  or provide ../shared/toolchains with install-dotnet.sh and the SDK archive \
                  (TRACELAB_SHARED points elsewhere).",
                 script.display(),
-                if tried.is_empty() { "DOTNET_ROOT, PATH, ~/.dotnet (none set or present)".to_string() } else { tried.join("; ") }
+                if tried.is_empty() {
+                    "DOTNET_ROOT, PATH, ~/.dotnet (none set or present)".to_string()
+                } else {
+                    tried.join("; ")
+                }
             );
         }
         let out = Command::new("bash")
@@ -113,7 +130,11 @@ impl Dotnet {
         let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let dotnet = root.join("dotnet");
         if !dotnet.is_file() {
-            bail!("{} reported {} but it holds no dotnet binary", script.display(), root.display());
+            bail!(
+                "{} reported {} but it holds no dotnet binary",
+                script.display(),
+                root.display()
+            );
         }
         Ok(Dotnet { root, dotnet })
     }
@@ -130,7 +151,10 @@ impl Dotnet {
             .env("DOTNET_GENERATE_ASPNET_CERTIFICATE", "false")
             .env("DOTNET_ADD_GLOBAL_TOOLS_TO_PATH", "false")
             .env("DOTNET_CLI_HOME", &cli_home)
-            .env("NUGET_PACKAGES", crate::project_root().join(".build").join("nuget-packages"))
+            .env(
+                "NUGET_PACKAGES",
+                crate::project_root().join(".build").join("nuget-packages"),
+            )
             .env("DOTNET_CLI_USE_MSBUILD_SERVER", "0")
             .env("MSBUILDDISABLENODEREUSE", "1")
             .env("UseSharedCompilation", "false")
@@ -154,7 +178,12 @@ impl Dotnet {
             .filter(|r| r.name == "Microsoft.NETCore.App")
             .max_by_key(|r| version_key(&r.version))
             .map(|r| r.version)
-            .with_context(|| format!("{} lists no Microsoft.NETCore.App runtime", self.dotnet.display()))
+            .with_context(|| {
+                format!(
+                    "{} lists no Microsoft.NETCore.App runtime",
+                    self.dotnet.display()
+                )
+            })
     }
 
     fn list(&self, flag: &str) -> Result<String> {
@@ -189,7 +218,10 @@ impl Dotnet {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let feed = Dotnet::feed();
         if !feed.is_dir() {
-            bail!("cannot install {package}: the offline NuGet feed {} does not exist", feed.display());
+            bail!(
+                "cannot install {package}: the offline NuGet feed {} does not exist",
+                feed.display()
+            );
         }
         // `--source` replaces the sources (`--add-source` would keep the unreachable public feed).
         let out = self
@@ -211,7 +243,10 @@ impl Dotnet {
             );
         }
         if !launcher.is_file() {
-            bail!("`dotnet tool install {package}` succeeded but {} does not exist", launcher.display());
+            bail!(
+                "`dotnet tool install {package}` succeeded but {} does not exist",
+                launcher.display()
+            );
         }
         Ok(launcher)
     }
@@ -250,14 +285,24 @@ fn parse_list(text: &str, named: bool) -> Vec<Installed> {
             let line = line.trim();
             let (head, rest) = line.split_once(" [")?;
             let path = rest.strip_suffix(']')?;
-            let (name, version) = if named { head.split_once(' ')? } else { ("", head) };
-            Some(Installed { name: name.to_string(), version: version.trim().to_string(), path: PathBuf::from(path).join(version.trim()) })
+            let (name, version) = if named {
+                head.split_once(' ')?
+            } else {
+                ("", head)
+            };
+            Some(Installed {
+                name: name.to_string(),
+                version: version.trim().to_string(),
+                path: PathBuf::from(path).join(version.trim()),
+            })
         })
         .collect()
 }
 
 fn version_key(v: &str) -> Vec<u64> {
-    v.split(['.', '-']).map(|p| p.parse().unwrap_or(0)).collect()
+    v.split(['.', '-'])
+        .map(|p| p.parse().unwrap_or(0))
+        .collect()
 }
 
 /// The last `lines` lines of a tool's output, for error messages.
@@ -274,7 +319,14 @@ mod tests {
     #[test]
     fn parses_list_sdks_and_runtimes() {
         let sdks = parse_list("10.0.401 [/opt/d/sdk]\n", false);
-        assert_eq!(sdks, vec![Installed { name: String::new(), version: "10.0.401".into(), path: "/opt/d/sdk/10.0.401".into() }]);
+        assert_eq!(
+            sdks,
+            vec![Installed {
+                name: String::new(),
+                version: "10.0.401".into(),
+                path: "/opt/d/sdk/10.0.401".into()
+            }]
+        );
         assert_eq!(sdks[0].major(), Some(10));
         let rts = parse_list(
             "Microsoft.AspNetCore.App 10.0.12 [/opt/d/shared/Microsoft.AspNetCore.App]\n\

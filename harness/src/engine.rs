@@ -154,6 +154,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         completeness: state.completeness.clone(),
         findings,
         notes: scenario.notes.clone(),
+        share_tables: share_tables(scenario, &state),
     };
     let final_dir = dir.finish(&manifest)?;
     Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
@@ -402,6 +403,47 @@ fn resolution_json(c: &Collection) -> serde_json::Value {
         );
     }
     serde_json::json!({ "classes": classes })
+}
+
+/// One table per distinct set of compared methods in the scenario's share expectations.
+fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::ShareTable> {
+    use crate::scenario::{Expectation, ShareMode};
+    let mut sets: Vec<(Vec<String>, ShareMode, Option<String>)> = Vec::new();
+    let mut truths: BTreeMap<String, String> = BTreeMap::new();
+    for e in &scenario.expectations {
+        let (among, mode, kind) = match e {
+            Expectation::Share { among, mode, sample_kind, method, truth, .. } => {
+                truths.insert(method.clone(), truth.clone());
+                (among, mode, sample_kind)
+            }
+            Expectation::ShareAtLeast { among, mode, sample_kind, .. } => (among, mode, sample_kind),
+            _ => continue,
+        };
+        if !sets.iter().any(|(a, _, _)| a == among) {
+            sets.push((among.clone(), *mode, kind.clone()));
+        }
+    }
+    let mut tables = Vec::new();
+    for (among, mode, kind) in sets {
+        let truth: Vec<Option<f64>> = among
+            .iter()
+            .map(|m| truths.get(m).and_then(|p| assert::truth_value(&state.truth, p)).and_then(|v| v.as_f64()))
+            .collect();
+        let mut rows = Vec::new();
+        for c in state.collections.iter().filter(|c| !c.samples.is_empty()) {
+            let mut shares = Vec::new();
+            let mut samples = 0;
+            for m in &among {
+                let (v, n, _) = assert::share(c, m, &among, mode, kind.as_deref()).unwrap_or((0.0, 0, 0));
+                shares.push(v);
+                samples = n;
+            }
+            let error_pts = shares.iter().zip(&truth).map(|(v, t)| t.map(|t| (v - t).abs() * 100.0)).collect();
+            rows.push(crate::report::ShareRow { collector: c.collector.clone(), samples, shares, error_pts });
+        }
+        tables.push(crate::report::ShareTable { columns: among, truth, rows });
+    }
+    tables
 }
 
 /// Diagnoses of known pitfalls, from the data itself.

@@ -252,7 +252,7 @@ pub fn elf_needed(path: &Path) -> anyhow::Result<Vec<String>> {
     if let Some((dynamic, index)) = sections.dynamic(endian, &*data)? {
         let strings = sections.strings(endian, &*data, index)?;
         for entry in dynamic {
-            if entry.tag32(endian) == Some(object::elf::DT_NEEDED) {
+            if entry.tag(endian) == object::elf::DT_NEEDED {
                 let name = entry.string(endian, strings)?;
                 needed.push(String::from_utf8_lossy(name).into_owned());
             }

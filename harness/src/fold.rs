@@ -1,1 +1,411 @@
-//! (stage `fold`: being written)
+//! Stacks for people: folded stacks (`root;…;leaf COUNT`, Brendan Gregg's format) with code
+//! versions of a method merged, flame graphs (inferno), speedscope JSON, and the per-DSO-class
+//! resolution report the assert stage and the manifest read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Collection, DsoClass, Frame, merge_code_version};
+
+/// A frame's label in folded stacks: its name with the code version merged, else
+/// `[unknown] (dso)`. Separators of the folded format are replaced.
+pub fn frame_label(frame: &Frame) -> String {
+    let name = match &frame.name {
+        Some(n) => merge_code_version(n).to_string(),
+        None => frame.display_name(),
+    };
+    sanitize(name)
+}
+
+fn sanitize(mut s: String) -> String {
+    if s.contains([';', '\n', '\r']) {
+        s = s.replace(';', ",").replace(['\n', '\r'], " ");
+    }
+    s
+}
+
+/// Label of a sample with no frames at all.
+pub const NO_STACK: &str = "[no stack]";
+
+/// Folds a collection's samples: stack (root first, `;`-joined) → summed weight.
+pub fn fold(coll: &Collection) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_stack: HashMap<Vec<String>, u64> = HashMap::new();
+    for s in &coll.samples {
+        let labels: Vec<String> = s.frames.iter().rev().map(frame_label).collect();
+        *by_stack.entry(labels).or_default() += s.weight;
+    }
+    for (labels, weight) in by_stack {
+        let key = if labels.is_empty() { NO_STACK.to_string() } else { labels.join(";") };
+        *out.entry(key).or_default() += weight;
+    }
+    out
+}
+
+/// Folds samples given as interned frame ids (leaf first), labelling each distinct id once.
+/// The fast path for big recordings: equal stacks are counted before any string is built.
+pub fn fold_interned<'s>(
+    samples: impl Iterator<Item = (&'s [u32], u64)>,
+    mut label: impl FnMut(u32) -> String,
+) -> BTreeMap<String, u64> {
+    let mut by_stack: HashMap<&'s [u32], u64> = HashMap::new();
+    for (ids, weight) in samples {
+        *by_stack.entry(ids).or_default() += weight;
+    }
+    let mut labels: HashMap<u32, String> = HashMap::new();
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    let mut key = String::new();
+    for (ids, weight) in by_stack {
+        key.clear();
+        for (i, id) in ids.iter().rev().enumerate() {
+            if i > 0 {
+                key.push(';');
+            }
+            key.push_str(labels.entry(*id).or_insert_with(|| sanitize(label(*id))));
+        }
+        if ids.is_empty() {
+            key.push_str(NO_STACK);
+        }
+        match out.get_mut(key.as_str()) {
+            Some(w) => *w += weight,
+            None => {
+                out.insert(key.clone(), weight);
+            }
+        }
+    }
+    out
+}
+
+/// The folded text, one `stack count` line per distinct stack, sorted.
+pub fn folded_text(folded: &BTreeMap<String, u64>) -> String {
+    let mut text = String::with_capacity(folded.len() * 64);
+    for (stack, count) in folded {
+        text.push_str(stack);
+        text.push(' ');
+        text.push_str(&count.to_string());
+        text.push('\n');
+    }
+    text
+}
+
+/// Writes `<run_dir>/stacks/<collector>.folded`; returns its path.
+pub fn write_folded(coll: &Collection, run_dir: &Path) -> Result<PathBuf> {
+    write_folded_into(coll, &run_dir.join("stacks"))
+}
+
+/// Writes `<stacks_dir>/<collector>.folded`; returns its path.
+pub fn write_folded_into(coll: &Collection, stacks_dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(stacks_dir).with_context(|| format!("cannot create {}", stacks_dir.display()))?;
+    let path = stacks_dir.join(format!("{}.folded", coll.collector));
+    std::fs::write(&path, folded_text(&fold(coll))).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Everything a results folder shows of a collection's stacks: `<stacks_dir>/<collector>.folded`,
+/// `<run_dir>/flamegraph-<collector>.svg` and `<run_dir>/<collector>.speedscope.json`.
+pub fn write_all(coll: &Collection, run_dir: &Path, stacks_dir: &Path) -> Result<()> {
+    write_folded_into(coll, stacks_dir)?;
+    write_collection_flamegraph(coll, run_dir)?;
+    write_speedscope(coll, run_dir)?;
+    Ok(())
+}
+
+/// Writes a flame graph SVG of folded stacks. Returns false (and writes nothing) when there is
+/// no stack to draw.
+pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, title: &str, count_name: &str) -> Result<bool> {
+    if folded.is_empty() {
+        return Ok(false);
+    }
+    let text = folded_text(folded);
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title.to_string();
+    options.count_name = count_name.to_string();
+    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    inferno::flamegraph::from_lines(&mut options, text.lines(), &mut out)
+        .with_context(|| format!("cannot draw the flame graph {}", path.display()))?;
+    Ok(true)
+}
+
+/// Writes `flamegraph-<collector>.svg` into `run_dir` from the collection's samples.
+pub fn write_collection_flamegraph(coll: &Collection, run_dir: &Path) -> Result<Option<PathBuf>> {
+    let path = run_dir.join(format!("flamegraph-{}.svg", coll.collector));
+    let unit = weight_unit(coll);
+    let count_name = if unit == "nanoseconds" { "ns" } else { "samples" };
+    Ok(write_flamegraph(&fold(coll), &path, &coll.collector, count_name)?.then_some(path))
+}
+
+fn weight_unit(coll: &Collection) -> &'static str {
+    if coll.samples.iter().all(|s| s.weight == 1) { "none" } else { "nanoseconds" }
+}
+
+#[derive(Serialize)]
+struct SpeedscopeFile<'a> {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    name: &'a str,
+    exporter: &'static str,
+    #[serde(rename = "activeProfileIndex")]
+    active_profile_index: usize,
+    shared: SpeedscopeShared,
+    profiles: Vec<SpeedscopeProfile>,
+}
+
+#[derive(Serialize)]
+struct SpeedscopeShared {
+    frames: Vec<SpeedscopeFrame>,
+}
+
+#[derive(Serialize)]
+struct SpeedscopeFrame {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SpeedscopeProfile {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: String,
+    unit: &'static str,
+    #[serde(rename = "startValue")]
+    start_value: u64,
+    #[serde(rename = "endValue")]
+    end_value: u64,
+    samples: Vec<Vec<usize>>,
+    weights: Vec<u64>,
+}
+
+/// A speedscope document (https://www.speedscope.app/file-format-schema.json), one sampled
+/// profile per thread, frames root first.
+pub fn speedscope_json(coll: &Collection) -> Result<String> {
+    let mut frames: Vec<SpeedscopeFrame> = Vec::new();
+    let mut index: HashMap<(String, Option<String>), usize> = HashMap::new();
+    let mut threads: BTreeMap<(u32, u32), SpeedscopeProfile> = BTreeMap::new();
+    let unit = weight_unit(coll);
+    for s in &coll.samples {
+        let mut stack = Vec::with_capacity(s.frames.len());
+        for f in s.frames.iter().rev() {
+            let key = (frame_label(f), f.dso.clone());
+            let next = frames.len();
+            let i = *index.entry(key.clone()).or_insert_with(|| {
+                frames.push(SpeedscopeFrame { name: key.0, file: key.1 });
+                next
+            });
+            stack.push(i);
+        }
+        let p = threads.entry((s.pid, s.tid)).or_insert_with(|| SpeedscopeProfile {
+            kind: "sampled",
+            name: format!("{} pid {} tid {}", coll.collector, s.pid, s.tid),
+            unit,
+            start_value: 0,
+            end_value: 0,
+            samples: Vec::new(),
+            weights: Vec::new(),
+        });
+        p.samples.push(stack);
+        p.weights.push(s.weight);
+        p.end_value += s.weight;
+    }
+    let doc = SpeedscopeFile {
+        schema: "https://www.speedscope.app/file-format-schema.json",
+        name: &coll.collector,
+        exporter: "tracelab",
+        active_profile_index: 0,
+        shared: SpeedscopeShared { frames },
+        profiles: threads.into_values().collect(),
+    };
+    Ok(serde_json::to_string(&doc)?)
+}
+
+/// Writes `<collector>.speedscope.json` into `run_dir`.
+pub fn write_speedscope(coll: &Collection, run_dir: &Path) -> Result<PathBuf> {
+    let path = run_dir.join(format!("{}.speedscope.json", coll.collector));
+    std::fs::write(&path, speedscope_json(coll)?).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// Named / total frames of one kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resolution {
+    pub leaf_total: u64,
+    pub leaf_resolved: u64,
+    /// `None` when there is no such leaf at all.
+    pub leaf_ratio: Option<f64>,
+    pub all_total: u64,
+    pub all_resolved: u64,
+    pub all_ratio: Option<f64>,
+}
+
+impl Resolution {
+    fn add(&mut self, frame: &Frame, leaf: bool) {
+        let named = frame.name.is_some() as u64;
+        self.all_total += 1;
+        self.all_resolved += named;
+        if leaf {
+            self.leaf_total += 1;
+            self.leaf_resolved += named;
+        }
+    }
+
+    fn merge(&mut self, other: &Resolution) {
+        self.leaf_total += other.leaf_total;
+        self.leaf_resolved += other.leaf_resolved;
+        self.all_total += other.all_total;
+        self.all_resolved += other.all_resolved;
+    }
+
+    fn finish(&mut self) {
+        let ratio = |n: u64, d: u64| (d > 0).then(|| n as f64 / d as f64);
+        self.leaf_ratio = ratio(self.leaf_resolved, self.leaf_total);
+        self.all_ratio = ratio(self.all_resolved, self.all_total);
+    }
+
+    /// The ratio an expectation asks for: leaf frames only, or every frame.
+    pub fn ratio(&self, leaf_only: bool) -> Option<f64> {
+        if leaf_only { self.leaf_ratio } else { self.all_ratio }
+    }
+}
+
+/// Resolution per DSO class (frames counted once per sample they appear in, unweighted).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResolutionReport {
+    pub samples: u64,
+    /// By [`DsoClass::as_str`]; every class is present.
+    pub by_class: BTreeMap<String, Resolution>,
+    /// JIT and ReadyToRun together.
+    pub managed: Resolution,
+    pub all: Resolution,
+}
+
+impl ResolutionReport {
+    /// A class by name: a [`DsoClass`] name, `managed` (jit + r2r) or `all`.
+    pub fn get(&self, class: &str) -> Option<&Resolution> {
+        match class {
+            "managed" => Some(&self.managed),
+            "all" => Some(&self.all),
+            other => self.by_class.get(other),
+        }
+    }
+
+    /// Flat metrics for the manifest: `resolved_ratio_<class>` (leaf) and
+    /// `resolved_ratio_all_frames_<class>`, only where the class occurs.
+    pub fn metrics(&self) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        let classes = self.by_class.iter().map(|(k, v)| (k.as_str(), v)).chain([("managed", &self.managed), ("all", &self.all)]);
+        for (name, r) in classes {
+            if let Some(x) = r.leaf_ratio {
+                m.insert(format!("resolved_ratio_{name}"), x);
+            }
+            if let Some(x) = r.all_ratio {
+                m.insert(format!("resolved_ratio_all_frames_{name}"), x);
+            }
+        }
+        m
+    }
+}
+
+pub fn resolution_report(coll: &Collection) -> ResolutionReport {
+    let mut by: BTreeMap<DsoClass, Resolution> = DsoClass::ALL.into_iter().map(|c| (c, Resolution::default())).collect();
+    for s in &coll.samples {
+        for (i, f) in s.frames.iter().enumerate() {
+            by.get_mut(&f.class).unwrap().add(f, i == 0);
+        }
+    }
+    let mut report = ResolutionReport { samples: coll.samples.len() as u64, ..Default::default() };
+    for (class, mut r) in by {
+        report.all.merge(&r);
+        if matches!(class, DsoClass::Jit | DsoClass::R2r) {
+            report.managed.merge(&r);
+        }
+        r.finish();
+        report.by_class.insert(class.as_str().to_string(), r);
+    }
+    report.all.finish();
+    report.managed.finish();
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Sample;
+
+    fn frame(name: Option<&str>, class: DsoClass) -> Frame {
+        Frame { name: name.map(String::from), dso: Some("x.so".into()), class, addr: 1 }
+    }
+
+    fn sample(frames: Vec<Frame>) -> Sample {
+        Sample { pid: 1, tid: 2, time_ns: 0, weight: 1, frames, kind: None }
+    }
+
+    fn collection() -> Collection {
+        let mut c = Collection::new("perf-cpu");
+        let hot = |v: &str| frame(Some(&format!("Fixture.Phases::CpuHot(int64)[{v}]")), DsoClass::Jit);
+        let main = frame(Some("Fixture.Phases::CpuMain()"), DsoClass::Jit);
+        c.samples.push(sample(vec![hot("QuickJitted"), main.clone()]));
+        c.samples.push(sample(vec![hot("OptimizedTier1"), main.clone()]));
+        c.samples.push(sample(vec![frame(None, DsoClass::RuntimeNative), main]));
+        c
+    }
+
+    #[test]
+    fn code_versions_fold_together() {
+        let folded = fold(&collection());
+        assert_eq!(folded.get("Fixture.Phases::CpuMain();Fixture.Phases::CpuHot(int64)"), Some(&2));
+        assert_eq!(folded.get("Fixture.Phases::CpuMain();[unknown] (x.so)"), Some(&1));
+        assert_eq!(folded_text(&folded).lines().count(), 2);
+    }
+
+    #[test]
+    fn interned_folding_agrees_with_plain_folding() {
+        let c = collection();
+        let mut frames: Vec<Frame> = Vec::new();
+        let stacks: Vec<Vec<u32>> = c
+            .samples
+            .iter()
+            .map(|s| {
+                s.frames
+                    .iter()
+                    .map(|f| {
+                        frames.push(f.clone());
+                        (frames.len() - 1) as u32
+                    })
+                    .collect()
+            })
+            .collect();
+        let interned = fold_interned(stacks.iter().map(|s| (s.as_slice(), 1)), |id| frame_label(&frames[id as usize]));
+        assert_eq!(interned, fold(&c));
+    }
+
+    #[test]
+    fn resolution_counts_leaves_and_all_frames() {
+        let r = resolution_report(&collection());
+        let jit = r.get("jit").unwrap();
+        assert_eq!((jit.leaf_total, jit.leaf_resolved, jit.all_total, jit.all_resolved), (2, 2, 5, 5));
+        let native = r.get("runtime_native").unwrap();
+        assert_eq!((native.leaf_total, native.leaf_ratio), (1, Some(0.0)));
+        assert_eq!(r.get("kernel").unwrap().leaf_ratio, None);
+        assert_eq!(r.all.leaf_total, 3);
+        assert!(r.metrics().contains_key("resolved_ratio_jit"));
+    }
+
+    #[test]
+    fn speedscope_and_flamegraph_are_written() {
+        let c = collection();
+        let dir = tempfile::tempdir().unwrap();
+        let json: serde_json::Value = serde_json::from_str(&speedscope_json(&c).unwrap()).unwrap();
+        assert_eq!(json["profiles"][0]["samples"].as_array().unwrap().len(), 3);
+        assert_eq!(json["shared"]["frames"][0]["name"], "Fixture.Phases::CpuMain()");
+        let svg = write_collection_flamegraph(&c, dir.path()).unwrap().unwrap();
+        let text = std::fs::read_to_string(svg).unwrap();
+        assert!(text.contains("CpuHot"), "flame graph lacks the hot method");
+        assert!(write_folded(&c, dir.path()).unwrap().ends_with("stacks/perf-cpu.folded"));
+        write_all(&c, dir.path(), &dir.path().join("stacks")).unwrap();
+        assert!(dir.path().join("perf-cpu.speedscope.json").is_file());
+    }
+}

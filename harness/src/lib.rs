@@ -29,7 +29,8 @@ pub mod fold;
 pub mod assert;
 pub mod report;
 pub mod environment;
-// pub mod engine; (enabled once the workload and fold stages land)
+pub mod engine;
+pub mod overhead;
 
 pub mod progress;
 pub mod testing;

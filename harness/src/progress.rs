@@ -20,12 +20,19 @@ pub fn step(name: impl Into<String>) -> Step {
     let name = name.into();
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new_spinner();
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
         bar.set_message(name.clone());
         bar.enable_steady_tick(Duration::from_millis(120));
         bar
     });
-    Step { bar, name, started: Instant::now() }
+    Step {
+        bar,
+        name,
+        started: Instant::now(),
+    }
 }
 
 impl Step {
@@ -43,14 +50,22 @@ impl Step {
     pub fn done(mut self, outcome: &str) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
-            eprintln!("✓ {} {outcome} ({:.1} s)", self.name, self.started.elapsed().as_secs_f64());
+            eprintln!(
+                "✓ {} {outcome} ({:.1} s)",
+                self.name,
+                self.started.elapsed().as_secs_f64()
+            );
         }
     }
 
     pub fn failed(mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
-            eprintln!("✗ {} ({:.1} s)", self.name, self.started.elapsed().as_secs_f64());
+            eprintln!(
+                "✗ {} ({:.1} s)",
+                self.name,
+                self.started.elapsed().as_secs_f64()
+            );
         }
     }
 }

@@ -40,6 +40,24 @@ pub struct Scenario {
     /// Free-form notes shown in summary.md (what the scenario demonstrates).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// HTTP load on loopback while the app runs (web workloads that print
+    /// `TRACELAB LISTENING http://127.0.0.1:PORT`).
+    #[serde(default)]
+    pub load: Option<LoadSpec>,
+}
+
+/// Equal load on each route, from a loopback load generator, bounded in time.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    pub routes: Vec<String>,
+    #[serde(default = "five")]
+    pub connections_per_route: u32,
+    pub seconds: f64,
+}
+
+fn five() -> u32 {
+    5
 }
 
 fn default_timeout() -> u64 {

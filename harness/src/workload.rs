@@ -41,7 +41,9 @@ pub fn workloads_dir() -> PathBuf {
 pub fn names() -> Result<Vec<String>> {
     let dir = workloads_dir();
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
         let path = entry?.path();
         if path.is_dir() && find_project(&path).is_ok() {
             names.push(path.file_name().unwrap().to_string_lossy().into_owned());
@@ -53,7 +55,12 @@ pub fn names() -> Result<Vec<String>> {
 
 /// Builds (or finds up to date) what a scenario's `workload` names.
 pub fn build(workload: &WorkloadRef) -> Result<BuiltWorkload> {
-    if let WorkloadRef::Path { project: None, dll: Some(dll), ready_to_run } = workload {
+    if let WorkloadRef::Path {
+        project: None,
+        dll: Some(dll),
+        ready_to_run,
+    } = workload
+    {
         // A built dll needs no SDK; don't install one just to hand it back.
         return use_dll(dll, *ready_to_run);
     }
@@ -64,16 +71,42 @@ pub fn build(workload: &WorkloadRef) -> Result<BuiltWorkload> {
 pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorkload> {
     match workload {
         WorkloadRef::Named(name) => build_named(dotnet, name, false),
-        WorkloadRef::Path { project: Some(_), dll: Some(_), .. } => {
+        WorkloadRef::Path {
+            project: Some(_),
+            dll: Some(_),
+            ..
+        } => {
             bail!("workload names both `project` and `dll`: give one")
         }
-        WorkloadRef::Path { project: None, dll: None, .. } => {
-            bail!("workload names neither `project` nor `dll`: give `{{ project = \"DIR\" }}` or `{{ dll = \"PATH\" }}`")
+        WorkloadRef::Path {
+            project: None,
+            dll: None,
+            ..
+        } => {
+            bail!(
+                "workload names neither `project` nor `dll`: give `{{ project = \"DIR\" }}` or `{{ dll = \"PATH\" }}`"
+            )
         }
-        WorkloadRef::Path { project: None, dll: Some(dll), ready_to_run } => use_dll(dll, *ready_to_run),
-        WorkloadRef::Path { project: Some(project), ready_to_run, .. } => {
-            let project = if project.is_relative() { crate::project_root().join(project) } else { project.clone() };
-            let folder = if project.is_file() { project.parent().unwrap_or(Path::new(".")).to_path_buf() } else { project.clone() };
+        WorkloadRef::Path {
+            project: None,
+            dll: Some(dll),
+            ready_to_run,
+        } => use_dll(dll, *ready_to_run),
+        WorkloadRef::Path {
+            project: Some(project),
+            ready_to_run,
+            ..
+        } => {
+            let project = if project.is_relative() {
+                crate::project_root().join(project)
+            } else {
+                project.clone()
+            };
+            let folder = if project.is_file() {
+                project.parent().unwrap_or(Path::new(".")).to_path_buf()
+            } else {
+                project.clone()
+            };
             // `{ project = "workloads/cpu-bound", ready_to_run = true }` is how a scenario asks for
             // the precompiled variant of one of ours: build it where the named one goes.
             if let (Ok(canon), Ok(ours)) = (folder.canonicalize(), workloads_dir().canonicalize()) {
@@ -89,21 +122,46 @@ pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorklo
 
 /// Builds `workloads/<name>`, published ReadyToRun when `ready_to_run`.
 pub fn build_named(dotnet: &Dotnet, name: &str, ready_to_run: bool) -> Result<BuiltWorkload> {
+    if name.is_empty()
+        || name.starts_with('.')
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        bail!(
+            "`{name}` is not a workload name (a folder of workloads/, e.g. cpu-bound); use {{ project = \"DIR\" }} for a project elsewhere"
+        );
+    }
     let src = workloads_dir().join(name);
     if !src.is_dir() {
         let known = names().unwrap_or_default().join(", ");
-        bail!("no workload `{name}` ({} does not exist); known: {known}", src.display());
+        bail!(
+            "no workload `{name}` ({} does not exist); known: {known}",
+            src.display()
+        );
     }
     let project = find_project(&src)?;
-    let out_name = if ready_to_run { format!("{name}-r2r") } else { name.to_string() };
-    let out = crate::project_root().join(".build").join("workloads").join(&out_name);
+    let out_name = if ready_to_run {
+        format!("{name}-r2r")
+    } else {
+        name.to_string()
+    };
+    let out = crate::project_root()
+        .join(".build")
+        .join("workloads")
+        .join(&out_name);
     let mut inputs = InputHash::new();
     inputs.add_tree(&src)?;
     let common = workloads_dir().join("Common");
     if common.is_dir() {
         inputs.add_tree(&common)?;
     }
-    for shared in ["Directory.Build.props", "Directory.Build.targets", "Directory.Packages.props", "global.json"] {
+    for shared in [
+        "Directory.Build.props",
+        "Directory.Build.targets",
+        "Directory.Packages.props",
+        "global.json",
+    ] {
         inputs.add_file_if_exists(&workloads_dir().join(shared))?;
     }
     inputs.add_file_if_exists(&crate::project_root().join("nuget.config"))?;
@@ -111,25 +169,57 @@ pub fn build_named(dotnet: &Dotnet, name: &str, ready_to_run: bool) -> Result<Bu
 }
 
 fn build_project(dotnet: &Dotnet, project: &Path, ready_to_run: bool) -> Result<BuiltWorkload> {
-    let project_file = if project.is_file() { project.to_path_buf() } else { find_project(project)? };
+    let project_file = if project.is_file() {
+        project.to_path_buf()
+    } else {
+        find_project(project)?
+    };
     let folder = project_file.parent().unwrap().to_path_buf();
-    let canon = project_file.canonicalize().with_context(|| format!("cannot resolve {}", project_file.display()))?;
-    let key = hex(&Sha256::digest(format!("{}|{ready_to_run}", canon.display()).as_bytes()))[..16].to_string();
+    let canon = project_file
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", project_file.display()))?;
+    let key = hex(&Sha256::digest(
+        format!("{}|{ready_to_run}", canon.display()).as_bytes(),
+    ))[..16]
+        .to_string();
     let out = crate::project_root().join(".build").join("user").join(key);
     let mut inputs = InputHash::new();
     inputs.add_tree(&folder)?;
     // MSBuild imports Directory.Build.* from every folder above the project.
     for dir in folder.ancestors().skip(1) {
-        for shared in ["Directory.Build.props", "Directory.Build.targets", "Directory.Packages.props", "nuget.config", "NuGet.Config", "global.json"] {
+        for shared in [
+            "Directory.Build.props",
+            "Directory.Build.targets",
+            "Directory.Packages.props",
+            "nuget.config",
+            "NuGet.Config",
+            "global.json",
+        ] {
             inputs.add_file_if_exists(&dir.join(shared))?;
         }
     }
-    let name = project_file.file_stem().unwrap().to_string_lossy().into_owned();
-    run_build(dotnet, &name, &project_file, &out, ready_to_run, inputs, false)
+    let name = project_file
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    run_build(
+        dotnet,
+        &name,
+        &project_file,
+        &out,
+        ready_to_run,
+        inputs,
+        false,
+    )
 }
 
 fn use_dll(dll: &Path, ready_to_run: bool) -> Result<BuiltWorkload> {
-    let dll = if dll.is_relative() { crate::project_root().join(dll) } else { dll.to_path_buf() };
+    let dll = if dll.is_relative() {
+        crate::project_root().join(dll)
+    } else {
+        dll.to_path_buf()
+    };
     if !dll.is_file() {
         bail!("workload dll {} does not exist", dll.display());
     }
@@ -146,14 +236,21 @@ fn find_project(dir: &Path) -> Result<PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "csproj" || e == "fsproj" || e == "vbproj") {
+        if path
+            .extension()
+            .is_some_and(|e| e == "csproj" || e == "fsproj" || e == "vbproj")
+        {
             found.push(path);
         }
     }
     match found.len() {
         1 => Ok(found.pop().unwrap()),
         0 => bail!("{} holds no .csproj", dir.display()),
-        _ => bail!("{} holds several projects ({}): point at one file", dir.display(), found.len()),
+        _ => bail!(
+            "{} holds several projects ({}): point at one file",
+            dir.display(),
+            found.len()
+        ),
     }
 }
 
@@ -166,20 +263,31 @@ fn run_build(
     mut inputs: InputHash,
     ours: bool,
 ) -> Result<BuiltWorkload> {
-    inputs.add_str(&format!("sdk={} r2r={ready_to_run} layout=1", dotnet.root.display()));
+    inputs.add_str(&format!(
+        "sdk={} r2r={ready_to_run} layout=1",
+        dotnet.root.display()
+    ));
     let stamp_value = inputs.finish();
     let stamp_path = out.with_extension("stamp");
     std::fs::create_dir_all(out.parent().unwrap())?;
 
     // Two runs (tests, parallel scenarios) building the same workload take turns.
     let lock_path = out.with_extension("lock");
-    let lock = File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
-    lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
+    let lock = File::create(&lock_path)
+        .with_context(|| format!("cannot create {}", lock_path.display()))?;
+    lock.lock()
+        .with_context(|| format!("cannot lock {}", lock_path.display()))?;
 
     let up_to_date = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s.trim() == stamp_value);
     if up_to_date {
         if let Ok(dll) = entry_dll(out, project) {
-            return Ok(BuiltWorkload { name: name.to_string(), dll, dir: out.to_path_buf(), ready_to_run, rebuilt: false });
+            return Ok(BuiltWorkload {
+                name: name.to_string(),
+                dll,
+                dir: out.to_path_buf(),
+                ready_to_run,
+                rebuilt: false,
+            });
         }
     }
 
@@ -188,9 +296,18 @@ fn run_build(
         std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
     }
     let verb = if ready_to_run { "publish" } else { "build" };
-    let step = crate::progress::step(format!("{verb} workload {name}{}", if ready_to_run { " (ReadyToRun)" } else { "" }));
+    let step = crate::progress::step(format!(
+        "{verb} workload {name}{}",
+        if ready_to_run { " (ReadyToRun)" } else { "" }
+    ));
     let mut cmd = dotnet.command();
-    cmd.arg(verb).arg(project).args(["-c", "Release", "-nologo", "--disable-build-servers", "-v:minimal"]);
+    cmd.arg(verb).arg(project).args([
+        "-c",
+        "Release",
+        "-nologo",
+        "--disable-build-servers",
+        "-v:minimal",
+    ]);
     cmd.arg("-o").arg(out);
     if ready_to_run {
         cmd.args([
@@ -206,10 +323,15 @@ fn run_build(
     if ours {
         // workloads/Directory.Build.props keys obj/ on this, so the plain and the R2R build of
         // one project don't overwrite each other's restore output.
-        cmd.arg(format!("-p:TracelabVariant={}", if ready_to_run { "r2r" } else { "jit" }));
+        cmd.arg(format!(
+            "-p:TracelabVariant={}",
+            if ready_to_run { "r2r" } else { "jit" }
+        ));
     }
     cmd.current_dir(project.parent().unwrap());
-    let output = cmd.output().with_context(|| format!("cannot run {} {verb}", dotnet.dotnet.display()))?;
+    let output = cmd
+        .output()
+        .with_context(|| format!("cannot run {} {verb}", dotnet.dotnet.display()))?;
     if !output.status.success() {
         step.failed();
         bail!(
@@ -220,11 +342,21 @@ fn run_build(
         );
     }
     let dll = entry_dll(out, project).with_context(|| {
-        format!("after `dotnet {verb}`; its output:\n{}", tail(&[&output.stdout[..], &output.stderr[..]].concat(), 20))
+        format!(
+            "after `dotnet {verb}`; its output:\n{}",
+            tail(&[&output.stdout[..], &output.stderr[..]].concat(), 20)
+        )
     })?;
-    std::fs::write(&stamp_path, format!("{stamp_value}\n")).with_context(|| format!("cannot write {}", stamp_path.display()))?;
+    std::fs::write(&stamp_path, format!("{stamp_value}\n"))
+        .with_context(|| format!("cannot write {}", stamp_path.display()))?;
     step.done("built");
-    Ok(BuiltWorkload { name: name.to_string(), dll, dir: out.to_path_buf(), ready_to_run, rebuilt: true })
+    Ok(BuiltWorkload {
+        name: name.to_string(),
+        dll,
+        dir: out.to_path_buf(),
+        ready_to_run,
+        rebuilt: true,
+    })
 }
 
 /// The app's entry assembly in a build output: the dll beside a `.runtimeconfig.json`,
@@ -248,7 +380,10 @@ fn entry_dll(out: &Path, project: &Path) -> Result<PathBuf> {
     }
     match apps.len() {
         1 => Ok(apps.pop().unwrap()),
-        0 => bail!("{} holds no app (no *.runtimeconfig.json beside a dll)", out.display()),
+        0 => bail!(
+            "{} holds no app (no *.runtimeconfig.json beside a dll)",
+            out.display()
+        ),
         _ => bail!("{} holds several apps: {:?}", out.display(), apps),
     }
 }
@@ -261,18 +396,23 @@ struct InputHash {
 
 impl InputHash {
     fn new() -> InputHash {
-        InputHash { files: BTreeMap::new(), extra: Vec::new() }
+        InputHash {
+            files: BTreeMap::new(),
+            extra: Vec::new(),
+        }
     }
 
     fn add_tree(&mut self, dir: &Path) -> Result<()> {
-        let entries = std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
         for entry in entries {
             let entry = entry?;
             let path = entry.path();
             let file = entry.file_name().to_string_lossy().into_owned();
             let kind = entry.file_type()?;
             if kind.is_dir() {
-                if matches!(file.as_str(), "bin" | "obj" | "node_modules") || file.starts_with('.') {
+                if matches!(file.as_str(), "bin" | "obj" | "node_modules") || file.starts_with('.')
+                {
                     continue;
                 }
                 self.add_tree(&path)?;
@@ -285,8 +425,10 @@ impl InputHash {
 
     fn add_file_if_exists(&mut self, path: &Path) -> Result<()> {
         if path.is_file() {
-            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            self.files.insert(path.display().to_string(), Sha256::digest(&bytes).to_vec());
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            self.files
+                .insert(path.display().to_string(), Sha256::digest(&bytes).to_vec());
         }
         Ok(())
     }
@@ -323,13 +465,21 @@ pub struct Truth {
 
 impl Truth {
     pub fn load(path: &Path) -> Result<Truth> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the workload's truth file {} (did the app finish?)", path.display()))?;
-        let value: Value = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the workload's truth file {} (did the app finish?)",
+                path.display()
+            )
+        })?;
+        let value: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not valid JSON", path.display()))?;
         if !value.is_object() {
             bail!("{} does not hold a JSON object", path.display());
         }
-        Ok(Truth { path: path.to_path_buf(), value })
+        Ok(Truth {
+            path: path.to_path_buf(),
+            value,
+        })
     }
 
     /// A value at a dotted path (`gc.induced`, `shares.cpu.HotLoop`). Keys holding dots
@@ -346,7 +496,11 @@ impl Truth {
 
     pub fn u64(&self, path: &str) -> Option<u64> {
         let v = self.get(path)?;
-        v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64))
+        v.as_u64().or_else(|| {
+            v.as_f64()
+                .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                .map(|f| f as u64)
+        })
     }
 }
 
@@ -372,7 +526,10 @@ mod tests {
     use super::*;
 
     fn truth(json: &str) -> Truth {
-        Truth { path: PathBuf::from("truth.json"), value: serde_json::from_str(json).unwrap() }
+        Truth {
+            path: PathBuf::from("truth.json"),
+            value: serde_json::from_str(json).unwrap(),
+        }
     }
 
     #[test]
@@ -385,7 +542,10 @@ mod tests {
         assert_eq!(t.u64("gc.induced"), Some(10));
         assert_eq!(t.f64("shares.cpu.HotLoop"), Some(0.7));
         assert_eq!(t.get("phases.0.name").and_then(|v| v.as_str()), Some("hot"));
-        assert_eq!(t.u64("exceptions.by_type_message.Tracelab.Workloads.WorkloadException: boom 0"), Some(334));
+        assert_eq!(
+            t.u64("exceptions.by_type_message.Tracelab.Workloads.WorkloadException: boom 0"),
+            Some(334)
+        );
         assert!(t.get("gc.missing").is_none());
         assert!(t.get("gc.induced.deeper").is_none());
     }

@@ -15,6 +15,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum What {
+    /// Write ci/nightly.yml from the scenarios and the matrix axes (`--check`: only compare).
+    Workflow {
+        #[arg(long)]
+        check: bool,
+    },
     /// Boot one kernel of the matrix and run a shell script in it; prints the job's output.
     Boot {
         /// 5.10 | 6.1 | 6.12 (or the suite name)
@@ -34,6 +39,17 @@ enum What {
 pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     let cli = Cli::try_parse_from(std::iter::once("ci".to_string()).chain(args.iter().cloned()))?;
     match cli.what {
+        What::Workflow { check: true } => {
+            harness::workflow::check()?;
+            println!("{} is up to date", harness::workflow::workflow_path().display());
+            Ok(())
+        }
+        What::Workflow { check: false } => {
+            let changed = harness::workflow::write()?;
+            let path = harness::workflow::workflow_path();
+            println!("{} {}", path.display(), if changed { "written" } else { "already up to date" });
+            Ok(())
+        }
         What::Boot { kernel, script, files, work_dir } => {
             let spec = harness::vm::kernel_spec(&kernel)?;
             let mut job = harness::vm::GuestJob::new(std::fs::read_to_string(&script)?);

@@ -5,7 +5,7 @@ use harness::environment::{Status, doctor};
 use xshell::Shell;
 
 pub fn run(_sh: &Shell) -> Result<()> {
-    let dotnet = harness::dotnet::Dotnet::locate().ok();
+    let dotnet = harness::dotnet::Dotnet::locate_or_install().ok();
     let rows = doctor(dotnet.as_ref().map(|d| d.root.as_path()));
     let width = rows.iter().map(|r| r.item.len()).max().unwrap_or(10);
     for r in &rows {

@@ -177,7 +177,6 @@ pub struct IntType {
     pub align: u32,
     pub signed: bool,
     pub byte_order: ByteOrder,
-    pub base: u32,
     pub text: bool,
     /// `map = clock.NAME.value`: the clock this field updates.
     pub clock: Option<String>,
@@ -193,7 +192,7 @@ pub struct Mapping {
 #[derive(Clone, Debug)]
 pub enum Type {
     Int(IntType),
-    Float { exp: u32, mant: u32, align: u32, byte_order: ByteOrder },
+    Float { exp: u32, align: u32, byte_order: ByteOrder },
     Str,
     Enum { int: IntType, mappings: Vec<Mapping> },
     Struct { fields: Vec<(String, Type)>, align: u32 },
@@ -458,7 +457,7 @@ impl Parser {
                     return Err(self.err(format!("floating_point exp_dig {exp} mant_dig {mant}: only IEEE binary32 and binary64 are supported")));
                 }
                 let align = get("align").unwrap_or(8) as u32;
-                Ok(Type::Float { exp, mant, align: check_align(align).map_err(|m| self.err(m))?, byte_order: byte_order(&attrs) })
+                Ok(Type::Float { exp, align: check_align(align).map_err(|m| self.err(m))?, byte_order: byte_order(&attrs) })
             }
             "string" => {
                 self.pos += 1;
@@ -595,12 +594,6 @@ impl Parser {
         }
         let align = attrs.get("align").and_then(AttrValue::as_int).unwrap_or(if size % 8 == 0 { 8 } else { 1 });
         let signed = attrs.get("signed").and_then(AttrValue::as_int).unwrap_or(0) != 0;
-        let base = match attrs.get("base").map(AttrValue::text).as_deref() {
-            Some("16" | "x" | "X" | "hex" | "p") => 16,
-            Some("8" | "o" | "oct") => 8,
-            Some("2" | "b" | "binary") => 2,
-            _ => 10,
-        };
         let text = matches!(attrs.get("encoding").map(AttrValue::text).as_deref(), Some("UTF8" | "utf8" | "ASCII" | "ascii"));
         let clock = match attrs.get("map") {
             Some(AttrValue::Path(p)) => {
@@ -617,7 +610,6 @@ impl Parser {
             align: check_align(align as u32).map_err(|m| self.err(m))?,
             signed,
             byte_order: byte_order(attrs),
-            base,
             text,
             clock,
         })

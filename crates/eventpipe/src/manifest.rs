@@ -2,6 +2,7 @@
 // Names and fixed-layout payload fields of the runtime's events, by (provider, id, version).
 use crate::payload::FieldType::{self, *};
 
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Template { pub fields: &'static [(&'static str, FieldType)], pub complete: bool }
 
 static T0: Template = Template { fields: &[("AppDomainID", U64), ("AppDomainFlags", U32), ("AppDomainName", Utf16)], complete: true };

@@ -144,7 +144,7 @@ impl EventMetadata {
             }
             c.pos = end;
         }
-        if let Some((known_name, template)) = manifest::lookup(&meta.provider, event_id, version) {
+        if let Some((known_name, template)) = crate::known::lookup(&meta.provider, event_id, version) {
             if name.is_empty() {
                 name = known_name.to_string();
             }

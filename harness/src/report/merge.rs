@@ -1,1 +1,626 @@
-//! Merging result folders into one report (being written).
+//! One report over many runs: reads the `manifest.json` of every results folder given (a run
+//! folder, or any folder holding run folders, as CI's downloaded artifacts do) and writes one HTML
+//! page and one markdown file. Rows are scenario × collector, columns are environments (target,
+//! image, kernel, .NET), each cell the verdict with its reason, a key metric and links to the
+//! run's flame graphs. With a baseline it lists regressions: a cell that passed and no longer
+//! does, and resolution ratios or rates that dropped beyond a threshold.
+//!
+//! Manifests are read as JSON values, not through [`super::Manifest`]: a report must still read
+//! folders written by older or newer versions of tracelab.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// One results folder.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub dir: PathBuf,
+    pub manifest: Value,
+    pub scenario: String,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub environment: String,
+    pub collectors: Vec<String>,
+    pub started: String,
+    pub flamegraphs: Vec<PathBuf>,
+}
+
+impl Run {
+    pub fn load(dir: &Path) -> Result<Run> {
+        let path = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let manifest: Value = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("{} is not valid JSON (line {}, column {}): {e}", path.display(), e.line(), e.column())
+        })?;
+        let scenario = manifest["scenario"]
+            .as_str()
+            .with_context(|| format!("{} has no `scenario`", path.display()))?
+            .to_string();
+        let verdict = manifest["verdict"]
+            .as_str()
+            .with_context(|| format!("{} has no `verdict`", path.display()))?
+            .to_string();
+        let mut collectors: Vec<String> =
+            manifest["collectors"].as_array().map(|a| a.iter().filter_map(|c| c.as_str().map(String::from)).collect()).unwrap_or_default();
+        if collectors.is_empty() {
+            let from_checks: BTreeSet<String> = manifest["checks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["collector"].as_str().map(String::from))
+                .collect();
+            collectors = from_checks.into_iter().collect();
+        }
+        if collectors.is_empty() {
+            collectors.push("(run)".into());
+        }
+        let mut flamegraphs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("flamegraph") && n.ends_with(".svg"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        flamegraphs.sort();
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            environment: environment_label(&manifest),
+            reason: manifest["reason"].as_str().map(String::from),
+            started: manifest["started_utc"].as_str().unwrap_or("").to_string(),
+            scenario,
+            verdict,
+            collectors,
+            flamegraphs,
+            manifest,
+        })
+    }
+
+    /// The verdict, reason and key metric of one collector in this run.
+    fn cell(&self, collector: &str) -> Cell {
+        let checks: Vec<&Value> = self.manifest["checks"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+        let mine: Vec<&Value> = checks.iter().copied().filter(|c| c["collector"].as_str() == Some(collector)).collect();
+        let failed = mine.iter().find(|c| c["verdict"].as_str() == Some("fail"));
+        let (verdict, reason) = match (self.verdict.as_str(), failed) {
+            ("skip", _) => ("skip".to_string(), self.reason.clone()),
+            (_, Some(c)) => ("fail".to_string(), Some(check_text(c))),
+            ("fail", None) => {
+                // A failure not attributed to this collector (a cross-collector check or an error).
+                let other = checks.iter().find(|c| c["verdict"].as_str() == Some("fail") && c["collector"].is_null());
+                ("fail".to_string(), other.map(|c| check_text(c)).or_else(|| self.reason.clone()))
+            }
+            (v, None) => (v.to_string(), None),
+        };
+        let flamegraphs: Vec<PathBuf> = {
+            let named: Vec<PathBuf> = self
+                .flamegraphs
+                .iter()
+                .filter(|p| p.file_name().unwrap().to_string_lossy().contains(collector))
+                .cloned()
+                .collect();
+            if named.is_empty() && self.collectors.len() == 1 { self.flamegraphs.clone() } else { named }
+        };
+        Cell { verdict, reason, metric: key_metric(&self.manifest, collector, &mine), flamegraphs, run_dir: self.dir.clone(), runs: 1 }
+    }
+}
+
+fn check_text(c: &Value) -> String {
+    format!(
+        "{}: expected {}, measured {}",
+        c["name"].as_str().unwrap_or("check"),
+        c["expected"].as_str().unwrap_or("?"),
+        c["measured"].as_str().unwrap_or("?")
+    )
+}
+
+/// The figure that says most about a cell: the share error of a share check, else a resolution
+/// ratio, else what its first check measured.
+fn key_metric(m: &Value, collector: &str, checks: &[&Value]) -> Option<String> {
+    for c in checks {
+        if let Some(e) = c["values"]["error_pts"].as_f64() {
+            return Some(format!("share error {e:.1} pts"));
+        }
+    }
+    let metrics = &m["metrics"];
+    for key in [
+        format!("{collector}.resolved_ratio_managed"),
+        format!("{collector}.resolved_ratio_jit"),
+        "resolved_ratio_managed".to_string(),
+        "resolved_ratio_jit".to_string(),
+    ] {
+        if let Some(v) = metrics[&key].as_f64() {
+            return Some(format!("JIT resolved {:.1} %", v * 100.0));
+        }
+    }
+    checks.first().and_then(|c| c["measured"].as_str()).map(|s| s.chars().take(60).collect())
+}
+
+/// A column name for the environment a run saw: target (and image or guest kernel), kernel,
+/// .NET runtime.
+pub fn environment_label(m: &Value) -> String {
+    let env = &m["environment"];
+    let target = env["target"].as_str().unwrap_or("?");
+    let kernel = env["kernel"].as_str().map(short_kernel).unwrap_or_default();
+    let dotnet = env["dotnet_runtimes"]
+        .as_array()
+        .and_then(|a| a.iter().filter_map(|v| v.as_str()).map(|s| s.split_whitespace().last().unwrap_or(s).to_string()).max())
+        .unwrap_or_default();
+    let mut label = match (target, env["image"].as_str(), m["vm"]["kernel"].as_str()) {
+        (_, _, Some(k)) => format!("qemu {k}"),
+        (t, Some(img), _) => format!("{t} {img} · k{kernel}"),
+        (t, None, _) => format!("{t} · k{kernel}"),
+    };
+    let caps: Vec<&str> =
+        env["target_capabilities"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+    if !caps.is_empty() && target != "host" {
+        let _ = write!(label, " · +{}", caps.join(","));
+    }
+    if !dotnet.is_empty() {
+        let _ = write!(label, " · .NET {}", dotnet.split('[').next().unwrap_or(&dotnet).trim());
+    }
+    label
+}
+
+fn short_kernel(release: &str) -> String {
+    let k = release.split('-').next().unwrap_or(release);
+    k.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// One cell of the table.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub metric: Option<String>,
+    pub flamegraphs: Vec<PathBuf>,
+    pub run_dir: PathBuf,
+    /// Runs that fell into this cell (the newest is shown).
+    pub runs: usize,
+}
+
+/// A drop against the baseline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Regression {
+    pub scenario: String,
+    pub collector: String,
+    pub environment: String,
+    pub what: String,
+    pub before: String,
+    pub after: String,
+}
+
+/// Thresholds for regressions.
+#[derive(Clone, Copy, Debug)]
+pub struct Thresholds {
+    /// A resolution ratio (0..1) dropping by more than this is a regression.
+    pub ratio_drop: f64,
+    /// A rate dropping by more than this fraction of its baseline is a regression.
+    pub rate_drop: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { ratio_drop: 0.05, rate_drop: 0.2 }
+    }
+}
+
+/// The merged table.
+#[derive(Clone, Debug, Default)]
+pub struct MergedReport {
+    pub columns: Vec<String>,
+    pub rows: Vec<(String, String)>,
+    pub cells: BTreeMap<(String, String, String), Cell>,
+    pub regressions: Vec<Regression>,
+    pub inputs: Vec<PathBuf>,
+    pub runs: usize,
+    /// A baseline was given (so "no regressions" is a finding, not a default).
+    pub baseline: Option<Vec<PathBuf>>,
+}
+
+/// Every results folder (one holding manifest.json) under `inputs`, at most 4 levels down.
+/// Staging folders (`.staging-*`) and the `latest` link are skipped.
+pub fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    let mut seen = BTreeSet::new();
+    for input in inputs {
+        if !input.is_dir() {
+            bail!("{} is not a folder of results", input.display());
+        }
+        let mut stack = vec![(input.clone(), 0)];
+        while let Some((dir, depth)) = stack.pop() {
+            if dir.join("manifest.json").is_file() {
+                let canon = dir.canonicalize().unwrap_or(dir.clone());
+                if seen.insert(canon) {
+                    runs.push(Run::load(&dir)?);
+                }
+                continue;
+            }
+            if depth >= 4 {
+                continue;
+            }
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') || name == "latest" {
+                    continue;
+                }
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push((e.path(), depth + 1));
+                }
+            }
+        }
+    }
+    runs.sort_by(|a, b| (&a.started, &a.dir).cmp(&(&b.started, &b.dir)));
+    Ok(runs)
+}
+
+fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, BTreeMap<(String, String, String), Cell>) {
+    let mut columns = BTreeSet::new();
+    let mut rows = BTreeSet::new();
+    let mut cells: BTreeMap<(String, String, String), Cell> = BTreeMap::new();
+    // Runs are sorted oldest first, so a later run of the same cell replaces an earlier one.
+    for run in runs {
+        columns.insert(run.environment.clone());
+        for c in &run.collectors {
+            rows.insert((run.scenario.clone(), c.clone()));
+            let key = (run.scenario.clone(), c.clone(), run.environment.clone());
+            let mut cell = run.cell(c);
+            if let Some(old) = cells.get(&key) {
+                cell.runs = old.runs + 1;
+            }
+            cells.insert(key, cell);
+        }
+    }
+    (columns.into_iter().collect(), rows.into_iter().collect(), cells)
+}
+
+/// Builds the merged table from `inputs`, with regressions against `baseline` when given.
+pub fn merge(inputs: &[PathBuf], baseline: Option<&[PathBuf]>, thresholds: Thresholds) -> Result<MergedReport> {
+    let runs = find_runs(inputs)?;
+    if runs.is_empty() {
+        bail!(
+            "no results folders (with manifest.json) under {}: run a scenario first (`cargo xtask scenario NAME`)",
+            inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let (columns, rows, cells) = table(&runs);
+    let mut report = MergedReport {
+        columns,
+        rows,
+        cells,
+        inputs: inputs.to_vec(),
+        runs: runs.len(),
+        regressions: Vec::new(),
+        baseline: baseline.map(<[PathBuf]>::to_vec),
+    };
+    if let Some(base) = baseline {
+        let base_runs = find_runs(base)?;
+        if base_runs.is_empty() {
+            bail!("the baseline {} holds no results folders", base.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        }
+        report.regressions = regressions(&base_runs, &runs, thresholds);
+    }
+    Ok(report)
+}
+
+fn is_ratio(name: &str) -> bool {
+    name.contains("resolved_ratio") || name.ends_with("_ratio")
+}
+fn is_rate(name: &str) -> bool {
+    name.contains("rate") || name.ends_with("per_s") || name.ends_with("_per_sec")
+}
+
+/// Compares the newest run of each (scenario, environment) with the baseline's.
+pub fn regressions(baseline: &[Run], current: &[Run], t: Thresholds) -> Vec<Regression> {
+    let (_, _, base_cells) = table(baseline);
+    let (_, _, cur_cells) = table(current);
+    let mut out = Vec::new();
+    for (key, before) in &base_cells {
+        let Some(after) = cur_cells.get(key) else { continue };
+        if before.verdict == "pass" && after.verdict != "pass" {
+            out.push(Regression {
+                scenario: key.0.clone(),
+                collector: key.1.clone(),
+                environment: key.2.clone(),
+                what: format!("verdict pass → {}", after.verdict),
+                before: "pass".into(),
+                after: format!("{}{}", after.verdict, after.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()),
+            });
+        }
+    }
+    let newest = |runs: &[Run]| -> BTreeMap<(String, String), Value> {
+        runs.iter().map(|r| ((r.scenario.clone(), r.environment.clone()), r.manifest["metrics"].clone())).collect()
+    };
+    let base_metrics = newest(baseline);
+    let cur_metrics = newest(current);
+    for (key, before) in &base_metrics {
+        let (Some(before), Some(after)) = (before.as_object(), cur_metrics.get(key).and_then(|m| m.as_object())) else {
+            continue;
+        };
+        for (name, b) in before {
+            let (Some(b), Some(a)) = (b.as_f64(), after.get(name).and_then(|v| v.as_f64())) else { continue };
+            let dropped = if is_ratio(name) {
+                b - a > t.ratio_drop
+            } else if is_rate(name) {
+                b > 0.0 && (b - a) / b > t.rate_drop
+            } else {
+                false
+            };
+            if dropped {
+                let collector = name.split_once('.').map(|(c, _)| c.to_string()).unwrap_or_default();
+                out.push(Regression {
+                    scenario: key.0.clone(),
+                    collector,
+                    environment: key.1.clone(),
+                    what: name.clone(),
+                    before: format!("{b:.4}"),
+                    after: format!("{a:.4}"),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Flame graph file names in the report folder (copied there so the report stands alone).
+fn flame_name(cell: &Cell, svg: &Path) -> String {
+    format!(
+        "{}--{}",
+        cell.run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        svg.file_name().unwrap().to_string_lossy()
+    )
+}
+
+impl MergedReport {
+    fn counts(&self) -> BTreeMap<&str, usize> {
+        let mut c = BTreeMap::new();
+        for cell in self.cells.values() {
+            *c.entry(cell.verdict.as_str()).or_default() += 1;
+        }
+        c
+    }
+
+    fn counts_line(&self) -> String {
+        let c = self.counts();
+        format!(
+            "{} runs, {} cells: {} pass, {} fail, {} skip",
+            self.runs,
+            self.cells.len(),
+            c.get("pass").unwrap_or(&0),
+            c.get("fail").unwrap_or(&0),
+            c.get("skip").unwrap_or(&0)
+        )
+    }
+
+    pub fn html(&self) -> String {
+        let mut h = String::new();
+        h.push_str(
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracelab matrix report</title>\n<style>\n\
+             body{font-family:'DejaVu Sans',sans-serif;margin:1.5em;color:#222}\n\
+             table{border-collapse:collapse;font-size:13px}\n\
+             th,td{border:1px solid #bbb;padding:6px 8px;vertical-align:top;text-align:left}\n\
+             th{background:#eee;position:sticky;top:0}\n\
+             td.pass{background:#d7f5d7}td.fail{background:#f9d2d2}td.skip{background:#f3ecc8}td.none{background:#f7f7f7;color:#999}\n\
+             .v{font-weight:bold}.why{font-size:11px;color:#444;max-width:28em}.m{font-size:11px;color:#135}\n\
+             </style></head><body>\n<h1>tracelab matrix report</h1>\n",
+        );
+        let _ = writeln!(h, "<p id=\"counts\">{}</p>", esc(&self.counts_line()));
+        h.push_str("<table id=\"matrix\">\n<thead><tr><th>scenario</th><th>collector</th>");
+        for c in &self.columns {
+            let _ = write!(h, "<th>{}</th>", esc(c));
+        }
+        h.push_str("</tr></thead>\n<tbody>\n");
+        for (s, col) in &self.rows {
+            let _ = write!(h, "<tr><td>{}</td><td>{}</td>", esc(s), esc(col));
+            for env in &self.columns {
+                match self.cells.get(&(s.clone(), col.clone(), env.clone())) {
+                    None => h.push_str("<td class=\"none\">—</td>"),
+                    Some(cell) => {
+                        let _ = write!(h, "<td class=\"{}\"><span class=\"v\">{}</span>", esc(&cell.verdict), esc(&cell.verdict.to_uppercase()));
+                        if let Some(m) = &cell.metric {
+                            let _ = write!(h, "<div class=\"m\">{}</div>", esc(m));
+                        }
+                        if let Some(r) = &cell.reason {
+                            let _ = write!(h, "<div class=\"why\">{}</div>", esc(&truncate(r, 300)));
+                        }
+                        for svg in &cell.flamegraphs {
+                            let name = flame_name(cell, svg);
+                            let _ = write!(h, "<div><a href=\"flamegraphs/{}\">flame graph</a></div>", esc(&name));
+                        }
+                        h.push_str("</td>");
+                    }
+                }
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</tbody></table>\n");
+        if self.baseline.is_some() && self.regressions.is_empty() {
+            h.push_str("<h2>Regressions against the baseline</h2>\n<p id=\"regressions\">none</p>\n");
+        }
+        if !self.regressions.is_empty() {
+            h.push_str("<h2>Regressions against the baseline</h2>\n<table id=\"regressions\"><thead><tr><th>scenario</th><th>collector</th><th>environment</th><th>what</th><th>before</th><th>after</th></tr></thead><tbody>\n");
+            for r in &self.regressions {
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&r.scenario),
+                    esc(&r.collector),
+                    esc(&r.environment),
+                    esc(&r.what),
+                    esc(&r.before),
+                    esc(&truncate(&r.after, 200))
+                );
+            }
+            h.push_str("</tbody></table>\n");
+        }
+        h.push_str("</body></html>\n");
+        h
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut m = String::from("# tracelab matrix report\n\n");
+        let _ = writeln!(m, "{}\n", self.counts_line());
+        let _ = writeln!(m, "| scenario | collector | {} |", self.columns.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(m, "|---|---|{}", "---|".repeat(self.columns.len()));
+        for (s, col) in &self.rows {
+            let _ = write!(m, "| {} | {} |", md_cell(s), md_cell(col));
+            for env in &self.columns {
+                match self.cells.get(&(s.clone(), col.clone(), env.clone())) {
+                    None => m.push_str(" — |"),
+                    Some(cell) => {
+                        let mut text = cell.verdict.to_uppercase();
+                        if let Some(x) = &cell.metric {
+                            let _ = write!(text, " · {x}");
+                        }
+                        if let Some(r) = &cell.reason {
+                            let _ = write!(text, " · {}", truncate(r, 120));
+                        }
+                        for svg in &cell.flamegraphs {
+                            let _ = write!(text, " [flame graph](flamegraphs/{})", flame_name(cell, svg));
+                        }
+                        let _ = write!(m, " {} |", md_cell(&text));
+                    }
+                }
+            }
+            m.push('\n');
+        }
+        if self.baseline.is_some() && self.regressions.is_empty() {
+            m.push_str("\n## Regressions against the baseline\n\nnone\n");
+        }
+        if !self.regressions.is_empty() {
+            m.push_str("\n## Regressions against the baseline\n\n| scenario | collector | environment | what | before | after |\n|---|---|---|---|---|---|\n");
+            for r in &self.regressions {
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    md_cell(&r.scenario),
+                    md_cell(&r.collector),
+                    md_cell(&r.environment),
+                    md_cell(&r.what),
+                    md_cell(&r.before),
+                    md_cell(&truncate(&r.after, 120))
+                );
+            }
+        }
+        m
+    }
+
+    /// Writes `index.html`, `report.md` and the linked flame graphs into `out`.
+    pub fn write(&self, out: &Path) -> Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(out.join("flamegraphs")).with_context(|| format!("cannot create {}", out.display()))?;
+        for cell in self.cells.values() {
+            for svg in &cell.flamegraphs {
+                let dest = out.join("flamegraphs").join(flame_name(cell, svg));
+                std::fs::copy(svg, &dest).with_context(|| format!("cannot copy {}", svg.display()))?;
+            }
+        }
+        let html = out.join("index.html");
+        let md = out.join("report.md");
+        std::fs::write(&html, self.html())?;
+        std::fs::write(&md, self.markdown())?;
+        Ok((html, md))
+    }
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    let one_line = s.replace('\n', " ");
+    if one_line.chars().count() <= n { one_line } else { format!("{}…", one_line.chars().take(n).collect::<String>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn write_run(root: &Path, name: &str, m: Value) -> PathBuf {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&m).unwrap()).unwrap();
+        dir
+    }
+
+    fn manifest(scenario: &str, verdict: &str, target: &str, kernel: &str, jit: f64) -> Value {
+        json!({
+            "scenario": scenario, "verdict": verdict, "reason": if verdict == "pass" { Value::Null } else { json!("perf record failed") },
+            "checks": [{"name": "share", "verdict": verdict, "expected": "75 ± 5", "measured": "74.1", "collector": "perf-cpu", "values": {"error_pts": 0.9}}],
+            "metrics": {"resolved_ratio_jit": jit, "perf-cpu.decode_rate_per_s": 1000.0},
+            "environment": {"kernel": kernel, "target": target, "dotnet_runtimes": ["Microsoft.NETCore.App 10.0.12"]},
+            "collectors": ["perf-cpu"], "started_utc": "2026-11-22T09:00:00Z"
+        })
+    }
+
+    #[test]
+    fn rows_are_scenario_by_collector_and_columns_environments() {
+        let d = tempfile::tempdir().unwrap();
+        write_run(d.path(), "a", manifest("cpu-bound", "pass", "host", "6.18.0-1-amd64", 0.99));
+        let mut q = manifest("cpu-bound", "fail", "qemu", "6.1.0-50-cloud-amd64", 0.9);
+        q["vm"] = json!({"kernel": "6.1"});
+        write_run(&d.path().join("nested"), "b", q);
+        let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        assert_eq!(r.rows, vec![("cpu-bound".to_string(), "perf-cpu".to_string())]);
+        assert_eq!(r.columns, vec!["host · k6.18 · .NET 10.0.12", "qemu 6.1 · .NET 10.0.12"]);
+        let html = r.html();
+        assert!(html.contains("<table id=\"matrix\">") && html.contains("share error 0.9 pts"), "{html}");
+        let md = r.markdown();
+        assert!(md.contains("| cpu-bound | perf-cpu | PASS · share error 0.9 pts | FAIL"), "{md}");
+    }
+
+    #[test]
+    fn baseline_regressions_name_verdict_and_ratio_drops() {
+        let d = tempfile::tempdir().unwrap();
+        write_run(&d.path().join("base"), "a", manifest("cpu-bound", "pass", "host", "6.18.0", 0.99));
+        let mut now = manifest("cpu-bound", "skip", "host", "6.18.0", 0.80);
+        now["metrics"]["perf-cpu.decode_rate_per_s"] = json!(500.0);
+        write_run(&d.path().join("now"), "a", now);
+        let r = merge(&[d.path().join("now")], Some(&[d.path().join("base")]), Thresholds::default()).unwrap();
+        let whats: Vec<&str> = r.regressions.iter().map(|x| x.what.as_str()).collect();
+        assert!(whats.contains(&"verdict pass → skip"), "{whats:?}");
+        assert!(whats.contains(&"resolved_ratio_jit"), "{whats:?}");
+        assert!(whats.contains(&"perf-cpu.decode_rate_per_s"), "{whats:?}");
+        // Within the threshold: no regression.
+        let r2 = regressions(&find_runs(&[d.path().join("base")]).unwrap(), &find_runs(&[d.path().join("base")]).unwrap(), Thresholds::default());
+        assert!(r2.is_empty());
+    }
+
+    #[test]
+    fn malformed_manifest_names_the_file_and_line() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("bad");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), "{\n \"scenario\": ").unwrap();
+        let err = format!("{:#}", merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap_err());
+        assert!(err.contains("bad/manifest.json") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn empty_input_says_what_to_do() {
+        let d = tempfile::tempdir().unwrap();
+        let err = format!("{:#}", merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap_err());
+        assert!(err.contains("cargo xtask scenario"), "{err}");
+    }
+
+    #[test]
+    fn html_escapes_reasons() {
+        let d = tempfile::tempdir().unwrap();
+        let mut m = manifest("x", "fail", "host", "6.18", 0.5);
+        m["reason"] = json!("<script>alert(1)</script>");
+        m["checks"] = json!([]);
+        write_run(d.path(), "a", m);
+        let html = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap().html();
+        assert!(!html.contains("<script>") && html.contains("&lt;script&gt;"));
+    }
+}

@@ -45,6 +45,28 @@ pub struct Manifest {
     pub findings: Vec<String>,
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Verdict tables: for each set of compared methods, every collector's shares beside truth.
+    #[serde(default)]
+    pub share_tables: Vec<ShareTable>,
+}
+
+/// Rows = collectors, columns = the compared methods (e.g. the two routes of the web experiment).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ShareTable {
+    pub columns: Vec<String>,
+    /// Truth per column where the scenario names one (fraction).
+    pub truth: Vec<Option<f64>>,
+    pub rows: Vec<ShareRow>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ShareRow {
+    pub collector: String,
+    /// Samples attributed to any of the columns.
+    pub samples: u64,
+    pub shares: Vec<f64>,
+    /// |share − truth| in points, where truth is known.
+    pub error_pts: Vec<Option<f64>>,
 }
 
 /// A results folder being written.
@@ -157,6 +179,22 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
                 escape_md(&c.expected),
                 escape_md(&c.measured)
             );
+        }
+        s.push('\n');
+    }
+    for t in &m.share_tables {
+        let _ = writeln!(s, "## Shares by collector\n");
+        let _ = writeln!(s, "| collector | samples | {} |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(s, "|---|---|{}", "---|".repeat(t.columns.len()));
+        if t.truth.iter().any(Option::is_some) {
+            let _ = writeln!(s, "| **truth** | | {} |", t.truth.iter().map(|v| v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default()).collect::<Vec<_>>().join(" | "));
+        }
+        for r in &t.rows {
+            let cells: Vec<String> = r.shares.iter().zip(&r.error_pts).map(|(v, e)| match e {
+                Some(e) => format!("{:.1} % (error {e:.1} pts)", v * 100.0),
+                None => format!("{:.1} %", v * 100.0),
+            }).collect();
+            let _ = writeln!(s, "| {} | {} | {} |", r.collector, r.samples, cells.join(" | "));
         }
         s.push('\n');
     }

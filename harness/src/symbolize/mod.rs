@@ -1,3 +1,392 @@
 //! Naming addresses: perf maps and jitdump (JIT code), ReadyToRun images, ELF symbols, kallsyms.
+//!
+//! [`Symbolizer`] turns (pid, address) of a perf recording into a model [`Frame`]: it rebuilds
+//! each process's address space from the recording's MMAP records (a later mapping replaces
+//! whatever it overlaps, as in the kernel), then names the address by the mapping's kind.
 
+pub mod elf;
+pub mod jit;
 pub mod r2r;
+pub mod table;
+
+#[cfg(test)]
+mod malformed;
+#[cfg(test)]
+mod perf_fixtures;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::collect::DecodeContext;
+use crate::collect::perf::{KERNEL_PID, PerfMmap, PerfRecording};
+use crate::model::{DsoClass, Frame};
+use elf::ElfSymbols;
+use table::SymbolTable;
+
+/// A mapping of a process.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+    pub class: DsoClass,
+}
+
+impl Mapping {
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.pgoff
+    }
+}
+
+/// One process's mappings, non-overlapping, by start address.
+#[derive(Clone, Debug, Default)]
+pub struct AddressSpace {
+    by_start: BTreeMap<u64, Mapping>,
+}
+
+impl AddressSpace {
+    /// Adds a mapping; whatever it overlaps is cut away (a later mmap replaces earlier ones).
+    pub fn insert(&mut self, m: Mapping) {
+        if m.end <= m.start {
+            return;
+        }
+        let overlapping: Vec<u64> = self
+            .by_start
+            .range(..m.end)
+            .rev()
+            .take_while(|(_, old)| old.end > m.start)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in overlapping {
+            let old = self.by_start.remove(&s).unwrap();
+            if old.start < m.start {
+                let mut left = old.clone();
+                left.end = m.start;
+                self.by_start.insert(left.start, left);
+            }
+            if old.end > m.end {
+                let mut right = old;
+                right.pgoff += m.end - right.start;
+                right.start = m.end;
+                self.by_start.insert(right.start, right);
+            }
+        }
+        self.by_start.insert(m.start, m);
+    }
+
+    pub fn lookup(&self, addr: u64) -> Option<&Mapping> {
+        self.by_start.range(..=addr).next_back().map(|(_, m)| m).filter(|m| addr < m.end)
+    }
+
+    pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
+        self.by_start.values()
+    }
+}
+
+/// What decoding needs, owned (a [`DecodeContext`] borrows; the unwinder keeps one of these).
+pub struct SymbolSources {
+    pub artifacts: PathBuf,
+    pub app_tmp_dir: PathBuf,
+    pub host_pid: u32,
+    pub target_pid: u32,
+    pub symbol_dirs: Vec<PathBuf>,
+}
+
+/// Names frames of one perf recording.
+pub struct Symbolizer<'a> {
+    spaces: HashMap<u32, AddressSpace>,
+    jit: HashMap<u32, SymbolTable>,
+    kernel: Option<SymbolTable>,
+    elf: HashMap<String, Option<ElfSymbols>>,
+    r2r: r2r::R2rResolver,
+    path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
+    symbol_dirs: Vec<PathBuf>,
+    /// Interned frames: (pid or KERNEL_PID, address) → index into `frames`.
+    cache: HashMap<(u32, u64), u32>,
+    frames: Vec<Frame>,
+    /// Which files named what (for the manifest and for users asking "why unnamed?").
+    pub sources: Vec<String>,
+    pub warnings: Vec<String>,
+    name_doublemapped: bool,
+}
+
+impl<'a> Symbolizer<'a> {
+    /// Prepares naming for `rec`: address spaces from its MMAP records, JIT names from each
+    /// sampled process's perf map or jitdump (a malformed one is an error), kallsyms from a
+    /// `kallsyms*` file in a symbol folder or, when the recording is from this boot's kernel,
+    /// /proc/kallsyms.
+    pub fn new(ctx: &DecodeContext<'a>, rec: &PerfRecording) -> Result<Symbolizer<'a>> {
+        let mut spaces: HashMap<u32, AddressSpace> = HashMap::new();
+        for m in &rec.mmaps {
+            let pid = if m.in_kernel { KERNEL_PID } else { m.pid };
+            spaces.entry(pid).or_default().insert(mapping_of(m));
+        }
+        let mut s = Symbolizer {
+            spaces,
+            jit: HashMap::new(),
+            kernel: None,
+            elf: HashMap::new(),
+            r2r: r2r::R2rResolver::new(),
+            path_map: ctx.path_map,
+            symbol_dirs: ctx.symbol_dirs.to_vec(),
+            cache: HashMap::new(),
+            frames: Vec::new(),
+            sources: Vec::new(),
+            warnings: Vec::new(),
+            name_doublemapped: false,
+        };
+        let mut pids: Vec<u32> = rec.samples.iter().map(|x| x.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        for pid in pids {
+            if pid == KERNEL_PID || pid == 0 {
+                continue;
+            }
+            // The runtime names its map with the pid it sees in its own namespace.
+            let ns = if pid == ctx.host_pid {
+                ctx.target_pid
+            } else {
+                jit::ns_pid(pid).ok().flatten().unwrap_or(pid)
+            };
+            let dirs = jit::candidate_dirs(ctx.artifacts, ctx.app_tmp_dir, pid);
+            if let Some((table, path)) = jit::load_jit_symbols(&dirs, ns)? {
+                s.sources.push(format!("pid {pid}: {} JIT symbols from {}", table.len(), path.display()));
+                s.jit.insert(pid, table);
+            }
+        }
+        if rec.samples.iter().any(|x| x.frames().any(|f| f.in_kernel)) {
+            s.kernel = s.load_kallsyms(rec)?;
+        }
+        Ok(s)
+    }
+
+    fn load_kallsyms(&mut self, rec: &PerfRecording) -> Result<Option<SymbolTable>> {
+        for dir in &self.symbol_dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("kallsyms")))
+                .collect();
+            files.sort();
+            if let Some(file) = files.first() {
+                let table = elf::read_kallsyms(file)?;
+                self.sources.push(format!("kernel: {} symbols from {}", table.len(), file.display()));
+                return Ok(Some(table));
+            }
+        }
+        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if rec.os_release.as_deref().is_some_and(|r| r == running.trim()) {
+            match elf::read_kallsyms(Path::new("/proc/kallsyms")) {
+                Ok(table) => {
+                    self.sources.push(format!("kernel: {} symbols from /proc/kallsyms", table.len()));
+                    return Ok(Some(table));
+                }
+                Err(e) => self.warnings.push(format!("kernel frames stay unnamed: {e:#}")),
+            }
+        } else {
+            self.warnings.push(format!(
+                "kernel frames stay unnamed: the recording's kernel ({}) is not the running one ({}) and no \
+                 kallsyms file is in a symbol folder",
+                rec.os_release.as_deref().unwrap_or("unknown"),
+                running.trim()
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Also names JIT code executing from the W^X alias (`/memfd:doublemapper`). perf does not:
+    /// it consults perf maps only for anonymous memory. The .NET 10 runtime writes the
+    /// executable (alias) addresses into its perf map, so the names are right; off by default
+    /// so that tracelab reports what perf users see. Call before naming any frame.
+    pub fn set_name_doublemapped(&mut self, on: bool) {
+        self.name_doublemapped = on;
+        self.cache.clear();
+    }
+
+    /// The mapping covering `addr` in `pid` (kernel mappings under [`KERNEL_PID`]).
+    pub fn mapping(&self, pid: u32, addr: u64) -> Option<&Mapping> {
+        self.spaces.get(&pid)?.lookup(addr)
+    }
+
+    pub fn address_space(&self, pid: u32) -> Option<&AddressSpace> {
+        self.spaces.get(&pid)
+    }
+
+    /// Names one address. `in_kernel` comes from the callchain context.
+    pub fn frame(&mut self, pid: u32, addr: u64, in_kernel: bool) -> Frame {
+        let id = self.frame_id(pid, addr, in_kernel);
+        self.frames[id as usize].clone()
+    }
+
+    /// As [`Symbolizer::frame`], interned: equal ids mean equal frames.
+    pub fn frame_id(&mut self, pid: u32, addr: u64, in_kernel: bool) -> u32 {
+        let key = (if in_kernel { KERNEL_PID } else { pid }, addr);
+        if let Some(&id) = self.cache.get(&key) {
+            return id;
+        }
+        let frame = if in_kernel { self.kernel_frame(addr) } else { self.user_frame(pid, addr) };
+        self.frames.push(frame);
+        let id = (self.frames.len() - 1) as u32;
+        self.cache.insert(key, id);
+        id
+    }
+
+    pub fn frame_by_id(&self, id: u32) -> &Frame {
+        &self.frames[id as usize]
+    }
+
+    fn kernel_frame(&self, addr: u64) -> Frame {
+        let name = self.kernel.as_ref().and_then(|t| t.lookup(addr)).map(str::to_string);
+        Frame { name, dso: Some("[kernel.kallsyms]".into()), class: DsoClass::Kernel, addr }
+    }
+
+    fn user_frame(&mut self, pid: u32, addr: u64) -> Frame {
+        let mapping = self.spaces.get(&pid).and_then(|s| s.lookup(addr)).cloned();
+        let jit_name = |s: &Self| s.jit.get(&pid).and_then(|t| t.lookup(addr)).map(str::to_string);
+        let Some(m) = mapping else {
+            // JIT code allocated after perf's synthesized maps and never mmapped separately.
+            if let Some(name) = jit_name(self) {
+                return Frame { name: Some(name), dso: Some("[jit]".into()), class: DsoClass::Jit, addr };
+            }
+            return Frame { name: None, dso: None, class: DsoClass::Unknown, addr };
+        };
+        let name = match m.class {
+            DsoClass::Jit if m.path.contains("memfd:doublemapper") && !self.name_doublemapped => None,
+            DsoClass::Jit => jit_name(self),
+            DsoClass::R2r => {
+                let host = (self.path_map)(Path::new(&m.path)).unwrap_or_else(|| PathBuf::from(&m.path));
+                self.r2r.name(&host, m.file_offset(addr))
+            }
+            DsoClass::Kernel => self.kernel.as_ref().and_then(|t| t.lookup(addr)).map(str::to_string),
+            DsoClass::Unknown => jit_name(self),
+            _ => {
+                let offset = m.file_offset(addr);
+                self.elf_symbols(&m).and_then(|e| e.name_at_file_offset(offset)).map(str::to_string)
+            }
+        };
+        let dso = if m.class == DsoClass::Jit && name.is_some() && !m.path.contains("memfd:") {
+            "[jit]".to_string()
+        } else {
+            m.path.clone()
+        };
+        Frame { name, dso: Some(dso), class: m.class, addr }
+    }
+
+    /// Symbols for a mapped ELF file: a debug file from a symbol folder (`NAME.dbg`,
+    /// `NAME.debug`, `NAME`, `.build-id/xx/rest.debug`) whose build id matches, else the file
+    /// itself as `path_map` finds it. A file whose build id differs from the recording's is
+    /// refused: its names would be wrong.
+    fn elf_symbols(&mut self, m: &Mapping) -> Option<&ElfSymbols> {
+        if !self.elf.contains_key(&m.path) {
+            let loaded = self.load_elf(m);
+            self.elf.insert(m.path.clone(), loaded);
+        }
+        self.elf.get(&m.path).and_then(Option::as_ref)
+    }
+
+    fn load_elf(&mut self, m: &Mapping) -> Option<ElfSymbols> {
+        let want = m.build_id.as_deref().map(elf::hex);
+        let matches = |e: &ElfSymbols| match (&want, &e.build_id) {
+            (Some(w), Some(got)) => *w == elf::hex(got),
+            _ => true,
+        };
+        let binary = (self.path_map)(Path::new(&m.path)).and_then(|p| match ElfSymbols::read(&p) {
+            Ok(e) if matches(&e) => Some(e),
+            Ok(e) => {
+                self.warnings.push(format!(
+                    "{}: build id {} differs from the recording's {}: not used",
+                    p.display(),
+                    e.build_id.as_deref().map(elf::hex).unwrap_or_default(),
+                    want.clone().unwrap_or_default()
+                ));
+                None
+            }
+            Err(_) => None,
+        });
+        let base = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut candidates = Vec::new();
+        for dir in &self.symbol_dirs {
+            candidates.push(dir.join(format!("{base}.dbg")));
+            candidates.push(dir.join(format!("{base}.debug")));
+            candidates.push(dir.join(&base));
+            if let Some(w) = &want {
+                if w.len() > 2 {
+                    candidates.push(dir.join(".build-id").join(&w[..2]).join(format!("{}.debug", &w[2..])));
+                }
+            }
+        }
+        for c in candidates {
+            if !c.is_file() {
+                continue;
+            }
+            match ElfSymbols::read(&c) {
+                Ok(debug) if matches(&debug) && debug.full_symtab => {
+                    self.sources.push(format!("{}: symbols from {}", m.path, c.display()));
+                    return Some(match &binary {
+                        Some(b) => debug.with_segments_of(b),
+                        None => debug,
+                    });
+                }
+                Ok(_) | Err(_) => {}
+            }
+        }
+        if let Some(b) = &binary {
+            self.sources.push(format!(
+                "{}: {} symbols from {}",
+                m.path,
+                if b.full_symtab { ".symtab" } else { ".dynsym" },
+                b.path.display()
+            ));
+        }
+        binary
+    }
+
+    /// Figures for the manifest.
+    pub fn metrics(&self) -> Vec<(String, f64)> {
+        vec![
+            ("jit_symbol_tables".into(), self.jit.len() as f64),
+            ("jit_symbols".into(), self.jit.values().map(|t| t.len() as f64).sum()),
+            ("kernel_symbols".into(), self.kernel.as_ref().map(|t| t.len() as f64).unwrap_or(0.0)),
+            ("elf_files_symbolized".into(), self.elf.values().filter(|e| e.is_some()).count() as f64),
+        ]
+    }
+}
+
+fn mapping_of(m: &PerfMmap) -> Mapping {
+    Mapping {
+        start: m.start,
+        end: m.start.saturating_add(m.len),
+        pgoff: m.pgoff,
+        path: m.path.clone(),
+        build_id: m.build_id.clone(),
+        class: DsoClass::of_mapping(&m.path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(start: u64, end: u64, path: &str) -> Mapping {
+        Mapping { start, end, pgoff: 0, path: path.into(), build_id: None, class: DsoClass::of_mapping(path) }
+    }
+
+    #[test]
+    fn later_mappings_replace_what_they_overlap() {
+        let mut s = AddressSpace::default();
+        s.insert(map(0x1000, 0x5000, "/a"));
+        s.insert(map(0x2000, 0x3000, "/b"));
+        assert_eq!(s.lookup(0x1fff).unwrap().path, "/a");
+        assert_eq!(s.lookup(0x2000).unwrap().path, "/b");
+        let right = s.lookup(0x3000).unwrap();
+        assert_eq!((right.path.as_str(), right.pgoff), ("/a", 0x2000));
+        assert!(s.lookup(0x5000).is_none());
+        s.insert(map(0x0, 0x10000, "/c"));
+        assert_eq!(s.mappings().count(), 1);
+    }
+}

@@ -1,1 +1,391 @@
-//! Container and sidecar targets (being written).
+//! Container and sidecar targets.
+//!
+//! The app runs as pid 1 of a container of `tracelab/runtime:<suite>` with no network. Three
+//! host folders are bind-mounted at the same path inside as outside (so every artifact path a
+//! tool writes or records is also valid on the host): the run's work dir, the workload's build
+//! folder (read-only), and a per-run folder mounted as the container's /tmp, where the runtime
+//! writes perf-PID.map, jit-PID.dump and its diagnostics socket.
+//!
+//! Tools run either inside the app's container (`docker exec`: they have the app container's
+//! capabilities) or in a sidecar container of the same image that joins the app's pid namespace
+//! (`--pid=container:APP`) and mounts the same folders, with the collector's capabilities; the
+//! app's container then gets none. A tool writes its in-namespace pid to a file in the shared /tmp
+//! first, so the harness can find its host pid and interrupt it with SIGINT.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::{AppLaunch, RunningApp, Target, TargetKind, ToolProcess, host_pid_in_namespace_of, pid_in_own_namespace};
+use crate::docker::{ContainerSpec, Docker};
+use crate::image::Suite;
+
+/// The pseudo-capability asking for `--privileged`.
+pub const PRIVILEGED: &str = "privileged";
+
+/// Options of a container or sidecar target.
+#[derive(Clone, Debug)]
+pub struct ContainerOptions {
+    pub suite: &'static Suite,
+    /// Capabilities of the collector tools (`SYS_ADMIN`, `SYS_PTRACE`, or [`PRIVILEGED`]).
+    pub tool_caps: Vec<String>,
+    /// Extra `HOST:CONTAINER[:ro]` binds for app and tools (a dotnet-trace install …).
+    pub extra_binds: Vec<String>,
+    /// `none`; `host` only when a loopback load generator on the host needs to reach the app.
+    pub network: String,
+    /// Added as the `tracelab.run` label to every container (tests count their own leftovers).
+    pub run_label: Option<String>,
+}
+
+impl ContainerOptions {
+    pub fn new(suite_name: &str, tool_caps: Vec<String>) -> Result<Self> {
+        Ok(ContainerOptions {
+            suite: crate::image::suite(suite_name)?,
+            tool_caps,
+            extra_binds: Vec::new(),
+            network: "none".into(),
+            run_label: None,
+        })
+    }
+}
+
+pub struct ContainerTarget {
+    kind: TargetKind,
+    docker: Docker,
+    image: String,
+    options: ContainerOptions,
+    dotnet_root_host: PathBuf,
+    app_id: Option<String>,
+    tool_ids: Vec<String>,
+    /// Binds shared by the app and sidecars, set at launch.
+    binds: Vec<String>,
+    tmp_dir_host: Option<PathBuf>,
+    work_dir: Option<PathBuf>,
+}
+
+static TOOL_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Written by the container's init shell into /tmp when the app exits: its exit code.
+const APP_EXIT_FILE: &str = ".tracelab-app-exit";
+
+/// The host pid of the first child of host process `parent` (the app under the init shell).
+fn child_of(parent: u32, timeout: Duration) -> Result<u32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+            let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse::<u32>().ok());
+            if ppid == Some(parent) {
+                return Ok(pid);
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("process {parent} started no child within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl ContainerTarget {
+    /// Connects to the daemon and makes sure the suite's runtime image exists (building it on
+    /// first use). `kind` is [`TargetKind::Container`] or [`TargetKind::Sidecar`].
+    pub fn new(kind: TargetKind, options: ContainerOptions) -> Result<Self> {
+        if kind == TargetKind::Host {
+            bail!("ContainerTarget runs containers; use HostTarget for the host");
+        }
+        crate::docker::install_signal_cleanup();
+        let docker = Docker::connect()?;
+        let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
+        let image = crate::image::build(&docker, options.suite, &dotnet.root)?.runtime.tag;
+        Ok(ContainerTarget {
+            kind,
+            docker,
+            image,
+            options,
+            dotnet_root_host: dotnet.root,
+            app_id: None,
+            tool_ids: Vec::new(),
+            binds: Vec::new(),
+            tmp_dir_host: None,
+            work_dir: None,
+        })
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    pub fn app_container(&self) -> Option<&str> {
+        self.app_id.as_deref()
+    }
+
+    fn labels(&self) -> Vec<(String, String)> {
+        self.options
+            .run_label
+            .iter()
+            .map(|r| (crate::docker::LABEL_RUN.to_string(), r.clone()))
+            .collect()
+    }
+
+    fn apply_caps(&self, spec: &mut ContainerSpec) {
+        for cap in &self.options.tool_caps {
+            if cap.eq_ignore_ascii_case(PRIVILEGED) {
+                spec.privileged = true;
+            } else {
+                spec.cap_add.push(cap.clone());
+            }
+        }
+    }
+
+    /// Waits for the pid file a wrapped tool writes first and returns its host pid.
+    fn tool_host_pid(&self, app: &RunningApp, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(pid_file) {
+                if let Ok(ns_pid) = text.trim().parse::<u32>() {
+                    let _ = std::fs::remove_file(pid_file);
+                    return host_pid_in_namespace_of(app.host_pid, ns_pid);
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                bail!("the tool ended before it started ({status}): {}", err.trim());
+            }
+            if Instant::now() >= deadline {
+                bail!("the tool did not start within 30 s (no {})", pid_file.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Target for ContainerTarget {
+    fn kind(&self) -> TargetKind {
+        self.kind
+    }
+
+    fn label(&self) -> String {
+        format!("{}-{}", self.kind.as_str(), self.options.suite.name)
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        self.options.tool_caps.clone()
+    }
+
+    fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp> {
+        if self.app_id.is_some() {
+            bail!("this target already runs an app; make a new target per run");
+        }
+        let work_dir = std::path::absolute(&app.work_dir)?;
+        let tmp = work_dir.join("container-tmp");
+        std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))?;
+        }
+        let dll = std::path::absolute(&app.dll)?;
+        let app_dir = dll.parent().context("the app dll has no folder")?;
+        if !dll.is_file() {
+            bail!("{} does not exist: build the workload first", dll.display());
+        }
+        let mut binds = vec![
+            format!("{}:/tmp", tmp.display()),
+            format!("{0}:{0}", work_dir.display()),
+        ];
+        if !app_dir.starts_with(&work_dir) {
+            binds.push(format!("{0}:{0}:ro", app_dir.display()));
+        }
+        binds.extend(self.options.extra_binds.iter().cloned());
+
+        // pid 1 is a shell that outlives the app: when a pid namespace's init exits, the kernel
+        // kills every process in it, and tools (exec'd or in a sidecar) must survive the app's
+        // exit to flush their data. The app's exit code goes to a file in the shared /tmp.
+        let mut cmd = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!("\"$@\"; echo $? > /tmp/{APP_EXIT_FILE}; exec sleep 86400"),
+            "sh".to_string(),
+            "dotnet".to_string(),
+            dll.display().to_string(),
+        ];
+        cmd.extend(app.args.iter().cloned());
+        let mut spec = ContainerSpec::new(&self.image, "app", cmd);
+        spec.env = app.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        spec.binds = binds.clone();
+        spec.network_mode = self.options.network.clone();
+        spec.labels = self.labels();
+        spec.working_dir = Some(work_dir.display().to_string());
+        if self.kind == TargetKind::Container {
+            self.apply_caps(&mut spec);
+        }
+        let id = self.docker.create(&spec)?;
+        self.app_id = Some(id.clone());
+        let (tx, rx) = mpsc::channel();
+        self.docker.forward_output(&id, tx)?;
+        self.docker.start(&id)?;
+        let init_pid = self.docker.host_pid(&id)?;
+        if init_pid == 0 {
+            bail!("the app's container {} exited right after its start", crate::docker::short(&id));
+        }
+        let host_pid = child_of(init_pid, Duration::from_secs(10))
+            .with_context(|| format!("the app did not start in container {}", crate::docker::short(&id)))?;
+        let target_pid = pid_in_own_namespace(host_pid)?;
+        self.binds = binds;
+        self.tmp_dir_host = Some(tmp.clone());
+        self.work_dir = Some(work_dir.clone());
+        Ok(RunningApp {
+            host_pid,
+            target_pid,
+            tmp_dir_host: tmp,
+            work_dir_in_target: work_dir,
+            container_id: Some(id),
+            output: rx,
+            child: None,
+            transcript: Vec::new(),
+        })
+    }
+
+    fn spawn_tool(&mut self, app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess> {
+        let app_id = app.container_id.clone().context("the app does not run in a container")?;
+        if argv.is_empty() {
+            bail!("no tool to start");
+        }
+        let seq = TOOL_SEQ.fetch_add(1, Ordering::Relaxed);
+        let pid_name = format!(".tracelab-tool-{}-{seq}.pid", std::process::id());
+        let pid_file = app.tmp_dir_host.join(&pid_name);
+        let _ = std::fs::remove_file(&pid_file);
+        // The shell writes its pid and becomes the tool (exec keeps the pid).
+        let mut wrapped = vec![
+            "sh".to_string(),
+            "-c".to_string(),
+            format!("echo $$ > /tmp/{pid_name}; exec \"$@\""),
+            "sh".to_string(),
+        ];
+        wrapped.extend(argv.iter().cloned());
+        let work_dir = app.work_dir_in_target.display().to_string();
+
+        let (mut command, description) = match self.kind {
+            TargetKind::Container => {
+                let mut c = Command::new("docker");
+                c.arg("exec").arg("-w").arg(&work_dir);
+                for (k, v) in env {
+                    c.arg("-e").arg(format!("{k}={v}"));
+                }
+                c.arg(&app_id).args(&wrapped);
+                (c, format!("`{}` in container {}", argv[0], crate::docker::short(&app_id)))
+            }
+            TargetKind::Sidecar => {
+                let mut spec = ContainerSpec::new(&self.image, "tool", wrapped);
+                spec.env = env.to_vec();
+                spec.binds = self.binds.clone();
+                spec.pid_mode = Some(format!("container:{app_id}"));
+                spec.network_mode = "none".into();
+                spec.labels = self.labels();
+                spec.working_dir = Some(work_dir);
+                self.apply_caps(&mut spec);
+                let id = self.docker.create(&spec)?;
+                self.tool_ids.push(id.clone());
+                let mut c = Command::new("docker");
+                c.arg("start").arg("-a").arg(&id);
+                (c, format!("`{}` in sidecar {}", argv[0], crate::docker::short(&id)))
+            }
+            TargetKind::Host => unreachable!(),
+        };
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot run the `docker` client (needed to attach tools): is docker installed?")?;
+        let host_pid = self
+            .tool_host_pid(app, &pid_file, &mut child)
+            .with_context(|| format!("starting {description}"))?;
+        Ok(ToolProcess {
+            child,
+            signal_via: Some(vec!["kill".into(), "-INT".into(), host_pid.to_string()]),
+            description,
+        })
+    }
+
+    fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {
+        let id = app.container_id.clone().context("the app does not run in a container")?;
+        let exit_file = app.tmp_dir_host.join(APP_EXIT_FILE);
+        let deadline = Instant::now() + timeout;
+        let mut next_inspect = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&exit_file) {
+                if let Ok(code) = text.trim().parse::<i32>() {
+                    app.drain_output();
+                    return Ok(code);
+                }
+            }
+            if Instant::now() >= next_inspect {
+                // The whole container ended (killed, out of memory): its own exit code.
+                if self.docker.host_pid(&id)? == 0 && !exit_file.exists() {
+                    let code = self.docker.wait(&id, Duration::from_secs(10))?;
+                    app.drain_output();
+                    return Ok(code as i32);
+                }
+                next_inspect = Instant::now() + Duration::from_millis(500);
+            }
+            if Instant::now() >= deadline {
+                let _ = super::signal(app.host_pid, 9);
+                app.drain_output();
+                bail!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn cleanup(&mut self) -> Result<()> {
+        let mut first_error = None;
+        for id in self.tool_ids.drain(..).chain(self.app_id.take()) {
+            if let Err(e) = self.docker.remove(&id) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn path_map(&self, path: &Path) -> Option<PathBuf> {
+        if let Ok(rest) = path.strip_prefix("/usr/share/dotnet") {
+            return Some(self.dotnet_root_host.join(rest));
+        }
+        if let (Ok(rest), Some(tmp)) = (path.strip_prefix("/tmp"), &self.tmp_dir_host) {
+            return Some(tmp.join(rest));
+        }
+        // Bind mounts sit at the same path inside and out.
+        let bound = self.binds.iter().any(|b| {
+            let mut parts = b.split(':');
+            let (src, dst) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            src == dst && path.starts_with(src)
+        });
+        if bound {
+            return Some(path.to_path_buf());
+        }
+        let in_rootfs = crate::image::rootfs_dir(self.options.suite).join(path.strip_prefix("/").ok()?);
+        in_rootfs.exists().then_some(in_rootfs)
+    }
+}
+
+impl Drop for ContainerTarget {
+    fn drop(&mut self) {
+        if let Err(e) = self.cleanup() {
+            eprintln!("tracelab: {e:#}");
+        }
+    }
+}

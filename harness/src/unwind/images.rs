@@ -191,13 +191,16 @@ impl Image {
     /// (`start` mapped from file offset `pgoff`, `len` bytes).
     pub fn base_avma(&self, start: u64, pgoff: u64, len: u64) -> Option<u64> {
         let end = pgoff.checked_add(len)?;
-        // The loaded range this mapping holds: the one containing pgoff, else the first that
-        // begins inside the mapping (the .NET loader maps a PE file from offset 0, headers first).
-        let r = self
-            .loaded
-            .iter()
-            .find(|r| r.file_offset <= pgoff && pgoff < r.file_offset + r.file_size)
-            .or_else(|| self.loaded.iter().find(|r| r.file_offset >= pgoff && r.file_offset < end))?;
+        // The loaded range this mapping mostly holds. Not simply the one containing pgoff: a
+        // page-aligned text mapping starts inside the preceding read-only segment's last page
+        // (libcoreclr: r-x @0x1c8000, text segment at file offset 0x1c89a0 = vaddr 0x1c99a0),
+        // and the .NET loader maps a PE file's text from offset 0, headers first.
+        let overlap = |r: &LoadedRange| {
+            let lo = r.file_offset.max(pgoff);
+            let hi = r.file_offset.saturating_add(r.file_size).min(end);
+            hi.saturating_sub(lo)
+        };
+        let r = self.loaded.iter().filter(|r| overlap(r) > 0).max_by_key(|r| overlap(r))?;
         let avma_of_range = start.checked_add(r.file_offset)?.checked_sub(pgoff)?;
         avma_of_range.checked_sub(r.relative)
     }

@@ -1,6 +1,205 @@
-use anyhow::{Result, bail};
+//! `cargo xtask bench perf`: perf.data → folded stacks, tracelab against
+//! `perf script | inferno-collapse-perf`, on the same recording in one run.
+//!
+//! The recording (FixtureApp `cpu N` under `perf record -g -F HZ`, its perf map beside it) is made
+//! once and cached in target/bench/perf/; `--rerecord` makes it again.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use harness::collect::DecodeContext;
+use harness::collect::perf::{PerfRecording, detect_perf_binary, fixture_app, fold_recording};
+use harness::symbolize::Symbolizer;
 use xshell::Shell;
 
-pub fn run(_sh: &Shell, _args: &[String]) -> Result<()> {
-    bail!("`cargo xtask bench perf` is not built yet")
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask bench perf")]
+struct Args {
+    /// Seconds the app burns CPU while recorded.
+    #[arg(long, default_value_t = 20)]
+    seconds: u32,
+    /// Sampling frequency.
+    #[arg(long, default_value_t = 1999)]
+    frequency: u32,
+    /// Timed runs per tool (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Record again even if a cached recording exists.
+    #[arg(long)]
+    rerecord: bool,
+}
+
+pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
+    let args = Args::try_parse_from(std::iter::once("perf".to_string()).chain(args.iter().cloned()))?;
+    let dir = harness::project_root().join("target").join("bench").join("perf");
+    let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
+    let data = dir.join("perf.data");
+    if args.rerecord || !data.is_file() || !dir.join("pid.txt").is_file() {
+        record(&perf, &dir, &args)?;
+    }
+    let pid: u32 = std::fs::read_to_string(dir.join("pid.txt"))?.trim().parse()?;
+    // perf script finds JIT names only in /tmp/perf-PID.map.
+    let tmp_map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    if !tmp_map.is_file() {
+        std::fs::copy(dir.join(format!("perf-{pid}.map")), &tmp_map)?;
+    }
+    let collapse = ensure_inferno()?;
+
+    let no_files = |_: &Path| -> Option<PathBuf> { None };
+    let ctx = DecodeContext {
+        artifacts: &dir,
+        app_tmp_dir: &dir,
+        host_pid: pid,
+        target_pid: pid,
+        path_map: &no_files,
+        symbol_dirs: &[],
+    };
+    let ours_out = dir.join("ours.folded");
+    let mut samples = 0;
+    let mut ours = Vec::new();
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        let rec = PerfRecording::read(&data)?;
+        let mut symbolizer = Symbolizer::new(&ctx, &rec)?;
+        let folded = fold_recording(&rec, &mut symbolizer);
+        std::fs::write(&ours_out, harness::fold::folded_text(&folded))?;
+        ours.push(t.elapsed());
+        samples = rec.samples.len();
+    }
+
+    let peer_out = dir.join("peer.folded");
+    let script = format!(
+        "{} script -i {} 2>/dev/null | {} > {}",
+        perf.display(),
+        data.display(),
+        collapse.display(),
+        peer_out.display()
+    );
+    let mut peer = Vec::new();
+    for _ in 0..args.runs {
+        let t = Instant::now();
+        let status = Command::new("sh").arg("-c").arg(&script).status()?;
+        if !status.success() {
+            bail!("`{script}` failed: {status}");
+        }
+        peer.push(t.elapsed());
+    }
+    let mut script_only = Vec::new();
+    for _ in 0..args.runs.min(3) {
+        let t = Instant::now();
+        let out = Command::new(&perf).args(["script", "-i"]).arg(&data).stderr(std::process::Stdio::null()).output()?;
+        if !out.status.success() {
+            bail!("perf script failed: {}", out.status);
+        }
+        script_only.push(t.elapsed());
+    }
+
+    let (o, p, s) = (median(&mut ours), median(&mut peer), median(&mut script_only));
+    let rate = |d: Duration| samples as f64 / d.as_secs_f64();
+    println!("recording: {} ({samples} samples, {} MB)", data.display(), std::fs::metadata(&data)?.len() / 1_000_000);
+    println!("tracelab decode+symbolize+fold:        {:>8.1} ms  {:>12.0} samples/s", o.as_secs_f64() * 1e3, rate(o));
+    println!("perf script | inferno-collapse-perf:   {:>8.1} ms  {:>12.0} samples/s", p.as_secs_f64() * 1e3, rate(p));
+    println!("perf script alone:                     {:>8.1} ms  {:>12.0} samples/s", s.as_secs_f64() * 1e3, rate(s));
+    println!("ratio (tracelab / peer pipeline): {:.1}x (goal >= 25x)", p.as_secs_f64() / o.as_secs_f64());
+    println!("medians of {} runs; folded outputs: {} and {}", args.runs, ours_out.display(), peer_out.display());
+    compare_outputs(&ours_out, &peer_out)?;
+    Ok(())
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Total samples and the CpuHot share of CpuHot + CpuCold leaves in both outputs, as a check
+/// that both sides folded the same thing.
+fn compare_outputs(ours: &Path, peer: &Path) -> Result<()> {
+    let summary = |path: &Path| -> Result<(u64, u64, u64)> {
+        let text = std::fs::read_to_string(path)?;
+        let (mut total, mut hot, mut cold) = (0, 0, 0);
+        for line in text.lines() {
+            let Some((stack, count)) = line.rsplit_once(' ') else { continue };
+            let count: u64 = count.parse().unwrap_or(0);
+            total += count;
+            let leaf = stack.rsplit(';').next().unwrap_or("");
+            if leaf.contains("Fixture.Phases::CpuHot") {
+                hot += count;
+            } else if leaf.contains("Fixture.Phases::CpuCold") {
+                cold += count;
+            }
+        }
+        Ok((total, hot, cold))
+    };
+    for (who, path) in [("tracelab", ours), ("peer", peer)] {
+        let (total, hot, cold) = summary(path)?;
+        let share = if hot + cold > 0 { 100.0 * hot as f64 / (hot + cold) as f64 } else { 0.0 };
+        println!("{who:>9}: {total} samples folded, CpuHot {hot} / CpuCold {cold} = {share:.1} % hot");
+    }
+    Ok(())
+}
+
+fn ensure_inferno() -> Result<PathBuf> {
+    if let Some(p) = harness::testing::which("inferno-collapse-perf") {
+        return Ok(p);
+    }
+    let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+    });
+    let installed = home.join("bin").join("inferno-collapse-perf");
+    if installed.is_file() {
+        return Ok(installed);
+    }
+    println!("inferno-collapse-perf is not installed: running `cargo install inferno` (once)");
+    let status = Command::new("cargo").args(["install", "inferno", "--locked"]).status()?;
+    if !status.success() || !installed.is_file() {
+        bail!("`cargo install inferno` failed; install it by hand and run again");
+    }
+    Ok(installed)
+}
+
+fn record(perf: &Path, dir: &Path, args: &Args) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
+    let app_dir = harness::project_root().join("target").join("bench").join("fixture-app");
+    let dll = fixture_app::build(&dotnet, &app_dir)?;
+    let data = dir.join("perf.data");
+    println!("recording FixtureApp `cpu {}` at {} Hz into {} …", args.seconds, args.frequency, data.display());
+    let out = Command::new(perf)
+        .args(["record", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
+        .arg(args.frequency.to_string())
+        .arg("-o")
+        .arg(&data)
+        .arg("--")
+        .arg(&dotnet.dotnet)
+        .arg(&dll)
+        .args(["cpu", &args.seconds.to_string()])
+        .env("DOTNET_ROOT", &dotnet.root)
+        .env("DOTNET_PerfMapEnabled", "1")
+        .env("DOTNET_EnableWriteXorExecute", "0")
+        .output()
+        .context("cannot run perf record")?;
+    if !out.status.success() {
+        bail!(
+            "perf record failed ({}): {}",
+            out.status,
+            harness::collect::perf::explain_perf_failure(&String::from_utf8_lossy(&out.stderr))
+        );
+    }
+    let rec = PerfRecording::read(&data)?;
+    let mut counts = std::collections::HashMap::<u32, usize>::new();
+    for s in &rec.samples {
+        *counts.entry(s.pid).or_default() += 1;
+    }
+    let (pid, n) = counts.into_iter().max_by_key(|(_, n)| *n).context("the recording has no samples")?;
+    if n < 30_000 {
+        println!("note: only {n} samples (goal ≥ 30 000): raise --seconds or --frequency");
+    }
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    std::fs::copy(&map, dir.join(format!("perf-{pid}.map")))
+        .with_context(|| format!("the app wrote no {}", map.display()))?;
+    std::fs::write(dir.join("pid.txt"), pid.to_string())?;
+    Ok(())
 }

@@ -1,0 +1,37 @@
+//! Prints a trace's events one a line (name, timestamp, fields), or with `--count` only the number of
+//! events and the decoding rate: `cargo run -p ctf --release --example ctfdump -- [--count] DIR`.
+
+use std::time::Instant;
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let count_only = args.first().is_some_and(|a| a == "--count");
+    if count_only {
+        args.remove(0);
+    }
+    let Some(root) = args.first() else {
+        eprintln!("usage: ctfdump [--count] TRACE_DIR");
+        std::process::exit(2);
+    };
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    for dir in ctf::Trace::find(std::path::Path::new(root)).unwrap_or_else(|e| fail(e)) {
+        let trace = ctf::Trace::open(&dir).unwrap_or_else(|e| fail(e));
+        for ev in trace.events() {
+            let ev = ev.unwrap_or_else(|e| fail(e));
+            n += 1;
+            if !count_only {
+                let fields: Vec<String> =
+                    ev.class.field_names.iter().zip(&ev.payload).map(|(k, v)| format!("{k} = {v:?}")).collect();
+                println!("{} {} {{ {} }}", ev.ns_from_origin, ev.name(), fields.join(", "));
+            }
+        }
+    }
+    let s = t0.elapsed().as_secs_f64();
+    eprintln!("{n} events in {s:.3} s = {:.0} events/s", n as f64 / s);
+}
+
+fn fail(e: ctf::Error) -> ! {
+    eprintln!("error: {e}");
+    std::process::exit(1);
+}

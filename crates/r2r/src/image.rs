@@ -1,0 +1,651 @@
+//! A ReadyToRun image: where its methods' code lies and what they are called.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Bytes, Error, Result, bad};
+use crate::metadata::{self as md, Metadata};
+use crate::native::{self, NativeArray};
+use crate::pe::{self, PeInfo};
+use crate::sig::{self, MethodSig, SigReader, Ty};
+
+const READYTORUN_SIGNATURE: u32 = 0x0052_5452; // "RTR"
+const SECTION_RUNTIME_FUNCTIONS: u32 = 102;
+const SECTION_METHODDEF_ENTRY_POINTS: u32 = 103;
+const SECTION_INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
+const SECTION_MANIFEST_METADATA: u32 = 112;
+
+const SIG_UPDATE_CONTEXT: u32 = 0x80;
+const SIG_OWNER_TYPE: u32 = 0x40;
+const SIG_CONSTRAINED: u32 = 0x20;
+const SIG_SLOT_INSTEAD_OF_TOKEN: u32 = 0x08;
+const SIG_METHOD_INSTANTIATION: u32 = 0x04;
+
+/// An assembly's file and metadata, shared by every image that needs its names.
+pub struct Module {
+    pub(crate) data: Vec<u8>,
+    pub(crate) metadata: Metadata,
+    pub assembly: String,
+}
+
+impl Module {
+    /// Reads just the metadata of a .NET assembly (ReadyToRun or not).
+    pub fn parse(data: Vec<u8>) -> Result<Module> {
+        let pe = pe::parse(&data)?;
+        let metadata = parse_metadata(&data, &pe)?;
+        let assembly = assembly_name(Bytes(&data), &metadata)?;
+        Ok(Module { data, metadata, assembly })
+    }
+
+    fn b(&self) -> Bytes<'_> {
+        Bytes(&self.data)
+    }
+}
+
+fn parse_metadata(data: &[u8], pe: &PeInfo) -> Result<Metadata> {
+    let b = Bytes(data);
+    let rva = b.u32(pe.cli_header + 8, "CLI header metadata RVA")?;
+    let size = b.u32(pe.cli_header + 12, "CLI header metadata size")?;
+    let at = pe.rva_to_offset(rva, size, "metadata", data.len()).map_err(|e| at_least(e, pe.cli_header))?;
+    Metadata::parse(b, at, size as usize)
+}
+
+fn at_least(mut e: Error, offset: usize) -> Error {
+    if e.offset == 0 {
+        e.offset = offset as u64;
+    }
+    e
+}
+
+fn assembly_name(b: Bytes, m: &Metadata) -> Result<String> {
+    if m.rows(md::ASSEMBLY) > 0 {
+        Ok(m.string_cell(b, md::ASSEMBLY, 1, 7)?.to_string())
+    } else if m.rows(md::MODULE) > 0 {
+        let name = m.string_cell(b, md::MODULE, 1, 1)?;
+        Ok(name.strip_suffix(".dll").unwrap_or(name).to_string())
+    } else {
+        Ok(String::new())
+    }
+}
+
+/// Loaded assemblies by path, shared between images of one directory (the framework's images
+/// name each other's types in generic instantiations).
+#[derive(Default)]
+pub struct ModuleCache {
+    modules: Mutex<HashMap<PathBuf, Option<Arc<Module>>>>,
+}
+
+impl ModuleCache {
+    pub fn get(&self, path: &Path) -> Option<Arc<Module>> {
+        let mut map = self.modules.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(path.to_path_buf())
+            .or_insert_with(|| std::fs::read(path).ok().and_then(|d| Module::parse(d).ok()).map(Arc::new))
+            .clone()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum MethodKind {
+    Def(u32),
+    /// A generic instantiation: the file offset of its ReadyToRun method signature.
+    Instance(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MethodEntry {
+    kind: MethodKind,
+    /// Its runtime functions: the entry, then funclets and cold parts up to `last`.
+    first: u32,
+    last: u32,
+}
+
+/// A method as found at an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MethodInfo {
+    /// RVA of the method's entry.
+    pub rva: u32,
+    /// Bytes from the entry to the end of the method's last code part.
+    pub len: u32,
+    pub name: Arc<str>,
+}
+
+/// Counts for reports and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub runtime_functions: usize,
+    pub methoddef_entries: usize,
+    pub instance_entries: usize,
+    /// Instance entries whose signature this reader could not decode (their code stays unnamed).
+    pub instance_entries_skipped: usize,
+}
+
+/// A parsed ReadyToRun image.
+pub struct R2rImage {
+    module: Arc<Module>,
+    pe: PeInfo,
+    machine_has_end: bool,
+    /// (begin RVA, end RVA) of each runtime function, sorted.
+    funcs: Vec<(u32, u32)>,
+    /// The method (index into `methods`) each runtime function belongs to; u32::MAX = none.
+    owner: Vec<u32>,
+    methods: Vec<MethodEntry>,
+    names: Vec<OnceLock<Arc<str>>>,
+    manifest: Option<Metadata>,
+    dir: Option<PathBuf>,
+    cache: Arc<ModuleCache>,
+    pub stats: Stats,
+}
+
+impl std::fmt::Debug for R2rImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("R2rImage").field("assembly", &self.module.assembly).field("stats", &self.stats).finish()
+    }
+}
+
+impl R2rImage {
+    /// Parses an image held in memory. Types of other assemblies in generic instantiations are
+    /// named only when the image is opened from a file ([`R2rImage::open`]), from its directory.
+    pub fn parse(data: Vec<u8>) -> Result<R2rImage> {
+        R2rImage::parse_in(data, None, Arc::new(ModuleCache::default()))
+    }
+
+    /// Reads and parses the image at `path`; other assemblies are looked up beside it.
+    /// I/O errors come back as `Err(io)`, format errors as `Ok(Err(..))` so callers can name both.
+    pub fn open(path: &Path, cache: Arc<ModuleCache>) -> std::io::Result<Result<R2rImage>> {
+        let data = std::fs::read(path)?;
+        Ok(R2rImage::parse_in(data, path.parent().map(Path::to_path_buf), cache))
+    }
+
+    fn parse_in(data: Vec<u8>, dir: Option<PathBuf>, cache: Arc<ModuleCache>) -> Result<R2rImage> {
+        let pe = pe::parse(&data)?;
+        let metadata = parse_metadata(&data, &pe)?;
+        let b = Bytes(&data);
+        let native_rva = b.u32(pe.cli_header + 64, "CLI header ManagedNativeHeader")?;
+        let native_size = b.u32(pe.cli_header + 68, "CLI header ManagedNativeHeader")?;
+        if native_rva == 0 {
+            return bad(pe.cli_header as u64 + 64, "no ManagedNativeHeader in the CLI header: not a ReadyToRun image (IL only)");
+        }
+        let header = pe.rva_to_offset(native_rva, native_size.max(16), "ReadyToRun header", data.len())?;
+        let signature = b.u32(header, "ReadyToRun header")?;
+        if signature != READYTORUN_SIGNATURE {
+            return bad(header as u64, format!("ReadyToRun header signature is {signature:#x}, not 0x00525452 ('RTR')"));
+        }
+        let count = b.u32(header + 12, "ReadyToRun section count")?;
+        if count as usize > data.len() / 12 {
+            return bad(header as u64 + 12, format!("ReadyToRun header claims {count} sections"));
+        }
+        let mut sections = HashMap::new();
+        for i in 0..count as usize {
+            let at = header + 16 + i * 12;
+            let kind = b.u32(at, "ReadyToRun section")?;
+            let rva = b.u32(at + 4, "ReadyToRun section")?;
+            let size = b.u32(at + 8, "ReadyToRun section")?;
+            sections.insert(kind, (rva, size, at));
+        }
+        let section = |kind: u32, what: &str| -> Result<Option<(usize, usize)>> {
+            match sections.get(&kind) {
+                Some(&(rva, size, at)) => {
+                    let off = pe.rva_to_offset(rva, size, what, data.len()).map_err(|e| at_least(e, at))?;
+                    Ok(Some((off, size as usize)))
+                }
+                None => Ok(None),
+            }
+        };
+        let Some((rf_at, rf_size)) = section(SECTION_RUNTIME_FUNCTIONS, "RuntimeFunctions")? else {
+            return bad(header as u64, "ReadyToRun header has no RuntimeFunctions section (a component of a composite image?)");
+        };
+        let machine_has_end = pe.machine == pe::MACHINE_AMD64 || pe.machine == pe::MACHINE_I386;
+        let entry_size = if machine_has_end { 12 } else { 8 };
+        let n = rf_size / entry_size;
+        let mut funcs = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = rf_at + i * entry_size;
+            let begin = b.u32(at, "RUNTIME_FUNCTION")?;
+            let end = if machine_has_end { b.u32(at + 4, "RUNTIME_FUNCTION")? } else { begin };
+            if end < begin || funcs.last().is_some_and(|&(prev, _)| prev > begin) {
+                return bad(at as u64, format!("RUNTIME_FUNCTION {i} ({begin:#x}..{end:#x}) is out of order"));
+            }
+            funcs.push((begin, end));
+        }
+        if !machine_has_end {
+            for i in 0..funcs.len() {
+                // Without an end field a function reaches the next one's start.
+                funcs[i].1 = funcs.get(i + 1).map_or(funcs[i].0.saturating_add(1), |f| f.0);
+            }
+        }
+
+        let mut stats = Stats { runtime_functions: funcs.len(), ..Stats::default() };
+        let mut methods = Vec::new();
+        if let Some((at, _)) = section(SECTION_METHODDEF_ENTRY_POINTS, "MethodDefEntryPoints")? {
+            let array = NativeArray::new(b, at)?;
+            for index in 0..array.len.min(metadata.rows(md::METHOD_DEF)) {
+                if let Some(entry) = array.get(index)? {
+                    let rf = native::entry_point(b, entry)?;
+                    methods.push(MethodEntry { kind: MethodKind::Def(index + 1), first: rf, last: rf });
+                    stats.methoddef_entries += 1;
+                }
+            }
+        }
+        if let Some((at, size)) = section(SECTION_INSTANCE_METHOD_ENTRY_POINTS, "InstanceMethodEntryPoints")? {
+            for entry in native::hashtable_entries(b, at, at + size)? {
+                match skip_method_signature(&data, entry) {
+                    Ok(after) => {
+                        let rf = native::entry_point(b, after)?;
+                        methods.push(MethodEntry { kind: MethodKind::Instance(entry), first: rf, last: rf });
+                        stats.instance_entries += 1;
+                    }
+                    Err(_) => stats.instance_entries_skipped += 1,
+                }
+            }
+        }
+        let manifest = match section(SECTION_MANIFEST_METADATA, "ManifestMetadata")? {
+            Some((at, size)) => Some(Metadata::parse(b, at, size)?),
+            None => None,
+        };
+
+        // Funclets and cold parts follow their method's entry: each function belongs to the
+        // nearest entry at or before it.
+        let mut owner = vec![u32::MAX; funcs.len()];
+        methods.retain(|m| (m.first as usize) < funcs.len());
+        methods.sort_by_key(|m| m.first);
+        methods.dedup_by_key(|m| m.first);
+        for (i, m) in methods.iter().enumerate() {
+            owner[m.first as usize] = i as u32;
+        }
+        let mut current = u32::MAX;
+        for (rf, o) in owner.iter_mut().enumerate() {
+            if *o != u32::MAX {
+                current = *o;
+            } else if current != u32::MAX {
+                *o = current;
+                methods[current as usize].last = rf as u32;
+            }
+        }
+        let names = (0..methods.len()).map(|_| OnceLock::new()).collect();
+        let assembly = assembly_name(b, &metadata)?;
+        let module = Arc::new(Module { data, metadata, assembly });
+        Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats })
+    }
+
+    pub fn assembly(&self) -> &str {
+        &self.module.assembly
+    }
+
+    /// The RVA mapped from file offset `offset` (what perf's MMAP pgoff and a sample IP give).
+    pub fn file_offset_to_rva(&self, offset: u64) -> Option<u32> {
+        self.pe.offset_to_rva(offset)
+    }
+
+    pub fn method_count(&self) -> usize {
+        self.methods.len()
+    }
+
+    /// The method whose code holds `rva`.
+    pub fn method_at_rva(&self, rva: u32) -> Option<MethodInfo> {
+        let i = self.funcs.partition_point(|f| f.0 <= rva).checked_sub(1)?;
+        let (begin, end) = self.funcs[i];
+        if rva >= end && (self.machine_has_end || rva != begin) {
+            return None;
+        }
+        let m = *self.owner.get(i)?;
+        if m == u32::MAX {
+            return None;
+        }
+        Some(self.info(m as usize))
+    }
+
+    pub fn method_at_file_offset(&self, offset: u64) -> Option<MethodInfo> {
+        self.method_at_rva(self.file_offset_to_rva(offset)?)
+    }
+
+    /// Every method with code, in address order.
+    pub fn methods(&self) -> impl Iterator<Item = MethodInfo> + '_ {
+        (0..self.methods.len()).map(|i| self.info(i))
+    }
+
+    fn info(&self, i: usize) -> MethodInfo {
+        let m = self.methods[i];
+        let rva = self.funcs[m.first as usize].0;
+        let end = self.funcs[m.last as usize].1;
+        let name = self.names[i].get_or_init(|| match self.method_name(m.kind) {
+            Ok(n) => n.into(),
+            Err(e) => format!("[{}] <unnamed method at RVA {rva:#x}: {}>", self.module.assembly, e).into(),
+        });
+        MethodInfo { rva, len: end.saturating_sub(rva), name: name.clone() }
+    }
+
+    /// The assembly that ReadyToRun module index `index` stands for (0 = this one).
+    fn module_at(&self, index: u32) -> Option<Arc<Module>> {
+        if index == 0 {
+            return Some(self.module.clone());
+        }
+        let own = &self.module;
+        let refs = own.metadata.rows(md::ASSEMBLY_REF);
+        let name = if index <= refs {
+            own.metadata.string_cell(own.b(), md::ASSEMBLY_REF, index, 6).ok()?.to_string()
+        } else {
+            let manifest = self.manifest.as_ref()?;
+            let row = index - refs - 1;
+            if row == 0 {
+                return None;
+            }
+            manifest.string_cell(own.b(), md::ASSEMBLY_REF, row, 6).ok()?.to_string()
+        };
+        if name == own.assembly {
+            return Some(self.module.clone());
+        }
+        let dir = self.dir.as_ref()?;
+        self.cache.get(&dir.join(format!("{name}.dll")))
+    }
+
+    fn method_name(&self, kind: MethodKind) -> Result<String> {
+        match kind {
+            MethodKind::Def(rid) => name_method(&self.module, rid, None, &|i| self.module_at(i)),
+            MethodKind::Instance(at) => {
+                let data = &self.module.data;
+                let mut r = SigReader::new(data, at, 0);
+                let flags = r.uint()?;
+                let mut module = self.module.clone();
+                if flags & SIG_UPDATE_CONTEXT != 0 {
+                    let index = r.uint()?;
+                    module = self.module_at(index).ok_or_else(|| r.err(format!("module {index} of a method signature is not available")))?;
+                    r.set_module(Some(index));
+                }
+                let owner = if flags & SIG_OWNER_TYPE != 0 { Some(r.ty()?) } else { None };
+                let rid = r.uint()?;
+                name_method(&module, rid, owner.as_ref(), &|i| self.module_at(i))
+            }
+        }
+    }
+}
+
+/// Moves past a ReadyToRun method signature (the key of an InstanceMethodEntryPoints entry).
+fn skip_method_signature(data: &[u8], at: usize) -> Result<usize> {
+    let mut r = SigReader::new(data, at, 0);
+    let flags = r.uint()?;
+    if flags & SIG_SLOT_INSTEAD_OF_TOKEN != 0 {
+        return Err(r.err("method signature with a slot instead of a token"));
+    }
+    if flags & SIG_UPDATE_CONTEXT != 0 {
+        r.uint()?;
+    }
+    if flags & SIG_OWNER_TYPE != 0 {
+        r.ty()?;
+    }
+    r.uint()?;
+    if flags & SIG_METHOD_INSTANTIATION != 0 {
+        let n = r.uint()?;
+        if n as usize > data.len() - r.pos {
+            return Err(r.err("method instantiation count exceeds the file"));
+        }
+        for _ in 0..n {
+            r.ty()?;
+        }
+    }
+    if flags & SIG_CONSTRAINED != 0 {
+        r.ty()?;
+    }
+    Ok(r.pos)
+}
+
+type Resolve<'a> = dyn Fn(u32) -> Option<Arc<Module>> + 'a;
+
+/// `[instance ]RET [Assembly] Namespace.Type::Method(PARAMS)`, the runtime's perf-map spelling.
+fn name_method(m: &Module, rid: u32, owner: Option<&Ty>, resolve: &Resolve) -> Result<String> {
+    let b = m.b();
+    let meta = &m.metadata;
+    let name = meta.string_cell(b, md::METHOD_DEF, rid, 3)?;
+    let blob = meta.cell(b, md::METHOD_DEF, rid, 4)?;
+    let (sig_bytes, sig_at) = meta.blob(b, blob)?;
+    let sig: MethodSig = SigReader::new(sig_bytes, 0, sig_at).method_sig()?;
+    let owner_name = match owner {
+        Some(ty) => {
+            let mut s = String::new();
+            clr_type(ty, m, resolve, &mut s, 0)?;
+            s
+        }
+        None => type_def_name(m, meta.method_owner(b, rid)?, '+')?,
+    };
+    let mut out = String::with_capacity(96);
+    if sig.has_this {
+        out.push_str("instance ");
+    }
+    il_type(&sig.ret, m, &mut out, 0)?;
+    out.push_str(" [");
+    out.push_str(&m.assembly);
+    out.push_str("] ");
+    out.push_str(&owner_name);
+    out.push_str("::");
+    out.push_str(name);
+    out.push('(');
+    for (i, p) in sig.params.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        il_type(p, m, &mut out, 0)?;
+    }
+    out.push(')');
+    Ok(out)
+}
+
+const MAX_NAME_DEPTH: u32 = 32;
+
+fn too_deep(m: &Module) -> Error {
+    Error { offset: 0, what: format!("{}: type names nest more than {MAX_NAME_DEPTH} deep", m.assembly) }
+}
+
+/// `Namespace.Outer+Inner` (sep '+') or `Namespace.Outer/Inner` (sep '/').
+fn type_def_name(m: &Module, row: u32, sep: char) -> Result<String> {
+    let b = m.b();
+    let meta = &m.metadata;
+    let mut chain = vec![row];
+    let mut cur = row;
+    while let Some(outer) = meta.enclosing(b, cur)? {
+        if chain.len() as u32 > MAX_NAME_DEPTH || chain.contains(&outer) {
+            return Err(too_deep(m));
+        }
+        chain.push(outer);
+        cur = outer;
+    }
+    let mut out = String::new();
+    for (i, &t) in chain.iter().rev().enumerate() {
+        if i == 0 {
+            let ns = meta.string_cell(b, md::TYPE_DEF, t, 2)?;
+            if !ns.is_empty() {
+                out.push_str(ns);
+                out.push('.');
+            }
+        } else {
+            out.push(sep);
+        }
+        out.push_str(meta.string_cell(b, md::TYPE_DEF, t, 1)?);
+    }
+    Ok(out)
+}
+
+/// A TypeRef's name and, when it points into another assembly, that assembly's name.
+fn type_ref_name(m: &Module, row: u32, sep: char, depth: u32) -> Result<(Option<String>, String)> {
+    if depth > MAX_NAME_DEPTH {
+        return Err(too_deep(m));
+    }
+    let b = m.b();
+    let meta = &m.metadata;
+    let name = meta.string_cell(b, md::TYPE_REF, row, 1)?;
+    let ns = meta.string_cell(b, md::TYPE_REF, row, 2)?;
+    let local = if ns.is_empty() { name.to_string() } else { format!("{ns}.{name}") };
+    let (scope, scope_row) = meta.coded(b, md::TYPE_REF, row, 0)?;
+    Ok(match scope {
+        md::TYPE_REF if scope_row != 0 => {
+            let (asm, outer) = type_ref_name(m, scope_row, sep, depth + 1)?;
+            (asm, format!("{outer}{sep}{local}"))
+        }
+        md::ASSEMBLY_REF if scope_row != 0 => (Some(meta.string_cell(b, md::ASSEMBLY_REF, scope_row, 6)?.to_string()), local),
+        _ => (None, local),
+    })
+}
+
+fn type_spec(m: &Module, row: u32) -> Result<Ty> {
+    let blob = m.metadata.cell(m.b(), md::TYPE_SPEC, row, 0)?;
+    let (bytes, at) = m.metadata.blob(m.b(), blob)?;
+    SigReader::new(bytes, 0, at).ty()
+}
+
+/// IL-style spelling used for signatures: `valuetype System.Span`1<uint8>`, `class [System.Runtime]System.Type`.
+fn il_type(ty: &Ty, m: &Module, out: &mut String, depth: u32) -> Result<()> {
+    if depth > MAX_NAME_DEPTH {
+        return Err(too_deep(m));
+    }
+    let d = depth + 1;
+    match ty {
+        Ty::Prim(c) => out.push_str(sig::prim_il(*c)),
+        Ty::Named { table, row, value_type, .. } => match *table {
+            md::TYPE_SPEC => il_type(&type_spec(m, *row)?, m, out, d)?,
+            _ => {
+                out.push_str(if *value_type { "valuetype " } else { "class " });
+                il_type_name(m, *table, *row, out)?;
+            }
+        },
+        Ty::Ptr(t) => {
+            il_type(t, m, out, d)?;
+            out.push('*');
+        }
+        Ty::ByRef(t) => {
+            il_type(t, m, out, d)?;
+            out.push('&');
+        }
+        Ty::SzArray(t) => {
+            il_type(t, m, out, d)?;
+            out.push_str("[]");
+        }
+        Ty::Array(t, rank) => {
+            il_type(t, m, out, d)?;
+            out.push('[');
+            for _ in 1..(*rank).min(32) {
+                out.push(',');
+            }
+            out.push(']');
+        }
+        Ty::GenericInst(g, args) => {
+            il_type(g, m, out, d)?;
+            out.push('<');
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                il_type(a, m, out, d)?;
+            }
+            out.push('>');
+        }
+        Ty::Var(n) => {
+            out.push('!');
+            out.push_str(&n.to_string());
+        }
+        Ty::MVar(n) => {
+            out.push_str("!!");
+            out.push_str(&n.to_string());
+        }
+        Ty::Canon => out.push_str("System.__Canon"),
+        Ty::FnPtr => out.push_str("method *"),
+        Ty::Modified { ty, modifier, required } => {
+            il_type(ty, m, out, d)?;
+            out.push_str(if *required { " modreq(" } else { " modopt(" });
+            if let Ty::Named { table, row, .. } = **modifier {
+                il_type_name(m, table, row, out)?;
+            }
+            out.push(')');
+        }
+    }
+    Ok(())
+}
+
+fn il_type_name(m: &Module, table: usize, row: u32, out: &mut String) -> Result<()> {
+    match table {
+        md::TYPE_DEF => out.push_str(&type_def_name(m, row, '/')?),
+        _ => {
+            let (asm, name) = type_ref_name(m, row, '/', 0)?;
+            if let Some(a) = asm {
+                out.push('[');
+                out.push_str(&a);
+                out.push(']');
+            }
+            out.push_str(&name);
+        }
+    }
+    Ok(())
+}
+
+/// Reflection-style spelling used for the owning type: `System.Collections.Generic.List`1[System.Int32]`.
+fn clr_type(ty: &Ty, m: &Module, resolve: &Resolve, out: &mut String, depth: u32) -> Result<()> {
+    if depth > MAX_NAME_DEPTH {
+        return Err(too_deep(m));
+    }
+    let d = depth + 1;
+    match ty {
+        Ty::Prim(c) => out.push_str(sig::prim_clr(*c)),
+        Ty::Named { module, table, row, .. } => {
+            let owner;
+            let m = match module {
+                None => m,
+                Some(i) => match resolve(*i) {
+                    Some(other) => {
+                        owner = other;
+                        &owner
+                    }
+                    None => {
+                        out.push('?');
+                        return Ok(());
+                    }
+                },
+            };
+            match *table {
+                md::TYPE_DEF => out.push_str(&type_def_name(m, *row, '+')?),
+                md::TYPE_REF => out.push_str(&type_ref_name(m, *row, '+', 0)?.1),
+                _ => clr_type(&type_spec(m, *row)?, m, resolve, out, d)?,
+            }
+        }
+        Ty::Ptr(t) => {
+            clr_type(t, m, resolve, out, d)?;
+            out.push('*');
+        }
+        Ty::ByRef(t) => {
+            clr_type(t, m, resolve, out, d)?;
+            out.push('&');
+        }
+        Ty::SzArray(t) => {
+            clr_type(t, m, resolve, out, d)?;
+            out.push_str("[]");
+        }
+        Ty::Array(t, rank) => {
+            clr_type(t, m, resolve, out, d)?;
+            out.push('[');
+            for _ in 1..(*rank).min(32) {
+                out.push(',');
+            }
+            out.push(']');
+        }
+        Ty::GenericInst(g, args) => {
+            clr_type(g, m, resolve, out, d)?;
+            out.push('[');
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                clr_type(a, m, resolve, out, d)?;
+            }
+            out.push(']');
+        }
+        Ty::Var(n) => {
+            out.push('!');
+            out.push_str(&n.to_string());
+        }
+        Ty::MVar(n) => {
+            out.push_str("!!");
+            out.push_str(&n.to_string());
+        }
+        Ty::Canon => out.push_str("System.__Canon"),
+        Ty::FnPtr => out.push_str("method *"),
+        Ty::Modified { ty, .. } => clr_type(ty, m, resolve, out, d)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! ELF symbols (object crate): `.symtab` when the file has one, else `.dynsym` (what a stripped
+//! libcoreclr.so still exports), plus kernel symbols from a kallsyms text.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use super::table::SymbolTable;
+
+/// Symbols of one ELF file and the load segments that turn a file offset into a symbol address.
+#[derive(Debug, Default)]
+pub struct ElfSymbols {
+    pub path: PathBuf,
+    pub build_id: Option<Vec<u8>>,
+    /// (file offset, file size, virtual address) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+    pub table: SymbolTable,
+    /// True when the names came from `.symtab` (full), false for `.dynsym` (exports only).
+    pub full_symtab: bool,
+}
+
+impl ElfSymbols {
+    pub fn read(path: &Path) -> Result<ElfSymbols> {
+        let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&data, path)
+    }
+
+    pub fn parse(data: &[u8], path: &Path) -> Result<ElfSymbols> {
+        let file = object::File::parse(data).with_context(|| format!("{} is not a readable ELF file", path.display()))?;
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect();
+        let mut table = SymbolTable::new();
+        let mut full_symtab = false;
+        for (symbols, full) in [(file.symbols().collect::<Vec<_>>(), true), (file.dynamic_symbols().collect(), false)] {
+            let mut any = false;
+            for sym in symbols {
+                if sym.kind() != SymbolKind::Text || sym.address() == 0 || !sym.is_definition() {
+                    continue;
+                }
+                let Ok(name) = sym.name() else { continue };
+                if name.is_empty() {
+                    continue;
+                }
+                table.push(sym.address(), sym.address() + sym.size(), name.to_string());
+                any = true;
+            }
+            if any {
+                full_symtab = full;
+                break;
+            }
+        }
+        // A symbol without a size (hand-written assembly) reaches up to the next symbol.
+        table.finish_with_open_ends(|start, end| end == start + 1);
+        Ok(ElfSymbols {
+            path: path.to_path_buf(),
+            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+            segments,
+            table,
+            full_symtab,
+        })
+    }
+
+    /// The address the symbol table uses for a byte at `file_offset` of the file.
+    pub fn svma_of_file_offset(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(off, size, _)| file_offset >= *off && file_offset < off + size)
+            .map(|(off, _, vaddr)| file_offset - off + vaddr)
+    }
+
+    /// Uses another file's segments (a split debug file's program headers can lack file sizes).
+    pub fn with_segments_of(mut self, other: &ElfSymbols) -> ElfSymbols {
+        if !other.segments.is_empty() {
+            self.segments = other.segments.clone();
+        }
+        self
+    }
+
+    pub fn name_at_file_offset(&self, file_offset: u64) -> Option<&str> {
+        self.table.lookup(self.svma_of_file_offset(file_offset)?)
+    }
+}
+
+/// Build id as lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Kernel text symbols from a kallsyms text (`ADDR TYPE NAME [MODULE]`); `.xz` files are
+/// decompressed first.
+pub fn read_kallsyms(path: &Path) -> Result<SymbolTable> {
+    let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = if path.extension().is_some_and(|e| e == "xz") {
+        let mut out = Vec::new();
+        lzma_rs::xz_decompress(&mut std::io::Cursor::new(&raw), &mut out)
+            .map_err(|e| anyhow::anyhow!("{}: not a valid xz file: {e}", path.display()))?;
+        out
+    } else {
+        raw
+    };
+    parse_kallsyms(&text, path)
+}
+
+pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
+    let text = std::str::from_utf8(text).map_err(|e| {
+        anyhow::anyhow!("{}: not UTF-8 text at byte offset {}: not a kallsyms file", path.display(), e.valid_up_to())
+    })?;
+    let mut table = SymbolTable::new();
+    let mut offset = 0;
+    let mut nonzero = false;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let at = offset;
+        offset += line.len();
+        let mut parts = line.split_whitespace();
+        let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            if line.trim().is_empty() {
+                continue;
+            }
+            bail!("{}: line {} at byte offset {at} is not `ADDR TYPE NAME`", path.display(), i + 1);
+        };
+        let addr = u64::from_str_radix(addr, 16)
+            .map_err(|_| anyhow::anyhow!("{}: line {} at byte offset {at}: `{addr}` is not an address", path.display(), i + 1))?;
+        if !matches!(kind, "t" | "T" | "w" | "W") {
+            continue;
+        }
+        nonzero |= addr != 0;
+        let name = match parts.next() {
+            Some(module) => format!("{name} {module}"),
+            None => name.to_string(),
+        };
+        table.push(addr, addr + 1, name);
+    }
+    if !nonzero && !table.is_empty() {
+        bail!(
+            "{}: every address is 0 (kallsyms read without privilege: run as root or set kernel.kptr_restrict=0)",
+            path.display()
+        );
+    }
+    table.finish_with_open_ends(|start, end| end == start + 1);
+    Ok(table)
+}

@@ -1,0 +1,177 @@
+//! JIT code names: `perf-PID.map` (one `hexstart hexsize name` line per code range, written by the
+//! runtime with `DOTNET_PerfMapEnabled=1`) and `jit-PID.dump` (perf's jitdump format, read with
+//! linux-perf-data), plus the pid translation a host reader needs for a container's map.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use linux_perf_data::jitdump::{JitDumpReader, JitDumpRecord};
+
+use super::table::SymbolTable;
+
+/// Longest line we accept in a perf map: the runtime writes method signatures, which can be
+/// long, but a megabyte line means the file is not a perf map.
+const MAX_LINE: usize = 1 << 20;
+
+/// Parses a perf map. A malformed line is an error naming the file, line and byte offset; a
+/// last line without its newline is ignored (the runtime was killed mid-write).
+pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<SymbolTable> {
+    let mut table = SymbolTable::new();
+    let mut offset = 0usize;
+    let mut line_no = 0usize;
+    while offset < text.len() {
+        line_no += 1;
+        let rest = &text[offset..];
+        let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+            break;
+        };
+        let line = &rest[..nl];
+        let at = offset;
+        offset += nl + 1;
+        if line.len() > MAX_LINE {
+            bail!("{}: line {line_no} at byte offset {at} is {} bytes long: not a perf map", path.display(), line.len());
+        }
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let bad = |why: &str| -> anyhow::Error {
+            let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+            anyhow::anyhow!(
+                "{}: line {line_no} at byte offset {at} is not `HEXSTART HEXSIZE NAME` ({why}): {shown:?}",
+                path.display()
+            )
+        };
+        let text_line = std::str::from_utf8(line).map_err(|_| bad("not UTF-8"))?;
+        let mut parts = text_line.splitn(3, ' ');
+        let start = parts.next().unwrap_or("");
+        let size = parts.next().ok_or_else(|| bad("no size"))?;
+        let name = parts.next().ok_or_else(|| bad("no name"))?;
+        let hex = |s: &str, what: &str| -> Result<u64> {
+            let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+            u64::from_str_radix(digits, 16).map_err(|_| bad(&format!("{what} `{s}` is not hexadecimal")))
+        };
+        let start = hex(start, "start")?;
+        let size = hex(size, "size")?;
+        let end = start.checked_add(size).ok_or_else(|| bad("start + size overflows"))?;
+        table.push(start, end, name.trim_end().to_string());
+    }
+    table.finish();
+    Ok(table)
+}
+
+/// Reads a jitdump file's code-load records into a table.
+pub fn read_jitdump(path: &Path) -> Result<SymbolTable> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut reader = JitDumpReader::new(std::io::BufReader::new(file))
+        .map_err(|e| anyhow::anyhow!("{}: not a jitdump file (header at byte offset 0): {e}", path.display()))?;
+    let mut table = SymbolTable::new();
+    loop {
+        let offset = reader.next_record_offset();
+        let record = match reader.next_record() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) => bail!("{}: bad jitdump record at byte offset {offset}: {e}", path.display()),
+        };
+        match record.parse() {
+            Ok(JitDumpRecord::CodeLoad(load)) => {
+                let name = String::from_utf8_lossy(&load.function_name.as_slice()).into_owned();
+                let size = load.code_bytes.len() as u64;
+                table.push(load.code_addr, load.code_addr.saturating_add(size), name);
+            }
+            Ok(_) => {}
+            Err(e) => bail!("{}: bad jitdump record at byte offset {offset}: {e}", path.display()),
+        }
+    }
+    table.finish();
+    Ok(table)
+}
+
+/// The pid of `host_pid` inside its own (innermost) pid namespace, from `NSpid:` in
+/// /proc/PID/status. `Ok(None)` when the process is gone or the kernel predates NSpid (4.1).
+pub fn ns_pid(host_pid: u32) -> Result<Option<u32>> {
+    ns_pid_from(Path::new("/proc"), host_pid)
+}
+
+/// As [`ns_pid`], reading `<proc>/PID/status` (tests point it at a copy).
+pub fn ns_pid_from(proc: &Path, host_pid: u32) -> Result<Option<u32>> {
+    let path = proc.join(host_pid.to_string()).join("status");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    parse_ns_pid(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// The innermost pid of a `/proc/PID/status` text.
+pub fn parse_ns_pid(status: &str) -> Result<Option<u32>> {
+    let Some(line) = status.lines().find(|l| l.starts_with("NSpid:")) else {
+        return Ok(None);
+    };
+    let last = line["NSpid:".len()..].split_whitespace().last().context("empty NSpid line")?;
+    Ok(Some(last.parse().with_context(|| format!("NSpid `{last}` is not a pid"))?))
+}
+
+/// Where the runtime's files for a process may be: the run's artifacts, the app's /tmp as the
+/// host sees it, and /proc/PID/root/tmp while the process lives.
+pub fn candidate_dirs(artifacts: &Path, app_tmp: &Path, host_pid: u32) -> Vec<PathBuf> {
+    vec![
+        artifacts.to_path_buf(),
+        app_tmp.to_path_buf(),
+        PathBuf::from(format!("/proc/{host_pid}/root/tmp")),
+    ]
+}
+
+/// JIT names for a process: its perf map if one exists, else its jitdump. `Ok(None)` if neither.
+pub fn load_jit_symbols(dirs: &[PathBuf], ns_pid: u32) -> Result<Option<(SymbolTable, PathBuf)>> {
+    for dir in dirs {
+        let map = dir.join(format!("perf-{ns_pid}.map"));
+        if map.is_file() {
+            let bytes = std::fs::read(&map).with_context(|| format!("cannot read {}", map.display()))?;
+            return Ok(Some((parse_perf_map(&bytes, &map)?, map)));
+        }
+    }
+    for dir in dirs {
+        let dump = dir.join(format!("jit-{ns_pid}.dump"));
+        if dump.is_file() {
+            return Ok(Some((read_jitdump(&dump)?, dump)));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_map_lines_parse() {
+        let text = b"0x7fd7da650000 110 stub InitThreadManagerPerfMapData<JIT_CopiedWriteBarriers>\n\
+                     7fd7db640000 10000 [FixtureApp] Fixture.Phases::CpuHot(int64)[OptimizedTier1]\n";
+        let t = parse_perf_map(text, Path::new("perf-1.map")).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.lookup(0x7fd7db640010), Some("[FixtureApp] Fixture.Phases::CpuHot(int64)[OptimizedTier1]"));
+    }
+
+    #[test]
+    fn bad_perf_map_line_names_file_and_offset() {
+        let text = b"1000 10 ok\nzz 10 bad\n";
+        let err = parse_perf_map(text, Path::new("perf-9.map")).unwrap_err().to_string();
+        assert!(err.contains("perf-9.map") && err.contains("line 2") && err.contains("byte offset 11"), "{err}");
+    }
+
+    #[test]
+    fn ns_pid_is_the_innermost() {
+        assert_eq!(parse_ns_pid("Name:\tdotnet\nNSpid:\t21425\t1\n").unwrap(), Some(1));
+        assert_eq!(parse_ns_pid("Name:\tx\nNSpid:\t77\n").unwrap(), Some(77));
+        assert_eq!(parse_ns_pid("Name:\tx\n").unwrap(), None);
+    }
+
+    #[test]
+    fn own_process_ns_pid_is_readable() {
+        let me = std::process::id();
+        // In a pid namespace of our own the innermost pid differs; it always exists.
+        assert!(ns_pid(me).unwrap().is_some());
+    }
+}

@@ -1,0 +1,108 @@
+//! Bad input never panics: truncated and corrupted perf.data, random perf-map lines. Every
+//! error names the file and a byte offset.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::jit::parse_perf_map;
+use super::perf_fixtures::fixture;
+use crate::collect::perf::PerfRecording;
+
+fn fixture_bytes() -> &'static [u8] {
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTES.get_or_init(|| std::fs::read(fixture("perf-offcpu.data")).unwrap())
+}
+
+fn data_section(bytes: &[u8]) -> (usize, usize) {
+    let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap()) as usize;
+    (at(40), at(48))
+}
+
+fn assert_names_file_and_offset(result: anyhow::Result<PerfRecording>) {
+    if let Err(e) = result {
+        let msg = format!("{e:#}");
+        assert!(msg.contains("bad.data") && msg.contains("byte offset"), "error lacks file or offset: {msg}");
+    }
+}
+
+#[test]
+fn the_fixture_itself_decodes() {
+    let rec = PerfRecording::from_bytes(fixture_bytes(), Path::new("perf-offcpu.data")).unwrap();
+    assert_eq!(rec.samples.len(), 226);
+}
+
+#[test]
+fn header_errors_are_specific() {
+    let bytes = fixture_bytes();
+    let short = PerfRecording::from_bytes(&bytes[..50], Path::new("bad.data")).unwrap_err().to_string();
+    assert!(short.contains("too short") && short.contains("byte offset 0"), "{short}");
+    let mut wrong = bytes.to_vec();
+    wrong[0] = b'X';
+    let magic = PerfRecording::from_bytes(&wrong, Path::new("bad.data")).unwrap_err().to_string();
+    assert!(magic.contains("not a perf.data file"), "{magic}");
+    let (offset, _) = data_section(bytes);
+    let cut = PerfRecording::from_bytes(&bytes[..offset + 100], Path::new("bad.data")).unwrap_err().to_string();
+    assert!(cut.contains("data section") && cut.contains("byte offset 40"), "{cut}");
+}
+
+#[test]
+fn a_broken_record_size_is_located() {
+    let bytes = fixture_bytes();
+    let (offset, _) = data_section(bytes);
+    let mut broken = bytes.to_vec();
+    // The first record's size field (u16 at +6) set below the header size.
+    broken[offset + 6] = 3;
+    broken[offset + 7] = 0;
+    let err = format!("{:#}", PerfRecording::from_bytes(&broken, Path::new("bad.data")).unwrap_err());
+    assert!(err.contains(&format!("byte offset {offset}")), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn truncated_perf_data_is_an_error_not_a_panic(len in 0usize..83_000) {
+        let bytes = fixture_bytes();
+        let len = len.min(bytes.len());
+        assert_names_file_and_offset(PerfRecording::from_bytes(&bytes[..len], Path::new("bad.data")));
+    }
+
+    #[test]
+    fn corrupted_perf_data_is_an_error_not_a_panic(
+        flips in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..16),
+        in_data in any::<bool>(),
+    ) {
+        let bytes = fixture_bytes();
+        let (offset, size) = data_section(bytes);
+        let mut corrupt = bytes.to_vec();
+        for (at, value) in flips {
+            let i = if in_data { offset + (at * size as f64) as usize } else { (at * corrupt.len() as f64) as usize };
+            let i = i.min(corrupt.len() - 1);
+            corrupt[i] = value;
+        }
+        assert_names_file_and_offset(PerfRecording::from_bytes(&corrupt, Path::new("bad.data")));
+    }
+
+    #[test]
+    fn random_perf_map_lines_never_panic(lines in proptest::collection::vec("[0-9a-fA-Fx ]{0,18}[ -~]{0,30}", 0..20)) {
+        let text = lines.join("\n") + "\n";
+        match parse_perf_map(text.as_bytes(), Path::new("perf-7.map")) {
+            Ok(_) => {}
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("perf-7.map") && msg.contains("byte offset"), "{}", msg);
+            }
+        }
+    }
+
+    #[test]
+    fn valid_perf_map_lines_are_found(entries in proptest::collection::vec((0x1000u64..1 << 40, 1u64..0x1000), 1..30)) {
+        let text: String = entries.iter().enumerate().map(|(i, (s, n))| format!("{s:x} {n:x} m{i}\n")).collect();
+        let table = parse_perf_map(text.as_bytes(), Path::new("perf-7.map")).unwrap();
+        for (start, size) in &entries {
+            prop_assert!(table.lookup(*start).is_some());
+            prop_assert!(table.lookup(start + size - 1).is_some());
+        }
+    }
+}
