@@ -120,10 +120,9 @@ impl Docker {
             .thread_name("tracelab-docker")
             .build()
             .context("cannot start the runtime for the Docker client")?;
-        let api = bollard::Docker::connect_with_local_defaults()
-            .map_err(|e| anyhow!("cannot reach the Docker daemon ({e}): is dockerd running? (`docker info`)"))?;
         let api = rt
             .block_on(async {
+                let api = bollard::Docker::connect_with_local_defaults()?;
                 let api = tokio::time::timeout(Duration::from_secs(10), api.negotiate_version()).await??;
                 tokio::time::timeout(Duration::from_secs(10), api.ping()).await??;
                 Ok::<_, anyhow::Error>(api)

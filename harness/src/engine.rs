@@ -54,16 +54,29 @@ fn container_default_available() -> bool {
     crate::environment::docker_version().is_some()
 }
 
-/// Builds the target a run uses.
+/// Builds the target a run uses. Container targets default to the least capability set the
+/// capability matrix measured to work for the scenario's collectors.
 fn make_target(
     kind: TargetKind,
     dotnet: &crate::dotnet::Dotnet,
-    _image: Option<&str>,
-    _caps: Option<Vec<String>>,
+    scenario: &Scenario,
+    image: Option<&str>,
 ) -> Result<Box<dyn Target>> {
     match kind {
         TargetKind::Host => Ok(Box::new(crate::target::HostTarget::new(dotnet.dotnet.clone()))),
-        other => bail!("the {} target is not available in this build", other.as_str()),
+        TargetKind::Container | TargetKind::Sidecar => {
+            let kinds: Vec<&str> = scenario.collectors.iter().map(|c| c.kind.as_str()).collect();
+            let caps = match &scenario.capabilities {
+                Some(c) => c.clone(),
+                None => crate::caps::least_working_for(&kinds).unwrap_or_default(),
+            };
+            let mut options = crate::target::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
+            if scenario.load.is_some() {
+                // The only case for the host network: a loopback load generator on the host.
+                options.network = "host".into();
+            }
+            Ok(Box::new(crate::target::container::ContainerTarget::new(kind, options)?))
+        }
     }
 }
 
@@ -97,6 +110,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         environment: crate::environment::collect(),
         completeness: BTreeMap::new(),
         workload: None,
+        load_report: None,
     };
     state.environment.target = target_kind.as_str().to_string();
     state.environment.image = if target_kind == TargetKind::Host { None } else { image.clone() };
@@ -155,6 +169,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         findings,
         notes: scenario.notes.clone(),
         share_tables: share_tables(scenario, &state),
+        load: state.load_report.clone(),
     };
     let final_dir = dir.finish(&manifest)?;
     Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
@@ -168,6 +183,7 @@ struct RunState {
     environment: crate::environment::Environment,
     completeness: BTreeMap<String, serde_json::Value>,
     workload: Option<String>,
+    load_report: Option<serde_json::Value>,
 }
 
 fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> Result<T>) -> Result<T> {
@@ -194,7 +210,7 @@ fn execute(
     state.workload = Some(built.name.clone());
 
     let mut target: Box<dyn Target> = timed(state, "target", |_| {
-        make_target(target_kind, &dotnet, image, scenario.capabilities.clone())
+        make_target(target_kind, &dotnet, scenario, image)
     })?;
     state.environment.target_capabilities = target.capabilities();
     let result = run_app(scenario, opts, &built, target.as_mut(), &mut collectors, dir, state);
@@ -265,6 +281,11 @@ fn run_app(
     if start_error.is_none() {
         std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
         step("app released; collecting");
+        if let Some(load) = &scenario.load {
+            if let Err(e) = apply_load(load, &app, state) {
+                start_error = Some(e);
+            }
+        }
     }
     let exit = target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s));
     for &i in &started {
@@ -307,6 +328,41 @@ fn run_app(
         state.collections.push(collection);
     }
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Drives equal loopback load on each route for the stated time, then asks the app to stop.
+fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::target::RunningApp, state: &mut RunState) -> Result<()> {
+    let url = app
+        .transcript
+        .iter()
+        .find_map(|l| l.strip_prefix("TRACELAB LISTENING "))
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .context("the app printed no `TRACELAB LISTENING http://127.0.0.1:PORT` line before READY")?;
+    step(&format!(
+        "load: {} connection(s) per route on {} for {} s",
+        load.connections_per_route,
+        load.routes.join(", "),
+        load.seconds
+    ));
+    let host_port = url.strip_prefix("http://").unwrap_or(&url).to_string();
+    let routes = load.routes.iter().map(|r| r.parse()).collect::<Result<Vec<loadgen::Route>, _>>()?;
+    let mut config = loadgen::Config::new(&host_port, routes)?;
+    config.connections_per_route = load.connections_per_route as usize;
+    config.duration = Duration::from_secs_f64(load.seconds);
+    let report = loadgen::run(&config).context("the load generator failed")?;
+    state.commands.push(format!(
+        "loadgen {url} routes={} connections_per_route={} seconds={}",
+        load.routes.join(","),
+        load.connections_per_route,
+        load.seconds
+    ));
+    state.load_report = Some(serde_json::to_value(&report)?);
+    // Ends the app's measured phase now rather than at its --seconds.
+    let mut stop = loadgen::Config::new(&host_port, vec!["/stop".parse()?])?;
+    stop.max_requests_per_route = Some(1);
+    stop.duration = Duration::from_secs(5);
+    let _ = loadgen::run(&stop);
     Ok(())
 }
 

@@ -80,6 +80,18 @@ public static class WebRoutes
         var routes = new JsonObject();
         foreach (var name in new[] { "cpu", "blocked" }) routes[name] = Stats.GetOrAdd(name, _ => new RouteStats()).ToJson();
         ctx.Truth["routes"] = routes;
+        // Shares of request time per route: what a thread-time sampler (SampleProfiler) should see.
+        var cpuMs = Stats.GetOrAdd("cpu", _ => new RouteStats()).TotalMs;
+        var blockedMs = Stats.GetOrAdd("blocked", _ => new RouteStats()).TotalMs;
+        var allMs = cpuMs + blockedMs;
+        ctx.Truth["shares"] = new JsonObject
+        {
+            ["route_time"] = new JsonObject
+            {
+                ["cpu"] = allMs > 0 ? cpuMs / allMs : 0,
+                ["blocked"] = allMs > 0 ? blockedMs / allMs : 0,
+            },
+        };
         ctx.Truth["methods"] = new JsonObject { ["cpu"] = nameof(CpuRoute), ["blocked"] = nameof(BlockedRoute) };
         ctx.Truth["stopped_by_request"] = stop.IsCancellationRequested;
     }

@@ -1,6 +1,82 @@
+//! `cargo xtask matrix AXIS [options]`: one slice of the compatibility matrix. Each axis is a
+//! function of `harness` (`harness::caps` for `caps`); this module only parses flags and prints.
+//! Add an axis with one entry in `AXES` and a `run_<axis>` function that calls into harness.
+
 use anyhow::{Result, bail};
+use clap::Parser;
 use xshell::Shell;
 
-pub fn run(_sh: &Shell, _args: &[String]) -> Result<()> {
-    bail!("`cargo xtask matrix` is not built yet")
+type AxisFn = fn(&[String]) -> Result<()>;
+
+/// Axes by name, with a one-line description (`--list`). `--all` runs them in this order.
+const AXES: &[(&str, &str, AxisFn)] = &[(
+    "caps",
+    "container capability sets × collectors: which least set works, with the exact error of each failure",
+    run_caps,
+)];
+
+pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
+    let Some(first) = args.first() else {
+        bail!("which axis? `cargo xtask matrix --list` shows them");
+    };
+    match first.as_str() {
+        "--list" => {
+            for (name, what, _) in AXES {
+                println!("{name:<8} {what}");
+            }
+            Ok(())
+        }
+        "--all" => {
+            for (name, _, axis) in AXES {
+                println!("== matrix {name}");
+                axis(&args[1..])?;
+            }
+            Ok(())
+        }
+        name => match AXES.iter().find(|(n, _, _)| *n == name) {
+            Some((_, _, axis)) => axis(&args[1..]),
+            None => bail!(
+                "unknown matrix axis `{name}`: expected one of {} (or --list, --all)",
+                AXES.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        },
+    }
+}
+
+#[derive(Parser)]
+#[command(name = "cargo xtask matrix caps", about = "Probe each collector under each capability set")]
+struct CapsArgs {
+    /// Debian suite of the image the probes run in.
+    #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
+    suite: String,
+    /// Collectors to probe (comma-separated); default all.
+    #[arg(long, value_delimiter = ',')]
+    collectors: Vec<String>,
+    /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
+    #[arg(long, value_delimiter = ',')]
+    caps: Vec<String>,
+}
+
+fn run_caps(args: &[String]) -> Result<()> {
+    let args = CapsArgs::try_parse_from(std::iter::once("caps".to_string()).chain(args.iter().cloned()))?;
+    let mut options = harness::caps::MatrixOptions { suite: args.suite, ..Default::default() };
+    if !args.collectors.is_empty() {
+        options.collectors = args.collectors;
+    }
+    if !args.caps.is_empty() {
+        options.cap_sets = args.caps;
+    }
+    let matrix = harness::caps::run_matrix(&options, &mut |p| {
+        println!(
+            "{:<13} {:<21} {} {}",
+            p.collector,
+            p.caps,
+            if p.works { "works" } else { "FAILS" },
+            if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() }
+        );
+    })?;
+    let dir = harness::caps::write(&matrix, &harness::project_root().join("results"))?;
+    println!("\n{}", matrix.markdown());
+    println!("written to {}", dir.display());
+    Ok(())
 }

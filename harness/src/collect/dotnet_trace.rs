@@ -1,10 +1,221 @@
-//! (collector `dotnet_trace`: being written)
+//! Collector `dotnet-trace`: the real dotnet-trace (10.x, installed once from the offline feed
+//! into `<root>/.build/tools`), run on the host as `dotnet-trace collect -p HOSTPID`. It finds a
+//! containerised app's socket through /proc/HOSTPID/root/tmp itself (DESIGN.md §6). Its
+//! .nettrace is decoded by the same decoder as our own session's.
+//!
+//! Options: `profile` (comma list of dotnet-trace 10 profiles: `dotnet-common`,
+//! `dotnet-sampled-thread-time`, `gc-verbose`, `gc-collect`, `database`), `providers` (list or
+//! comma string of `Name:0xKeywords:Level`), `rundown` (bool, default true).
 
-use anyhow::{Result, bail};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use super::Collector;
+use anyhow::{Context, Result, bail};
+
+use super::eventpipe::{decode_nettrace, spec_list};
+use super::{Collector, DecodeContext};
+use crate::dotnet::Dotnet;
+use crate::model::Collection;
 use crate::scenario::CollectorSpec;
+use crate::target::{RunningApp, Target};
+
+/// dotnet-trace 10's profiles for `collect` (the `cpu-sampling` / `thread-time` ones belong to
+/// `collect-linux`, which needs kernel user_events).
+pub const PROFILES: [&str; 5] = ["dotnet-common", "dotnet-sampled-thread-time", "gc-verbose", "gc-collect", "database"];
+
+pub struct DotnetTrace {
+    name: String,
+    profiles: Vec<String>,
+    providers: Vec<String>,
+    rundown: bool,
+    child: Option<Child>,
+    output: Arc<Mutex<Vec<u8>>>,
+    trace_path: Option<PathBuf>,
+    commands: Vec<String>,
+}
 
 pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    bail!("collector `{}` is not built yet", spec.kind)
+    Ok(Box::new(DotnetTrace::from_spec(spec)?))
+}
+
+/// Where dotnet-trace is installed (project-local, never $HOME).
+pub fn tool_dir() -> PathBuf {
+    crate::project_root().join(".build").join("tools")
+}
+
+/// The dotnet-trace launcher, installed from the offline feed on first use.
+pub fn ensure_installed() -> Result<(Dotnet, PathBuf)> {
+    let dotnet = Dotnet::locate_or_install()?;
+    let launcher = dotnet.install_tool("dotnet-trace", &tool_dir())?;
+    Ok((dotnet, launcher))
+}
+
+impl DotnetTrace {
+    pub fn from_spec(spec: &CollectorSpec) -> Result<DotnetTrace> {
+        let profiles = spec_list(spec, "profile");
+        for p in &profiles {
+            if !PROFILES.contains(&p.as_str()) {
+                bail!(
+                    "collector `{}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}",
+                    spec.name(),
+                    PROFILES.join(", ")
+                );
+            }
+        }
+        let providers = spec_list(spec, "providers");
+        for p in &providers {
+            p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{}`", spec.name()))?;
+        }
+        if profiles.is_empty() && providers.is_empty() {
+            bail!("collector `{}` enables nothing: give `profile` and/or `providers`", spec.name());
+        }
+        Ok(DotnetTrace {
+            name: spec.name().to_string(),
+            profiles,
+            providers,
+            rundown: spec.opt_bool("rundown").unwrap_or(true),
+            child: None,
+            output: Arc::new(Mutex::new(Vec::new())),
+            trace_path: None,
+            commands: Vec::new(),
+        })
+    }
+
+    fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+}
+
+fn collect_output<R: Read + Send + 'static>(mut r: R, sink: Arc<Mutex<Vec<u8>>>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut s = sink.lock().unwrap();
+            // Progress lines repeat forever on a long run; keep the start and the latest bytes.
+            if s.len() > 1 << 20 {
+                s.drain(64 << 10..128 << 10);
+            }
+            s.extend_from_slice(&buf[..n]);
+        }
+    });
+}
+
+impl Collector for DotnetTrace {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
+        let (dotnet, launcher) = ensure_installed()?;
+        let trace_path = artifacts.join("dotnet-trace.nettrace");
+        let mut argv: Vec<String> = vec![
+            launcher.display().to_string(),
+            "collect".into(),
+            "-p".into(),
+            app.host_pid.to_string(),
+            "-o".into(),
+            trace_path.display().to_string(),
+        ];
+        if !self.profiles.is_empty() {
+            argv.extend(["--profile".into(), self.profiles.join(",")]);
+        }
+        if !self.providers.is_empty() {
+            argv.extend(["--providers".into(), self.providers.join(",")]);
+        }
+        if !self.rundown {
+            argv.extend(["--rundown".into(), "false".into()]);
+        }
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env("DOTNET_ROOT", &dotnet.root)
+            .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+            .env("DOTNET_NOLOGO", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().with_context(|| format!("could not start {}", argv[0]))?;
+        collect_output(child.stdout.take().unwrap(), self.output.clone());
+        collect_output(child.stderr.take().unwrap(), self.output.clone());
+        self.commands.push(argv.join(" "));
+        self.trace_path = Some(trace_path);
+        // dotnet-trace prints its progress line once CollectTracing answered: the session is on.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = self.output_text();
+            if text.contains("Recording trace") || text.contains("Press <Enter>") {
+                break;
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("dotnet-trace exited ({status}) before its session started:\n{}", text.trim());
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("dotnet-trace did not start a session within 60 s; its output:\n{}", text.trim());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        // dotnet-trace ends by itself when the traced process exits; if the app is still alive
+        // (a run cut short), SIGINT makes it stop the session and finish the file.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while child.try_wait()?.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait()?.is_none() {
+            crate::target::signal(child.id(), 2)?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("dotnet-trace did not finish within 60 s; killed. Output:\n{}", self.output_text().trim());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let path = self.trace_path.as_ref().unwrap();
+        if !path.is_file() {
+            bail!("dotnet-trace ended ({status}) without writing {}:\n{}", path.display(), self.output_text().trim());
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
+        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join("dotnet-trace.nettrace"));
+        decode_nettrace(&path, &self.name)
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.commands.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked() {
+        let spec: CollectorSpec = toml::from_str("kind = \"dotnet-trace\"\nprofile = \"gc-verbose,dotnet-common\"").unwrap();
+        let c = DotnetTrace::from_spec(&spec).unwrap();
+        assert_eq!(c.profiles, ["gc-verbose", "dotnet-common"]);
+        let spec: CollectorSpec = toml::from_str("kind = \"dotnet-trace\"\nprofile = \"cpu-sampling\"").unwrap();
+        let err = DotnetTrace::from_spec(&spec).err().unwrap();
+        assert!(format!("{err:#}").contains("no profile `cpu-sampling`"), "{err:#}");
+    }
 }

@@ -1,10 +1,416 @@
-//! (collector `eventpipe`: being written)
+//! Collector `eventpipe`: our own EventPipe session through the diagnostics IPC client of the
+//! `eventpipe` crate — no .NET tooling involved. The runtime streams a nettrace file over the
+//! session's connection; a thread drains it into `artifacts/eventpipe.nettrace` (DESIGN.md §7:
+//! a client that stops reading makes StopTracing and the app's exit hang).
+//!
+//! Options (`[[collector]] kind = "eventpipe"`):
+//! - `profile`: `thread-time` (SampleProfiler + the runtime's default keywords), `gc`,
+//!   `exceptions`, `contention`; a comma list merges several. Not `cpu-sampling`: that is
+//!   dotnet-trace's name for kernel sampling through `collect-linux`.
+//! - `providers`: extra providers, `"Name:0xKeywords:Level"` each (a list or a comma string).
+//! - `startup` (bool): reverse-connect startup tracing. `app_env` sets
+//!   `DOTNET_DiagnosticPorts=SOCKET,connect,suspend`; a thread accepts the suspended runtime,
+//!   starts the session on its first connection and resumes it on the next one, so the session
+//!   sees the app's first managed code. Host targets only (the socket lives in the host's /tmp).
+//! - `rundown` (bool, default true): method/module rundown at the end, which names precompiled
+//!   (ReadyToRun) frames and jitted ones whose load events were not enabled.
+//!
+//! Frames are named `Namespace.Type::Method(params)` (the perf-map spelling without its
+//! `[module]` prefix and code-version tag), `dso` is the module (`System.Private.CoreLib`), class
+//! `Jit` for jitted code and `R2r` for precompiled code (MethodFlags), `Unknown` for an address
+//! no method range covers.
 
-use anyhow::{Result, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-use super::Collector;
+use anyhow::{Context, Result, bail};
+use eventpipe::ipc::{DiagnosticsClient, Provider, ReverseListener, SessionConfig, SessionDrain};
+
+use super::{Collector, DecodeContext};
+use crate::model::{Collection, DsoClass, Event, Frame, Sample, Value};
 use crate::scenario::CollectorSpec;
+use crate::target::{RunningApp, Target, TargetKind};
+
+pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
+pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
+/// The runtime keywords dotnet-trace enables by default (GC, Loader, Jit, Exception, Contention,
+/// Threading, Interop …), at Informational.
+pub const DEFAULT_RUNTIME_KEYWORDS: u64 = 0x0000_0014_C14F_CCBD;
+
+/// Providers of one of our profiles.
+pub fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
+    Ok(match profile {
+        "thread-time" => vec![
+            Provider::new(SAMPLE_PROFILER, 0xF000_0000_0000, 5),
+            Provider::new(RUNTIME, DEFAULT_RUNTIME_KEYWORDS, 4),
+        ],
+        // GC at Verbose adds GCAllocationTick to GCStart/GCEnd/GCHeapStats/GCTriggered.
+        "gc" => vec![Provider::new(RUNTIME, 0x1, 5)],
+        "exceptions" => vec![Provider::new(RUNTIME, 0x8000, 4)],
+        "contention" => vec![Provider::new(RUNTIME, 0x4000, 4)],
+        "cpu-sampling" => bail!(
+            "`cpu-sampling` is dotnet-trace's name for kernel sampling (collect-linux); our EventPipe profile is `thread-time`"
+        ),
+        other => bail!("unknown eventpipe profile `{other}`: expected thread-time, gc, exceptions or contention"),
+    })
+}
+
+/// Merges providers of the same name (keywords OR-ed, highest level), keeping first-seen order.
+pub fn merge_providers(list: Vec<Provider>) -> Vec<Provider> {
+    let mut out: Vec<Provider> = Vec::new();
+    for p in list {
+        match out.iter_mut().find(|o| o.name == p.name) {
+            Some(o) => {
+                o.keywords |= p.keywords;
+                o.level = o.level.max(p.level);
+                if o.arguments.is_empty() {
+                    o.arguments = p.arguments;
+                }
+            }
+            None => out.push(p),
+        }
+    }
+    out
+}
+
+/// `providers` as a TOML list or one comma-separated string.
+pub(crate) fn spec_list(spec: &CollectorSpec, key: &str) -> Vec<String> {
+    if let Some(list) = spec.opt_strings(key) {
+        return list;
+    }
+    spec.opt_str(key)
+        .map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+type StartupResult = std::result::Result<(SessionDrain, u64), String>;
+
+pub struct EventPipeCollector {
+    name: String,
+    config: SessionConfig,
+    startup: bool,
+    /// Startup mode: folder of the listening socket and of the trace until `start` moves it.
+    startup_dir: Option<tempfile::TempDir>,
+    startup_thread: Mutex<Option<JoinHandle<StartupResult>>>,
+    drain: Option<SessionDrain>,
+    session_id: u64,
+    /// Where the stream is written while the session runs.
+    stream_path: Option<PathBuf>,
+    /// `artifacts/eventpipe.nettrace`.
+    trace_path: Option<PathBuf>,
+    host_pid: u32,
+    commands: Vec<String>,
+}
 
 pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    bail!("collector `{}` is not built yet", spec.kind)
+    Ok(Box::new(EventPipeCollector::from_spec(spec)?))
+}
+
+impl EventPipeCollector {
+    pub fn from_spec(spec: &CollectorSpec) -> Result<EventPipeCollector> {
+        let mut providers = Vec::new();
+        let profiles = spec.opt_str("profile").unwrap_or("");
+        for profile in profiles.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            providers.extend(profile_providers(profile)?);
+        }
+        for p in spec_list(spec, "providers") {
+            providers.push(p.parse::<Provider>().with_context(|| format!("collector `{}`", spec.name()))?);
+        }
+        if providers.is_empty() {
+            bail!(
+                "collector `{}` enables nothing: give `profile` (thread-time, gc, exceptions, contention) and/or `providers`",
+                spec.name()
+            );
+        }
+        let config = SessionConfig {
+            providers: merge_providers(providers),
+            rundown: spec.opt_bool("rundown").unwrap_or(true),
+            ..SessionConfig::default()
+        };
+        let startup = spec.opt_bool("startup").unwrap_or(false);
+        let startup_dir = if startup {
+            Some(tempfile::Builder::new().prefix("tracelab-ep-").tempdir().context("creating the startup socket folder")?)
+        } else {
+            None
+        };
+        Ok(EventPipeCollector {
+            name: spec.name().to_string(),
+            config,
+            startup,
+            startup_dir,
+            startup_thread: Mutex::new(None),
+            drain: None,
+            session_id: 0,
+            stream_path: None,
+            trace_path: None,
+            host_pid: 0,
+            commands: Vec::new(),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let providers: Vec<String> =
+            self.config.providers.iter().map(|p| format!("{}:{:#x}:{}", p.name, p.keywords, p.level)).collect();
+        format!("providers={} rundown={}", providers.join(","), self.config.rundown)
+    }
+
+    fn startup_socket(&self) -> Option<PathBuf> {
+        self.startup_dir.as_ref().map(|d| d.path().join("diag.sock"))
+    }
+}
+
+/// How long the suspended runtime may take to connect (a cold `dotnet` start is ~0.1–1 s).
+const STARTUP_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Collector for EventPipeCollector {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn app_env(&self) -> Vec<(String, String)> {
+        let (Some(socket), Some(dir)) = (self.startup_socket(), self.startup_dir.as_ref()) else {
+            return Vec::new();
+        };
+        // The runtime waits for us before running any managed code, while the engine waits for
+        // the app's readiness line: accept, start the session and resume on a thread now.
+        let listener = match ReverseListener::bind(&socket) {
+            Ok(l) => l,
+            Err(e) => {
+                let msg = format!("{e}");
+                *self.startup_thread.lock().unwrap() = Some(std::thread::spawn(move || Err(msg)));
+                return Vec::new();
+            }
+        };
+        let env_value = listener.diagnostic_ports_value();
+        let config = self.config.clone();
+        let stream_path = dir.path().join("eventpipe.nettrace");
+        let thread = std::thread::spawn(move || -> StartupResult {
+            let (session, _advertise) =
+                listener.start_suspended_session(&config, STARTUP_CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+            let id = session.id;
+            let file = std::fs::File::create(&stream_path).map_err(|e| format!("{}: {e}", stream_path.display()))?;
+            let drain = session.drain_to(std::io::BufWriter::new(file));
+            // The listener goes away with this thread: the runtime's later reconnects then fail
+            // and it keeps running (it retries in the background).
+            Ok((drain, id))
+        });
+        *self.startup_thread.lock().unwrap() = Some(thread);
+        vec![("DOTNET_DiagnosticPorts".to_string(), env_value)]
+    }
+
+    fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
+        self.host_pid = app.host_pid;
+        let trace_path = artifacts.join("eventpipe.nettrace");
+        self.trace_path = Some(trace_path.clone());
+        if self.startup {
+            if target.kind() != TargetKind::Host {
+                bail!(
+                    "eventpipe `startup = true` needs a host target: the runtime must reach our socket {}",
+                    self.startup_socket().unwrap().display()
+                );
+            }
+            let thread = self.startup_thread.lock().unwrap().take().context(
+                "startup tracing was not prepared: the engine must launch the app with this collector's app_env",
+            )?;
+            let (drain, id) = thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("the startup-tracing thread panicked"))?
+                .map_err(|e| anyhow::anyhow!("startup tracing failed: {e}"))?;
+            self.drain = Some(drain);
+            self.session_id = id;
+            self.stream_path = Some(self.startup_dir.as_ref().unwrap().path().join("eventpipe.nettrace"));
+            self.commands.push(format!(
+                "eventpipe startup session {id} via DOTNET_DiagnosticPorts={},connect,suspend ({})",
+                self.startup_socket().unwrap().display(),
+                self.describe()
+            ));
+            return Ok(());
+        }
+        let client = DiagnosticsClient::for_pid(app.host_pid)
+            .with_context(|| format!("connecting to the runtime of pid {}", app.host_pid))?;
+        let session = client.start_session(&self.config).with_context(|| format!("starting a session on {}", client.socket_path().display()))?;
+        self.session_id = session.id;
+        let file = std::fs::File::create(&trace_path).with_context(|| format!("creating {}", trace_path.display()))?;
+        self.commands.push(format!(
+            "eventpipe CollectTracing{} session {} on {} ({})",
+            session.command_version,
+            session.id,
+            client.socket_path().display(),
+            self.describe()
+        ));
+        self.drain = Some(session.drain_to(std::io::BufWriter::new(file)));
+        self.stream_path = Some(trace_path);
+        Ok(())
+    }
+
+    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+        let Some(mut drain) = self.drain.take() else { return Ok(()) };
+        // After the app's exit the stream ends by itself; give it a moment before asking.
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while !drain.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !drain.is_finished() {
+            match DiagnosticsClient::for_pid(self.host_pid) {
+                Ok(client) => {
+                    client.stop_tracing(self.session_id).with_context(|| format!("StopTracing {}", self.session_id))?;
+                    self.commands.push(format!("eventpipe StopTracing {}", self.session_id));
+                }
+                // The process is gone: the stream ends on its own.
+                Err(_) => {}
+            }
+        }
+        let bytes = drain.wait(Duration::from_secs(60)).context("draining the EventPipe stream")?;
+        let (Some(stream_path), Some(trace_path)) = (&self.stream_path, &self.trace_path) else { return Ok(()) };
+        if stream_path != trace_path {
+            std::fs::copy(stream_path, trace_path)
+                .with_context(|| format!("copying {} to {}", stream_path.display(), trace_path.display()))?;
+        }
+        if bytes == 0 {
+            bail!("the EventPipe session {} delivered no data", self.session_id);
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
+        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join("eventpipe.nettrace"));
+        decode_nettrace(&path, &self.name)
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.commands.clone()
+    }
+}
+
+fn model_value(v: eventpipe::Value) -> Value {
+    match v {
+        eventpipe::Value::U64(v) => Value::U64(v),
+        eventpipe::Value::I64(v) => Value::I64(v),
+        eventpipe::Value::F64(v) => Value::F64(v),
+        eventpipe::Value::Bool(b) => Value::U64(u64::from(b)),
+        eventpipe::Value::Str(s) => Value::Str(s),
+        eventpipe::Value::Guid(g) => Value::Str(eventpipe::payload::guid_string(&g)),
+        eventpipe::Value::Bytes(b) => Value::Bytes(b),
+    }
+}
+
+/// Decodes a .nettrace file (ours or dotnet-trace's) into the model.
+pub fn decode_nettrace(path: &Path, collector: &str) -> Result<Collection> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let decoded = eventpipe::decode(std::io::BufReader::new(file), &eventpipe::DecodeOptions::default())
+        .with_context(|| format!("decoding {}", path.display()))?;
+    Ok(to_collection(decoded, collector))
+}
+
+/// Turns a decoded trace into the model (see the module docs for the frame naming).
+pub fn to_collection(d: eventpipe::Decoded, collector: &str) -> Collection {
+    let mut coll = Collection::new(collector);
+    let pid = d.info.process_id;
+    let mut frames_of: std::collections::HashMap<u32, Vec<Frame>> = Default::default();
+    for s in &d.samples {
+        let frames = match s.stack {
+            Some(id) => frames_of
+                .entry(id)
+                .or_insert_with(|| {
+                    d.frames(id)
+                        .iter()
+                        .map(|f| match f.method {
+                            Some(m) => Frame {
+                                name: Some(m.qualified_name()),
+                                dso: f.module.map(String::from),
+                                class: if m.is_jitted() { DsoClass::Jit } else { DsoClass::R2r },
+                                addr: f.addr,
+                            },
+                            None => Frame { name: None, dso: None, class: DsoClass::Unknown, addr: f.addr },
+                        })
+                        .collect()
+                })
+                .clone(),
+            None => Vec::new(),
+        };
+        coll.samples.push(Sample {
+            pid,
+            tid: s.thread_id as u32,
+            time_ns: s.time_ns,
+            weight: 1,
+            frames,
+            kind: Some(s.kind.as_str().to_string()),
+        });
+    }
+    for e in d.events {
+        coll.events.push(Event {
+            provider: e.provider,
+            name: e.name,
+            id: Some(e.event_id),
+            version: Some(e.version),
+            time_ns: e.time_ns,
+            pid,
+            tid: e.thread_id as u32,
+            fields: e.fields.into_iter().map(|(k, v)| (k.into_owned(), model_value(v))).collect(),
+        });
+    }
+    coll.lost_events = d.stats.lost_events;
+    let m = &mut coll.metrics;
+    m.insert("sampling_interval_ms".into(), f64::from(d.info.sampling_interval_ns) / 1e6);
+    m.insert("trace_bytes".into(), d.stats.bytes as f64);
+    m.insert("events_total".into(), d.stats.events as f64);
+    m.insert("methods_known".into(), d.methods.len() as f64);
+    m.insert("payload_errors".into(), d.payload_error_count as f64);
+    coll
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> CollectorSpec {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn profiles_and_providers_merge() {
+        let c = EventPipeCollector::from_spec(&spec(
+            r#"kind = "eventpipe"
+               profile = "gc,exceptions"
+               providers = ["My-Source:0x2:4"]"#,
+        ))
+        .unwrap();
+        assert_eq!(c.config.providers.len(), 2);
+        assert_eq!(c.config.providers[0].keywords, 0x8001);
+        assert_eq!(c.config.providers[0].level, 5);
+        assert_eq!(c.config.providers[1].name, "My-Source");
+        assert!(c.config.rundown);
+    }
+
+    #[test]
+    fn cpu_sampling_is_not_ours() {
+        let err = EventPipeCollector::from_spec(&spec("kind = \"eventpipe\"\nprofile = \"cpu-sampling\"")).err().unwrap();
+        assert!(format!("{err:#}").contains("thread-time"), "{err:#}");
+        let err = EventPipeCollector::from_spec(&spec("kind = \"eventpipe\"")).err().unwrap();
+        assert!(format!("{err:#}").contains("enables nothing"), "{err:#}");
+    }
+
+    /// The model view of a recorded trace: names without version suffix, decoded fields, frames.
+    #[test]
+    fn fixture_decodes_into_the_model() {
+        let path = crate::shared_dir().join("fixtures/nettrace/fixture-dotnet-common.nettrace");
+        let coll = decode_nettrace(&path, "eventpipe").unwrap();
+        let gc_starts = coll.events.iter().filter(|e| e.name == "GCStart").count();
+        assert_eq!(gc_starts, 22);
+        let ex = coll.events.iter().find(|e| e.name == "ExceptionThrown").unwrap();
+        assert_eq!(ex.fields["ExceptionType"].as_str(), Some("Fixture.FixtureException"));
+        let managed = coll.samples.iter().filter(|s| s.kind.as_deref() == Some("managed")).count();
+        assert_eq!((coll.samples.len(), managed), (2859, 1656));
+        let hot = coll
+            .samples
+            .iter()
+            .filter(|s| s.frames.first().and_then(|f| f.name.as_deref()) == Some("Fixture.Phases::CpuHot(int64)"))
+            .count();
+        assert_eq!(hot, 562);
+        let leaf = &coll.samples.iter().find(|s| !s.frames.is_empty()).unwrap().frames[0];
+        assert!(matches!(leaf.class, DsoClass::Jit | DsoClass::R2r), "{leaf:?}");
+        assert_eq!(coll.lost_events, 0);
+    }
 }

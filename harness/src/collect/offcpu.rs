@@ -242,6 +242,9 @@ impl Collector for OffCpuCollector {
             ..Default::default()
         };
         opts.max_user_frames = 256;
+        let r2r = std::cell::RefCell::new(crate::symbolize::r2r::R2rResolver::new());
+        let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
+        opts.r2r_namer = Some(&r2r_namer);
         let unwound = unwind::unwind_perf_data(&data, opts)?;
         let mut collection = offcpu_collection(&self.name, &unwound, &app_pids);
         let bytes = std::fs::metadata(&data).map(|m| m.len()).unwrap_or(0);
@@ -328,4 +331,59 @@ pub fn offcpu_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>
     }
     m.insert("images_unreadable".into(), unwound.missing_images.len() as f64);
     collection
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::{SchedSwitch, StackEnd, ThreadSwitch, UnwoundSample};
+
+    #[test]
+    fn call_graph_settings() {
+        assert_eq!(CallGraph::parse("dwarf,16384").unwrap(), CallGraph::Dwarf(16384));
+        assert_eq!(CallGraph::parse("dwarf").unwrap(), CallGraph::Dwarf(16384));
+        assert_eq!(CallGraph::parse("fp").unwrap(), CallGraph::FramePointer);
+        assert!(CallGraph::parse("dwarf,70000").is_err());
+        assert!(CallGraph::parse("dwarf,12").is_err());
+        assert!(CallGraph::parse("lbr").unwrap_err().to_string().contains("dwarf,BYTES"));
+    }
+
+    fn switch_out(tid: u32, t: u64, state: u64) -> UnwoundSample {
+        UnwoundSample {
+            event: 0,
+            pid: 10,
+            tid,
+            cpu: 0,
+            time_ns: t,
+            period: 1,
+            frames: Vec::new(),
+            user_frames: 0,
+            end: StackEnd::NoUserStack,
+            sched_switch: Some(SchedSwitch { prev_pid: tid, prev_state: state, next_pid: 0 }),
+            user_stack_bytes: 0,
+        }
+    }
+
+    /// Switch-ins come from PERF_RECORD_SWITCH (per-process recordings) or from other
+    /// threads' sched_switch `next_pid` (system-wide ones); a dead task's last switch is no wait.
+    #[test]
+    fn blocked_time_runs_to_the_next_switch_in() {
+        let mut other = switch_out(99, 250, 1);
+        other.pid = 77;
+        other.sched_switch = Some(SchedSwitch { prev_pid: 99, prev_state: 1, next_pid: 12 });
+        let unwound = Unwound {
+            samples: vec![switch_out(11, 100, 1), switch_out(12, 200, 0), other, switch_out(11, 400, 0x80)],
+            switches: vec![
+                ThreadSwitch { time_ns: 150, pid: 10, tid: 11, out: false, preempted: false },
+                ThreadSwitch { time_ns: 100, pid: 10, tid: 11, out: true, preempted: false },
+            ],
+            last_time_ns: 1000,
+            ..Default::default()
+        };
+        let pids = [10].into_iter().collect();
+        let s = offcpu_samples(&unwound, &pids);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].tid, s[0].weight, s[0].kind.as_deref()), (11, 50, Some("blocked")));
+        assert_eq!((s[1].tid, s[1].weight, s[1].kind.as_deref()), (12, 50, Some("preempted")));
+    }
 }

@@ -48,6 +48,9 @@ pub struct Manifest {
     /// Verdict tables: for each set of compared methods, every collector's shares beside truth.
     #[serde(default)]
     pub share_tables: Vec<ShareTable>,
+    /// The load generator's report (requests, errors, latency per route), for web scenarios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<serde_json::Value>,
 }
 
 /// Rows = collectors, columns = the compared methods (e.g. the two routes of the web experiment).

@@ -65,6 +65,8 @@ pub struct ContainerTarget {
     binds: Vec<String>,
     tmp_dir_host: Option<PathBuf>,
     work_dir: Option<PathBuf>,
+    /// Host pid of the app container's init shell (lives until cleanup).
+    init_pid: u32,
 }
 
 static TOOL_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -114,6 +116,7 @@ impl ContainerTarget {
             binds: Vec::new(),
             tmp_dir_host: None,
             work_dir: None,
+            init_pid: 0,
         })
     }
 
@@ -148,13 +151,14 @@ impl ContainerTarget {
     }
 
     /// Waits for the pid file a wrapped tool writes first and returns its host pid.
-    fn tool_host_pid(&self, app: &RunningApp, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
+    fn tool_host_pid(&self, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(text) = std::fs::read_to_string(pid_file) {
                 if let Ok(ns_pid) = text.trim().parse::<u32>() {
                     let _ = std::fs::remove_file(pid_file);
-                    return host_pid_in_namespace_of(app.host_pid, ns_pid);
+                    // The app may have exited already: its container's init holds the namespace.
+                    return host_pid_in_namespace_of(self.init_pid, ns_pid);
                 }
             }
             if let Some(status) = child.try_wait()? {
@@ -244,6 +248,7 @@ impl Target for ContainerTarget {
         let host_pid = child_of(init_pid, Duration::from_secs(10))
             .with_context(|| format!("the app did not start in container {}", crate::docker::short(&id)))?;
         let target_pid = pid_in_own_namespace(host_pid)?;
+        self.init_pid = init_pid;
         self.binds = binds;
         self.tmp_dir_host = Some(tmp.clone());
         self.work_dir = Some(work_dir.clone());
@@ -312,7 +317,7 @@ impl Target for ContainerTarget {
             .spawn()
             .context("cannot run the `docker` client (needed to attach tools): is docker installed?")?;
         let host_pid = self
-            .tool_host_pid(app, &pid_file, &mut child)
+            .tool_host_pid(&pid_file, &mut child)
             .with_context(|| format!("starting {description}"))?;
         Ok(ToolProcess {
             child,

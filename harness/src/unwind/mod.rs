@@ -48,8 +48,8 @@ pub struct UnwindOptions<'a> {
     pub kallsyms: Option<Kallsyms>,
     /// Stop a stack after this many user frames (corrupt stacks must not run on).
     pub max_user_frames: usize,
-    /// Names ReadyToRun code: (image, RVA) → method name.
-    pub r2r_namer: Option<&'a dyn Fn(&Path, u32) -> Option<String>>,
+    /// Names ReadyToRun code: (image as mapped, file offset) → method name.
+    pub r2r_namer: Option<&'a dyn Fn(&Path, u64) -> Option<String>>,
 }
 
 fn identity_path(p: &Path) -> Option<PathBuf> {
@@ -335,7 +335,7 @@ impl<'a> StackUnwinder<'a> {
         let exec_mappings: Vec<Mapping> = process
             .mappings
             .iter()
-            .filter(|m| m.exec && m.path.starts_with('/') && !m.path.starts_with("/memfd:"))
+            .filter(|m| m.exec && is_code_file(&m.path))
             .cloned()
             .collect();
         let mut unwinder = UnwinderX86_64::new();
@@ -411,13 +411,14 @@ impl<'a> StackUnwinder<'a> {
             process.and_then(|p| p.modules.iter().find(|(r, ..)| r.contains(&lookup)))
         {
             let rel = lookup.wrapping_sub(*base);
+            let mapping = process.and_then(|p| p.mapping(lookup));
             let name = match image.format {
                 ImageFormat::Elf => image.symbol(rel).map(str::to_string),
-                ImageFormat::Pe => {
-                    self.opts.r2r_namer.and_then(|f| u32::try_from(rel).ok().and_then(|rva| f(&image.path, rva)))
-                }
+                ImageFormat::Pe => self.opts.r2r_namer.zip(mapping).and_then(|(f, m)| {
+                    f(&image.path, m.pgoff + (lookup - m.range.start))
+                }),
             };
-            let path = process.and_then(|p| p.mapping(lookup)).map(|m| m.path.clone());
+            let path = mapping.map(|m| m.path.clone());
             let dso = path.unwrap_or_else(|| image.path.display().to_string());
             let class = DsoClass::of_mapping(&dso);
             return Frame { name, dso: Some(dso), class, addr };
@@ -497,6 +498,17 @@ impl<'a> StackUnwinder<'a> {
     pub fn missing_images(&self) -> &BTreeMap<String, String> {
         &self.missing
     }
+}
+
+/// Whether a mapping's path names a file holding code we can read: not anonymous memory, not
+/// W^X's memfd alias, not the jitdump file the runtime maps executable only as a marker for perf.
+fn is_code_file(path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.starts_with("/memfd:")
+        && !path.ends_with(" (deleted)")
+        && !(file.starts_with("jit-") && file.ends_with(".dump"))
 }
 
 fn join_paths(paths: &[PathBuf]) -> String {

@@ -85,7 +85,7 @@ fn labelled(docker: &Docker, run: &str) -> usize {
 
 /// Runs `perf script` where the target runs tools and returns its output.
 fn perf_script(target: &mut ContainerTarget, app: &harness::target::RunningApp, data: &Path) -> String {
-    let argv: Vec<String> = ["perf", "script", "-F", "comm,pid,tid,sym", "-i"].iter().map(|s| s.to_string()).chain([data.display().to_string()]).collect();
+    let argv: Vec<String> = ["perf", "script", "-F", "comm,tid,ip,sym,dso", "-i"].iter().map(|s| s.to_string()).chain([data.display().to_string()]).collect();
     let tool = target.spawn_tool(app, &argv, &[]).expect("perf script starts");
     let out = tool.child.wait_with_output().unwrap();
     assert!(out.status.success(), "perf script failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -123,7 +123,9 @@ fn perf_resolves_jit_frames(test: &str, kind: TargetKind, interrupt: bool) {
         std::thread::sleep(Duration::from_secs(2));
         perf.interrupt().unwrap();
         let status = perf.wait(Duration::from_secs(30)).unwrap();
-        assert!(status.success(), "perf after SIGINT: {status}");
+        // perf record re-raises the SIGINT it handled once its data is written (record__sig_exit):
+        // the docker client reports that as 130.
+        assert!(status.success() || status.code() == Some(130), "perf after SIGINT: {status}");
     }
     assert_eq!(target.wait_app(&mut app, Duration::from_secs(60)).unwrap(), 0, "{}", app.transcript.join("\n"));
     if !interrupt {

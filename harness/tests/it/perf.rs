@@ -1,1 +1,115 @@
-//! Integration tests: perf.
+//! Integration tests: the perf-cpu collector on a real .NET app under real perf (root).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use harness::collect::DecodeContext;
+use harness::collect::perf::{detect_perf_binary, fixture_app};
+use harness::dotnet::Dotnet;
+use harness::fold::resolution_report;
+use harness::model::merge_code_version;
+use harness::scenario::CollectorSpec;
+use harness::target::{AppLaunch, HostTarget, Target};
+use harness::testing::{prerequisites, require_root};
+
+fn require_perf() -> Result<(), String> {
+    detect_perf_binary().map(|_| ()).ok_or_else(|| "no `perf` (or `perf_X.Y`) on PATH".to_string())
+}
+
+fn perf_spec(toml_options: &str) -> CollectorSpec {
+    toml::from_str(&format!("kind = \"perf-cpu\"\n{toml_options}")).unwrap()
+}
+
+#[test]
+fn perf_cpu_names_jit_frames_of_a_real_app() {
+    let test = "perf::perf_cpu_names_jit_frames_of_a_real_app";
+    let dotnet = std::cell::OnceCell::new();
+    let locate = || match Dotnet::locate_or_install() {
+        Ok(d) => {
+            let _ = dotnet.set(d);
+            Ok(())
+        }
+        Err(e) => Err(format!("no .NET SDK: {e:#}")),
+    };
+    if !prerequisites(test, &[&require_root, &require_perf, &locate]) {
+        return;
+    }
+    let dotnet = dotnet.get().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dll = fixture_app::build(dotnet, &dir.path().join("fixture-app")).expect("build FixtureApp");
+    let artifacts = dir.path().join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let mut collector = harness::collect::from_spec(&perf_spec("frequency = 999")).unwrap();
+    let mut target = HostTarget::new(dotnet.dotnet.clone());
+    let launch = AppLaunch {
+        dll,
+        args: vec!["cpu".into(), "2".into()],
+        env: collector.app_env().into_iter().collect(),
+        work_dir: artifacts.clone(),
+    };
+    let mut app = target.launch(&launch).unwrap();
+    app.wait_for_line("FIXTURE READY", Duration::from_secs(60)).unwrap();
+    collector.start(&mut target, &app, &artifacts).unwrap();
+    let code = target.wait_app(&mut app, Duration::from_secs(60)).unwrap();
+    assert_eq!(code, 0, "app output:\n{}", app.transcript.join("\n"));
+    collector.stop(&mut target, &app).unwrap();
+    assert!(artifacts.join(format!("perf-{}.map", app.target_pid)).is_file(), "perf map copied into artifacts");
+
+    let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
+    let ctx = DecodeContext {
+        artifacts: &artifacts,
+        app_tmp_dir: &app.tmp_dir_host,
+        host_pid: app.host_pid,
+        target_pid: app.target_pid,
+        path_map: &identity,
+        symbol_dirs: &[],
+    };
+    let coll = collector.decode(&ctx).unwrap();
+    let report = resolution_report(&coll);
+    let jit = report.get("jit").unwrap();
+    eprintln!("{} samples; JIT leaves {} of {} named; commands: {:?}", coll.samples.len(), jit.leaf_resolved, jit.leaf_total, collector.commands());
+    assert!(jit.leaf_ratio.unwrap_or(0.0) >= 0.95, "JIT leaf resolution {jit:?}");
+
+    let (mut hot, mut cold) = (0u64, 0u64);
+    for s in &coll.samples {
+        match s.frames.first().and_then(|f| f.name.as_deref()).map(merge_code_version) {
+            Some(n) if n.ends_with("Fixture.Phases::CpuHot(int64)") => hot += 1,
+            Some(n) if n.ends_with("Fixture.Phases::CpuCold(int64)") => cold += 1,
+            _ => {}
+        }
+    }
+    assert!(hot + cold >= 300, "only {} CpuHot + CpuCold leaves", hot + cold);
+    let share = 100.0 * hot as f64 / (hot + cold) as f64;
+    eprintln!("CpuHot {hot} / CpuCold {cold} = {share:.1} % (truth 75 %)");
+    assert!((share - 75.0).abs() <= 5.0, "CpuHot share {share:.1} % is not within 5 points of 75 %");
+}
+
+/// perf attached to a process that is already gone fails at start with perf's own reason.
+#[test]
+fn perf_cpu_on_a_dead_process_says_why() {
+    let test = "perf::perf_cpu_on_a_dead_process_says_why";
+    if !prerequisites(test, &[&require_root, &require_perf]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A real process that exits at once stands in for an app that died before perf attached.
+    let mut target = HostTarget::new(PathBuf::from("/bin/true"));
+    let launch = AppLaunch { dll: "unused".into(), args: vec![], env: Default::default(), work_dir: dir.path().into() };
+    let mut app = target.launch(&launch).unwrap();
+    target.wait_app(&mut app, Duration::from_secs(10)).unwrap();
+    let mut collector = harness::collect::from_spec(&perf_spec("")).unwrap();
+    let err = collector.start(&mut target, &app, dir.path()).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("perf exited at start"), "{msg}");
+}
+
+#[test]
+fn perf_cpu_options_are_checked() {
+    let err = harness::collect::from_spec(&perf_spec("call_graph = \"lbr\"")).err().unwrap();
+    assert!(format!("{err:#}").contains("call_graph `lbr`"), "{err:#}");
+    let err = harness::collect::from_spec(&perf_spec("freq = 99")).err().unwrap();
+    assert!(format!("{err:#}").contains("unknown option `freq`"), "{err:#}");
+    let c = harness::collect::from_spec(&perf_spec("wx = true\ncall_graph = \"dwarf,16384\"")).unwrap();
+    assert!(!c.app_env().iter().any(|(k, _)| k == "DOTNET_EnableWriteXorExecute"));
+}

@@ -1,1 +1,100 @@
-//! Integration tests: scenarios.
+//! Integration tests: whole scenarios through the engine, real dotnet + real perf/EventPipe, as
+//! `cargo xtask scenario NAME` runs them. Each run writes into a temporary results root.
+
+use harness::assert::Verdict;
+use harness::engine::{self, RunOptions, RunOutcome};
+use harness::scenario::Scenario;
+use harness::target::TargetKind;
+use harness::testing::{prerequisites, require_root};
+
+fn perf_available() -> Result<(), String> {
+    harness::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".into())
+}
+
+fn run_on_host(name: &str) -> (RunOutcome, tempfile::TempDir) {
+    let results = tempfile::tempdir().unwrap();
+    let scenario = Scenario::find(name).unwrap();
+    let opts = RunOptions {
+        target: Some(TargetKind::Host),
+        results_root: Some(results.path().to_path_buf()),
+        ..Default::default()
+    };
+    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    (outcome, results)
+}
+
+fn describe(o: &RunOutcome) -> String {
+    let checks: Vec<String> = o
+        .manifest
+        .checks
+        .iter()
+        .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
+        .collect();
+    format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
+}
+
+#[test]
+fn cpu_bound_passes_on_host_with_contracted_manifest() {
+    if !prerequisites("scenarios::cpu_bound", &[&require_root, &perf_available]) {
+        return;
+    }
+    let (o, _dir) = run_on_host("cpu-bound");
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let m = &o.manifest;
+    assert!(m.metrics["samples_total"] >= 300.0);
+    assert!(m.metrics["resolved_ratio_jit"] >= 0.95, "{:?}", m.metrics);
+    assert!(m.metrics["share_error_pts_max"] <= 5.0);
+    // The results folder is complete and renamed into place (no staging left behind).
+    for f in ["manifest.json", "summary.md", "junit.xml", "stacks/perf-cpu.folded", "flamegraph-perf-cpu.svg", "artifacts/truth.json"] {
+        assert!(o.dir.join(f).is_file(), "{} missing in {}", f, o.dir.display());
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.dir.join("manifest.json")).unwrap()).unwrap();
+    for key in ["scenario", "verdict", "reason", "checks", "metrics", "environment", "commands", "durations_s"] {
+        assert!(json.get(key).is_some(), "manifest.json lacks `{key}`");
+    }
+    assert_eq!(json["verdict"], "pass");
+    let parent = o.dir.parent().unwrap();
+    assert!(std::fs::read_dir(parent).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".staging")));
+    assert_eq!(std::fs::read_link(parent.join("latest")).unwrap(), std::path::PathBuf::from(o.dir.file_name().unwrap()));
+}
+
+#[test]
+fn cpu_bound_wx_catches_the_doublemapper_drop() {
+    if !prerequisites("scenarios::cpu_bound_wx", &[&require_root, &perf_available]) {
+        return;
+    }
+    let (o, _dir) = run_on_host("cpu-bound-wx");
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(o.manifest.metrics["resolved_ratio_jit"] < 0.5, "{:?}", o.manifest.metrics);
+    assert!(
+        o.manifest.findings.iter().any(|f| f.contains("doublemapper") && f.contains("DOTNET_EnableWriteXorExecute=0")),
+        "the W^X finding must name its cause and fix: {:?}",
+        o.manifest.findings
+    );
+}
+
+#[test]
+fn a_failing_expectation_fails_the_scenario_with_its_reason() {
+    if !prerequisites("scenarios::failing_expectation", &[&require_root, &perf_available]) {
+        return;
+    }
+    // The same real run, held to a truth it cannot meet: the verdict must be FAIL, naming the check.
+    let mut scenario = Scenario::find("cpu-bound").unwrap();
+    scenario.args = vec!["--seconds".into(), "2".into()];
+    let text = r#"
+        kind = "share"
+        name = "impossible split"
+        method = "::HotLoop\\b"
+        among = ["::HotLoop\\b", "::ColdLoop\\b"]
+        truth = "shares.cpu.ColdLoop"
+        tolerance_pts = 1
+    "#;
+    scenario.expectations.push(toml::from_str(text).unwrap());
+    let results = tempfile::tempdir().unwrap();
+    let opts = RunOptions { target: Some(TargetKind::Host), results_root: Some(results.path().into()), ..Default::default() };
+    let o = engine::run(&scenario, &opts).unwrap();
+    assert_eq!(o.verdict, Verdict::Fail, "{}", describe(&o));
+    assert!(o.reason.as_deref().unwrap_or("").contains("impossible split"), "{:?}", o.reason);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.dir.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(json["verdict"], "fail");
+}

@@ -148,3 +148,106 @@ fn unwind_fixture_blocked_time_lands_on_sleep() {
     assert!(c.metrics["unwind_root_ratio"] > 0.85, "{:?}", c.metrics);
     assert_eq!(c.metrics["switch_outs"], 96.0);
 }
+
+mod robustness {
+    //! Random or corrupted stack bytes, registers and perf.data: an error or a short stack,
+    //! never a panic, a hang or an unbounded allocation.
+
+    use super::*;
+    use harness::unwind::StackUnwinder;
+    use proptest::prelude::*;
+
+    /// An unwinder over a process shaped like the fixture's app: libc and ld.so with their
+    /// CFI, JIT code by frame pointers.
+    fn fixture_like_unwinder() -> Option<StackUnwinder<'static>> {
+        let dsos = fixture_dir().join("dsos");
+        if !dsos.join("libc.so.6").is_file() {
+            return None;
+        }
+        let mut u = StackUnwinder::new(UnwindOptions { search_dirs: vec![dsos], path_map: &no_path, ..Default::default() });
+        u.on_mmap(1, 0x7fa49611e000, 0x26000, 0, "/usr/lib/x86_64-linux-gnu/libc.so.6", false);
+        u.on_mmap(1, 0x7fa496144000, 0x156000, 0x26000, "/usr/lib/x86_64-linux-gnu/libc.so.6", true);
+        u.on_mmap(1, 0x7fa496655000, 0x26000, 0x1000, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", true);
+        u.on_mmap(1, 0x7fa417890000, 0x10000, 0, "//anon", true);
+        Some(u)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn unwind_random_stacks_end(
+            ip_pick in 0usize..4,
+            ip_off in 0u64..0x150000,
+            sp in any::<u64>(),
+            bp_pick in 0usize..3,
+            bp_raw in any::<u64>(),
+            words in proptest::collection::vec(any::<u64>(), 0..2048),
+            point_into_stack in proptest::collection::vec((0usize..2048, 0usize..2048), 0..64),
+        ) {
+            let Some(mut u) = fixture_like_unwinder() else { return Ok(()) };
+            let ip = match ip_pick {
+                0 => 0x7fa496144000 + ip_off,            // libc text (CFI)
+                1 => 0x7fa496655000 + ip_off % 0x26000,  // ld.so (CFI)
+                2 => 0x7fa417890000 + ip_off % 0x10000,  // JIT (frame pointers)
+                _ => ip_off,                              // nowhere
+            };
+            let sp = sp & !7;
+            let mut words = words;
+            // Make some words look like plausible frame links and return addresses.
+            for (at, target) in point_into_stack {
+                if at < words.len() {
+                    words[at] = if target % 2 == 0 { sp.wrapping_add(8 * target as u64) } else { 0x7fa496144000 + (target as u64) * 97 };
+                }
+            }
+            let bp = match bp_pick { 0 => sp.wrapping_add(bp_raw % 16384), 1 => 0, _ => bp_raw };
+            let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let (frames, end) = u.unwind_user(1, ip, sp, bp, &stack);
+            prop_assert!(frames.len() <= 256, "{} frames", frames.len());
+            prop_assert!(!frames.is_empty());
+            let _ = end;
+            for (addr, is_return) in frames {
+                let _ = u.user_frame(1, addr, is_return);
+            }
+        }
+
+        #[test]
+        fn unwind_corrupted_perf_data_errs_or_decodes(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..24),
+            truncate in prop::option::of(any::<prop::sample::Index>()),
+        ) {
+            let src = fixture_dir().join("perf-offcpu.data");
+            let Ok(mut bytes) = std::fs::read(&src) else { return Ok(()) };
+            for (at, value) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= value | 1;
+            }
+            if let Some(t) = truncate {
+                let n = t.index(bytes.len());
+                bytes.truncate(n);
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("corrupt.data");
+            std::fs::write(&path, &bytes).unwrap();
+            match unwind::unwind_perf_data(&path, UnwindOptions { path_map: &no_path, ..Default::default() }) {
+                Ok(u) => prop_assert!(u.samples.len() <= bytes.len() / 8),
+                Err(e) => prop_assert!(format!("{e:#}").contains("corrupt.data"), "error names the file: {e:#}"),
+            }
+        }
+    }
+
+    #[test]
+    fn unwind_missing_file_names_it() {
+        let err = unwind::unwind_perf_data(Path::new("/nonexistent/offcpu.data"), UnwindOptions::default()).unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent/offcpu.data"), "{err:#}");
+    }
+
+    #[test]
+    fn unwind_not_perf_data_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("text.data");
+        std::fs::write(&path, b"hello, this is not a perf.data file at all, just text").unwrap();
+        let err = unwind::unwind_perf_data(&path, UnwindOptions::default()).unwrap_err();
+        assert!(format!("{err:#}").contains("text.data"), "{err:#}");
+    }
+}
