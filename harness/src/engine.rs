@@ -80,8 +80,13 @@ fn make_target(
     }
 }
 
+/// A one-line note of what the engine is doing, for people watching a terminal (quiet otherwise,
+/// like the spinners of `progress`).
 fn step(msg: &str) {
-    eprintln!("==> {msg}");
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        eprintln!("==> {msg}");
+    }
 }
 
 /// Runs `scenario` and writes its results folder. Errors are returned only when not even a
@@ -206,6 +211,9 @@ fn execute(
 
     step(&format!("building workload for `{}`", scenario.name));
     let dotnet = timed(state, "dotnet", |_| crate::dotnet::Dotnet::locate_or_install())?;
+    if state.environment.dotnet_runtimes.is_empty() {
+        state.environment.dotnet_runtimes = crate::environment::dotnet_runtimes(&dotnet.dotnet);
+    }
     let built = timed(state, "build", |_| crate::workload::build(&scenario.workload))?;
     state.workload = Some(built.name.clone());
 
@@ -287,7 +295,12 @@ fn run_app(
             }
         }
     }
+    let spinner = crate::progress::step(format!("collecting from `{}`", built.name));
     let exit = target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s));
+    match &exit {
+        Ok(0) => spinner.done("app finished"),
+        _ => spinner.failed(),
+    }
     for &i in &started {
         if let Err(e) = collectors[i].stop(target, &app) {
             start_error.get_or_insert(e.context(format!("collector `{}` failed while stopping", collectors[i].name())));

@@ -164,12 +164,20 @@ pub fn docker_version() -> Option<String> {
     probe("docker", &["version", "--format", "{{.Server.Version}}"], Duration::from_secs(10))
 }
 
+/// `dotnet --list-runtimes` of a given dotnet binary, without install paths.
+pub fn dotnet_runtimes(dotnet: &Path) -> Vec<String> {
+    dotnet
+        .to_str()
+        .and_then(|d| probe(d, &["--list-runtimes"], Duration::from_secs(20)))
+        .map(|t| t.lines().map(|l| l.split(" [").next().unwrap_or(l).to_string()).collect())
+        .unwrap_or_default()
+}
+
 /// Reads what can be read quickly; the engine adds target facts.
 pub fn collect() -> Environment {
     let dotnet_runtimes = crate::testing::which("dotnet")
         .or_else(|| std::env::var_os("DOTNET_ROOT").map(|r| PathBuf::from(r).join("dotnet")))
-        .and_then(|d| probe(d.to_str()?, &["--list-runtimes"], Duration::from_secs(20)))
-        .map(|t| t.lines().map(|l| l.split(" [").next().unwrap_or(l).to_string()).collect())
+        .map(|d| dotnet_runtimes(&d))
         .unwrap_or_default();
     Environment {
         kernel: kernel_release(),
@@ -329,7 +337,7 @@ pub fn doctor(dotnet_root: Option<&Path>) -> Vec<DoctorRow> {
             let dotnet = root.join("dotnet");
             let sdks = probe(dotnet.to_str().unwrap_or("dotnet"), &["--list-sdks"], Duration::from_secs(20)).unwrap_or_default();
             rows.push(row(".NET SDKs", sdks.lines().map(|l| l.split(" [").next().unwrap_or(l)).collect::<Vec<_>>().join(", "), Status::Ok, "builds the workloads"));
-            rows.push(row(".NET runtimes", env.dotnet_runtimes.join(", "), Status::Ok, "runs the workloads"));
+            rows.push(row(".NET runtimes", dotnet_runtimes(&dotnet).join(", "), Status::Ok, "runs the workloads"));
             match trace_provider_library(root) {
                 Some(lib) => {
                     let needed = elf_needed(&lib).map(|n| n.into_iter().filter(|n| n.contains("lttng")).collect::<Vec<_>>());

@@ -2,6 +2,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::path::Path;
 
 use crate::metadata::{ByteKind, EventClass, IntNode, Metadata, Node, Role, StreamClass};
@@ -142,6 +143,14 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Text as UTF-8; invalid bytes become U+FFFD (valid text, the common case, is checked fast).
+fn text(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
 /// Values a stream's decoding tracks across fields and packets.
 struct State {
     slots: Vec<i64>,
@@ -211,7 +220,7 @@ impl State {
                 let raw = cur.uint(*bits, *le)?;
                 Value::Float(if *bits == 32 { f32::from_bits(raw as u32) as f64 } else { f64::from_bits(raw) })
             }
-            Node::Str => Value::Str(String::from_utf8_lossy(cur.cstring()?).into_owned()),
+            Node::Str => Value::Str(text(cur.cstring()?)),
             Node::Struct { fields, .. } => {
                 cur.align(node.align())?;
                 let mut out = Vec::with_capacity(fields.len());
@@ -246,7 +255,7 @@ impl State {
                 cur.align(8)?;
                 let b = cur.bytes(len)?;
                 let b = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
-                Ok(Value::Str(String::from_utf8_lossy(b).into_owned()))
+                Ok(Value::Str(text(b)))
             }
             ByteKind::No => {
                 self.check_count(elem, len, cur)?;
@@ -529,11 +538,23 @@ impl<'t> Iterator for Events<'t> {
                 }
             }
         }
-        let Reverse((_, i)) = self.heap.pop()?;
+        // Replacing the top in place sifts once, instead of a pop and a push per event.
+        let mut top = self.heap.peek_mut()?;
+        let i = top.0.1;
         let ev = self.pending[i].take();
-        if let Err(e) = self.refill(i) {
-            self.failed = true;
-            return Some(Err(e));
+        match self.readers[i].next_event() {
+            Ok(Some(next)) => {
+                *top = Reverse((next.ns_from_origin, i));
+                self.pending[i] = Some(next);
+            }
+            Ok(None) => {
+                PeekMut::pop(top);
+            }
+            Err(e) => {
+                PeekMut::pop(top);
+                self.failed = true;
+                return Some(Err(e));
+            }
         }
         ev.map(Ok)
     }

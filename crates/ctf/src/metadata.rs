@@ -78,6 +78,7 @@ pub(crate) enum Node {
     Float { bits: u32, align: u32, le: bool },
     Str,
     Enum { int: IntNode, labels: Arc<[(i64, i64, Arc<str>)]> },
+    /// `align` is the effective alignment (the declared one and every field's).
     Struct { align: u32, fields: Vec<(Arc<str>, Node)> },
     Variant { tag_slot: usize, options: Vec<(Arc<str>, Node)>, select: Vec<(i64, i64, usize)> },
     Array { elem: Box<Node>, len: u64, bytes: ByteKind },
@@ -90,7 +91,7 @@ impl Node {
             Node::Int(i) | Node::Enum { int: i, .. } => i.align,
             Node::Float { align, .. } => *align,
             Node::Str => 8,
-            Node::Struct { align, fields } => fields.iter().map(|(_, n)| n.align()).fold(*align, u32::max),
+            Node::Struct { align, .. } => *align,
             Node::Variant { .. } => 1,
             Node::Array { elem, .. } | Node::Sequence { elem, .. } => elem.align(),
         }
@@ -449,7 +450,9 @@ impl Compiler {
                     out.push((display_name(fname), n));
                 }
                 vis.members = self.frames.pop().unwrap_or_default();
-                Node::Struct { align: *align, fields: out }
+                // A struct aligns like its most aligned field (CTF 1.8 §4.2.1); computed once here.
+                let align = out.iter().map(|(_, n)| n.align()).fold(*align, u32::max);
+                Node::Struct { align, fields: out }
             }
             Type::Variant { tag, options } => {
                 let tag = tag.as_deref().ok_or_else(|| merr(&format!("variant {name} has no tag")))?;

@@ -32,6 +32,7 @@ pub struct DotnetTrace {
     providers: Vec<String>,
     rundown: bool,
     child: Option<Child>,
+    stdin: Option<std::process::ChildStdin>,
     output: Arc<Mutex<Vec<u8>>>,
     trace_path: Option<PathBuf>,
     commands: Vec<String>,
@@ -78,6 +79,7 @@ impl DotnetTrace {
             providers,
             rundown: spec.opt_bool("rundown").unwrap_or(true),
             child: None,
+            stdin: None,
             output: Arc::new(Mutex::new(Vec::new())),
             trace_path: None,
             commands: Vec::new(),
@@ -136,10 +138,12 @@ impl Collector for DotnetTrace {
             .env("DOTNET_ROOT", &dotnet.root)
             .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
             .env("DOTNET_NOLOGO", "1")
-            .stdin(Stdio::null())
+            // dotnet-trace stops at end of input: keep its stdin open, press Enter to stop it.
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| format!("could not start {}", argv[0]))?;
+        self.stdin = child.stdin.take();
         collect_output(child.stdout.take().unwrap(), self.output.clone());
         collect_output(child.stderr.take().unwrap(), self.output.clone());
         self.commands.push(argv.join(" "));
@@ -168,13 +172,16 @@ impl Collector for DotnetTrace {
     fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };
         // dotnet-trace ends by itself when the traced process exits; if the app is still alive
-        // (a run cut short), SIGINT makes it stop the session and finish the file.
+        // (a run cut short), Enter makes it stop the session and finish the file.
         let deadline = Instant::now() + Duration::from_secs(5);
         while child.try_wait()?.is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         if child.try_wait()?.is_none() {
-            crate::target::signal(child.id(), 2)?;
+            if let Some(mut stdin) = self.stdin.take() {
+                use std::io::Write;
+                let _ = stdin.write_all(b"\n");
+            }
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {

@@ -261,6 +261,40 @@ fn offset_of_record(bytes: &[u8], data: Section, record_type: u32, body: &[u8]) 
     None
 }
 
+/// Whether a SAMPLE record's callchain length fits inside the record.
+fn callchain_fits(record: &linux_perf_data::linux_perf_event_reader::RawEventRecord) -> Result<(), String> {
+    use linux_perf_data::linux_perf_event_reader::{Endianness, SampleFormat};
+    let format = record.parse_info.sample_format;
+    if record.record_type != RecordType::SAMPLE || !format.contains(SampleFormat::CALLCHAIN) || format.contains(SampleFormat::READ) {
+        return Ok(());
+    }
+    let before = [
+        SampleFormat::IDENTIFIER,
+        SampleFormat::IP,
+        SampleFormat::TID,
+        SampleFormat::TIME,
+        SampleFormat::ADDR,
+        SampleFormat::ID,
+        SampleFormat::STREAM_ID,
+        SampleFormat::CPU,
+        SampleFormat::PERIOD,
+    ];
+    let at = 8 * before.iter().filter(|f| format.contains(**f)).count();
+    let body = record.data.as_slice();
+    if body.len() < at + 8 {
+        return Err(format!("a {}-byte sample is too short for its fields", body.len()));
+    }
+    let raw: [u8; 8] = body[at..at + 8].try_into().unwrap();
+    let nr = match record.parse_info.endian {
+        Endianness::LittleEndian => u64::from_le_bytes(raw),
+        Endianness::BigEndian => u64::from_be_bytes(raw),
+    };
+    if nr > ((body.len() - at - 8) / 8) as u64 {
+        return Err(format!("a callchain of {nr} entries does not fit the {}-byte sample", body.len()));
+    }
+    Ok(())
+}
+
 fn cpu_mode_is_kernel(mode: CpuMode) -> bool {
     matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
 }
@@ -319,7 +353,15 @@ impl PerfRecording {
                 Err(e) => return Err(locate(&e)),
             };
             let PerfFileRecord::EventRecord { attr_index, record } = record else { continue };
-            let parsed = match record.parse() {
+            // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
+            // overflow panic on a corrupt length): check the length against the record first.
+            let checked = match callchain_fits(&record) {
+                Err(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why)),
+                Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse())).unwrap_or_else(|_| {
+                    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the record's fields do not fit its size"))
+                }),
+            };
+            let parsed = match checked {
                 Ok(p) => p,
                 Err(e) => {
                     let body = record.data.as_slice();

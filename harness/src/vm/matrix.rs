@@ -110,6 +110,11 @@ pub fn run_kernel_matrix(opts: &KernelMatrixOptions) -> Result<Vec<KernelCell>> 
         let scenario = crate::scenario::Scenario::find(s)?;
         crate::workload::build(&scenario.workload)
             .with_context(|| format!("building the workload of `{s}` for the guests"))?;
+        // Tools installed from the offline feed travel with the job (.build/tools): the guest
+        // has no feed to install from.
+        if scenario.collectors.iter().any(|c| c.kind == "dotnet-trace") {
+            crate::collect::dotnet_trace::ensure_installed().context("installing dotnet-trace for the guests")?;
+        }
     }
     let mut cells = Vec::new();
     for kernel in &kernels {

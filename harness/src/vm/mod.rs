@@ -293,8 +293,14 @@ pub fn environment_label(kernel: &KernelSpec) -> String {
 
 /// Runs one job on one kernel: prepares the kernel and disk (cached) and boots.
 pub fn run_job(kernel: &KernelSpec, job: &GuestJob, opts: &BootOptions, work_dir: &Path) -> Result<(PreparedKernel, GuestOutcome)> {
-    let prepared = image::prepare_kernel(kernel)?;
-    let disk = image::prepare_disk()?;
+    let (prepared, disk) = {
+        // Two runs preparing the cache at once (a test beside a matrix run) take turns.
+        std::fs::create_dir_all(image::cache_dir())?;
+        let lock_path = image::cache_dir().join("prepare.lock");
+        let lock = std::fs::File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
+        lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        (image::prepare_kernel(kernel)?, image::prepare_disk()?)
+    };
     let outcome = boot(&prepared, &disk, job, opts, work_dir)?;
     Ok((prepared, outcome))
 }

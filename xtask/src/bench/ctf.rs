@@ -1,6 +1,160 @@
-use anyhow::{Result, bail};
+//! `cargo xtask bench ctf [--trace DIR] [--runs N] [--record] [--record-runs N]`: decodes one
+//! large LTTng trace with tracelab's CTF reader and with `babeltrace2` (to its dummy sink, which
+//! decodes every event and discards it, and as text), in one run, and prints both rates and the
+//! ratio. Without `--trace`, the trace is `.build/ctf-bench/trace`, recorded on first use (or with
+//! `--record`) in the bullseye runtime image: every DotNETRuntime tracepoint of 25 FixtureApp runs
+//! (≈ 51 MB, ≈ 550 k events). "Warm" = the median of the runs after the first.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use harness::collect::lttng::ctf;
 use xshell::Shell;
 
-pub fn run(_sh: &Shell, _args: &[String]) -> Result<()> {
-    bail!("`cargo xtask bench ctf` is not built yet")
+#[derive(Parser, Debug)]
+#[command(name = "bench ctf")]
+struct Args {
+    /// A CTF trace folder (or a session output holding several).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Timed runs of each reader.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Record the default trace again.
+    #[arg(long)]
+    record: bool,
+    /// FixtureApp runs in a recording.
+    #[arg(long, default_value_t = 25)]
+    record_runs: u32,
+}
+
+#[repr(C)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    rest: [i64; 14],
+}
+
+unsafe extern "C" {
+    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+}
+const RUSAGE_CHILDREN: i32 = -1;
+
+/// User + system CPU seconds of `who`.
+fn cpu_seconds(who: i32) -> f64 {
+    let mut u = Rusage { utime: [0; 2], stime: [0; 2], rest: [0; 14] };
+    // SAFETY: getrusage writes one struct rusage (18 longs on x86-64 Linux) into `u`.
+    unsafe { getrusage(who, &mut u) };
+    let tv = |t: [i64; 2]| t[0] as f64 + t[1] as f64 / 1e6;
+    tv(u.utime) + tv(u.stime)
+}
+
+struct Timing {
+    wall: Duration,
+    cpu: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs the release build of crates/ctf's `ctfdump --count` (decodes every event with all its
+/// fields, prints nothing per event) as a child, like babeltrace2, so both are timed the same way
+/// and our reader is optimised whatever profile xtask itself was built with.
+fn decode_ours(exe: &std::path::Path, trace: &std::path::Path) -> Result<(Timing, u64)> {
+    let c0 = cpu_seconds(RUSAGE_CHILDREN);
+    let t0 = Instant::now();
+    let out = Command::new(exe).arg("--count").arg(trace).output().with_context(|| format!("running {}", exe.display()))?;
+    let wall = t0.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("ctfdump failed: {stderr}");
+    }
+    let events = stderr.split_whitespace().next().and_then(|n| n.parse().ok()).context("ctfdump printed no event count")?;
+    Ok((Timing { wall, cpu: cpu_seconds(RUSAGE_CHILDREN) - c0 }, events))
+}
+
+fn babeltrace(trace: &std::path::Path, extra: &[&str]) -> Result<(Timing, String)> {
+    let c0 = cpu_seconds(RUSAGE_CHILDREN);
+    let t0 = Instant::now();
+    let out = Command::new("babeltrace2")
+        .arg(trace)
+        .args(extra)
+        .stdout(if extra.is_empty() { Stdio::null() } else { Stdio::piped() })
+        .stderr(Stdio::piped())
+        .output()
+        .context("running babeltrace2 (Debian: apt-get install babeltrace2)")?;
+    let wall = t0.elapsed();
+    if !out.status.success() {
+        bail!("babeltrace2 failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok((Timing { wall, cpu: cpu_seconds(RUSAGE_CHILDREN) - c0 }, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
+    let args = Args::try_parse_from(std::iter::once("bench ctf".to_string()).chain(args.iter().cloned()))?;
+    let default = harness::project_root().join(".build/ctf-bench/recording");
+    let trace = match &args.trace {
+        Some(t) => t.clone(),
+        None => {
+            let dir = default.join("trace");
+            if args.record || !dir.join("ust").exists() {
+                eprintln!("==> recording the bench trace ({} FixtureApp runs, bullseye image)", args.record_runs);
+                harness::collect::lttng::record_bench_trace(&default, args.record_runs)?
+            } else {
+                dir
+            }
+        }
+    };
+    let bytes: u64 = ctf::Trace::find(&trace)?
+        .iter()
+        .map(|d| ctf::Trace::open(d).map(|t| t.stream_bytes()))
+        .sum::<Result<u64, _>>()?;
+    // The events babeltrace2 sees, to prove both readers decode the same trace.
+    let (_, counted) = babeltrace(&trace, &["-c", "sink.utils.counter"])?;
+    let bt_events: u64 = counted
+        .lines()
+        .find_map(|l| l.trim().strip_suffix(" events").and_then(|n| n.trim().replace(',', "").parse().ok()))
+        .unwrap_or(0);
+
+    sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "ctf", "--example", "ctfdump"]).run()?;
+    let exe = harness::project_root().join("target/release/examples/ctfdump");
+    let runs = args.runs.max(2);
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut events = 0;
+    for _ in 0..runs {
+        // Interleaved, so both readers see the same machine load.
+        let (t, n) = decode_ours(&exe, &trace)?;
+        events = n;
+        ours.push(t);
+        theirs.push(babeltrace(&trace, &["-c", "sink.utils.dummy"])?.0);
+    }
+    let (text, _) = babeltrace(&trace, &[])?;
+    if bt_events != 0 && bt_events != events {
+        bail!("tracelab decoded {events} events, babeltrace2 counted {bt_events}: the readers disagree");
+    }
+
+    let warm = |v: &[Timing], f: fn(&Timing) -> f64| median(v[1..].iter().map(f).collect());
+    let rate = |secs: f64| events as f64 / secs;
+    let (ow, oc) = (warm(&ours, |t| t.wall.as_secs_f64()), warm(&ours, |t| t.cpu));
+    let (tw, tc) = (warm(&theirs, |t| t.wall.as_secs_f64()), warm(&theirs, |t| t.cpu));
+    println!("trace: {} ({:.1} MB of streams, {events} events; babeltrace2 counted {bt_events})", trace.display(), bytes as f64 / 1e6);
+    println!("warm medians of {} runs after the first:", runs - 1);
+    println!("{:<34} {:>10} {:>14} {:>14}", "reader", "wall s", "events/s wall", "events/s CPU");
+    println!("{:<34} {:>10.3} {:>14.0} {:>14.0}", "tracelab ctfdump --count", ow, rate(ow), rate(oc));
+    println!("{:<34} {:>10.3} {:>14.0} {:>14.0}", "babeltrace2 -c sink.utils.dummy", tw, rate(tw), rate(tc));
+    println!(
+        "{:<34} {:>10.3} {:>14.0} {:>14.0}",
+        "babeltrace2 text (pretty sink)",
+        text.wall.as_secs_f64(),
+        rate(text.wall.as_secs_f64()),
+        rate(text.cpu)
+    );
+    println!("ratio tracelab / babeltrace2 dummy sink: {:.2}x wall, {:.2}x CPU (goal ≥ 2x)", tw / ow, tc / oc);
+    Ok(())
 }
