@@ -160,7 +160,7 @@ fn probe_script(collector: &str, app: &str, dotnet_trace: Option<&Path>, work: &
     let run_app = format!("dotnet {app} --seconds 1 --induced 3 --alloc-mb-per-s 50");
     Ok(match collector {
         "perf-cpu" => format!(
-            "set -e\nexport DOTNET_PerfMapEnabled=1\n\
+            "set -e\nexport DOTNET_PerfMapEnabled=1 DOTNET_EnableWriteXorExecute=0\n\
              perf record -q -e cpu-clock -F 999 -g -o {work}/probe.data -- {run_app} >/dev/null\n\
              perf script -i {work}/probe.data > {work}/probe.txt 2>/dev/null\n\
              n=$(grep -c cpu-clock {work}/probe.txt || true); j=$(grep -c 'Tracelab.Workloads' {work}/probe.txt || true)\n\
@@ -298,8 +298,15 @@ fn run_probe(kit: &ProbeKit, collector: &str, caps: &str) -> Result<Probe> {
             }
         }
     }
+    probe.error = probe.error.map(|e| without_ids(&e));
     probe.seconds = started.elapsed().as_secs_f64();
     Ok(probe)
+}
+
+/// The error with container ids replaced by `<id>`, so equal failures compare equal.
+fn without_ids(error: &str) -> String {
+    let ids = regex::Regex::new(r"\b[0-9a-f]{12}(?:[0-9a-f]{52})?\b").expect("valid regex");
+    ids.replace_all(error, "<id>").into_owned()
 }
 
 /// Finds the app's diagnostics socket in the shared /tmp and sends ProcessInfo (IPC command set
@@ -516,6 +523,15 @@ mod tests {
         assert_eq!(back.probes[0].collector, "lttng");
         // No half-written folder is left beside it.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn container_ids_are_masked_in_errors() {
+        assert_eq!(
+            without_ids("cannot start container 3cdcd46f685d: unable to apply caps"),
+            "cannot start container <id>: unable to apply caps"
+        );
+        assert_eq!(without_ids("exit 32: mount: permission denied."), "exit 32: mount: permission denied.");
     }
 
     #[test]

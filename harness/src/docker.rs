@@ -31,6 +31,10 @@ pub const LABEL_ROLE: &str = "tracelab.role";
 pub const LABEL_RUN: &str = "tracelab.run";
 
 static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Held across each create + registration, so the signal handler never misses a container whose
+/// creation was in flight when the signal came.
+static CREATING: Mutex<()> = Mutex::new(());
+static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A connection to the Docker daemon with its own runtime; all methods block.
 pub struct Docker {
@@ -50,6 +54,8 @@ pub struct ContainerSpec {
     pub privileged: bool,
     /// `container:ID` to join another container's pid namespace.
     pub pid_mode: Option<String>,
+    /// `shareable` (app) or `container:ID` (sidecar): LTTng-UST shares /dev/shm with its daemon.
+    pub ipc_mode: Option<String>,
     /// `none` unless a loopback load generator needs `host`.
     pub network_mode: String,
     pub role: String,
@@ -228,6 +234,7 @@ impl Docker {
             cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
             privileged: Some(spec.privileged),
             pid_mode: spec.pid_mode.clone(),
+            ipc_mode: spec.ipc_mode.clone(),
             network_mode: Some(spec.network_mode.clone()),
             init: Some(false),
             ..Default::default()
@@ -244,6 +251,10 @@ impl Docker {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().build();
+        let _creating = CREATING.lock().unwrap_or_else(|p| p.into_inner());
+        if SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+            bail!("tracelab is shutting down (signal received): no new container");
+        }
         let created = self
             .rt
             .block_on(self.api.create_container(Some(options), body))
@@ -410,6 +421,7 @@ fn file_chunks(path: &Path) -> Result<impl futures_util::Stream<Item = std::io::
 /// Removes every container this process created and has not removed yet. Safe to call from a
 /// signal-handling thread and more than once.
 pub fn remove_registered() {
+    let _creating = CREATING.lock().unwrap_or_else(|p| p.into_inner());
     let ids: Vec<String> = std::mem::take(&mut *CREATED.lock().unwrap_or_else(|p| p.into_inner()));
     if ids.is_empty() {
         return;
@@ -442,6 +454,7 @@ pub fn install_signal_cleanup() {
             .spawn(move || {
                 if let Some(sig) = signals.forever().next() {
                     eprintln!("tracelab: signal {sig}: removing this run's containers");
+                    SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
                     remove_registered();
                     std::process::exit(128 + sig);
                 }

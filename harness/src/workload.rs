@@ -109,11 +109,11 @@ pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorklo
             };
             // `{ project = "workloads/cpu-bound", ready_to_run = true }` is how a scenario asks for
             // the precompiled variant of one of ours: build it where the named one goes.
-            if let (Ok(canon), Ok(ours)) = (folder.canonicalize(), workloads_dir().canonicalize()) {
-                if canon.parent() == Some(ours.as_path()) {
-                    let name = canon.file_name().unwrap().to_string_lossy().into_owned();
-                    return build_named(dotnet, &name, *ready_to_run);
-                }
+            if let (Ok(canon), Ok(ours)) = (folder.canonicalize(), workloads_dir().canonicalize())
+                && canon.parent() == Some(ours.as_path())
+            {
+                let name = canon.file_name().unwrap().to_string_lossy().into_owned();
+                return build_named(dotnet, &name, *ready_to_run);
             }
             build_project(dotnet, &project, *ready_to_run)
         }
@@ -279,16 +279,14 @@ fn run_build(
         .with_context(|| format!("cannot lock {}", lock_path.display()))?;
 
     let up_to_date = std::fs::read_to_string(&stamp_path).is_ok_and(|s| s.trim() == stamp_value);
-    if up_to_date {
-        if let Ok(dll) = entry_dll(out, project) {
-            return Ok(BuiltWorkload {
-                name: name.to_string(),
-                dll,
-                dir: out.to_path_buf(),
-                ready_to_run,
-                rebuilt: false,
-            });
-        }
+    if up_to_date && let Ok(dll) = entry_dll(out, project) {
+        return Ok(BuiltWorkload {
+            name: name.to_string(),
+            dll,
+            dir: out.to_path_buf(),
+            ready_to_run,
+            rebuilt: false,
+        });
     }
 
     let _ = std::fs::remove_file(&stamp_path);

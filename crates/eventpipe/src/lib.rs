@@ -18,6 +18,7 @@ pub mod payload;
 pub mod speedscope;
 pub mod symbols;
 pub mod varint;
+pub mod inspect;
 pub mod ipc;
 
 pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind, decode};

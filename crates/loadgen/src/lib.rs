@@ -292,10 +292,10 @@ fn connection_loop(
     let mut latencies = Vec::new();
     let (mut ok, mut errors, mut samples) = (0u64, 0u64, Vec::<String>::new());
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-        if let Some(max) = config.max_requests_per_route {
-            if issued.fetch_add(1, Ordering::Relaxed) >= max {
-                break;
-            }
+        if let Some(max) = config.max_requests_per_route
+            && issued.fetch_add(1, Ordering::Relaxed) >= max
+        {
+            break;
         }
         let begun = Instant::now();
         let result = (|| -> Result<Response, String> {

@@ -148,11 +148,14 @@ impl Collector for DotnetTrace {
         collect_output(child.stderr.take().unwrap(), self.output.clone());
         self.commands.push(argv.join(" "));
         self.trace_path = Some(trace_path);
-        // dotnet-trace prints its progress line once CollectTracing answered: the session is on.
+        // dotnet-trace prints "Output File : …" after CollectTracing answered (its progress line
+        // only appears on a terminal): from then on the session records.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let text = self.output_text();
-            if text.contains("Recording trace") || text.contains("Press <Enter>") {
+            if text.lines().any(|l| l.starts_with("Output File"))
+                || text.contains("Recording trace")
+            {
                 break;
             }
             if let Some(status) = child.try_wait()? {

@@ -284,6 +284,27 @@ impl Collector for EventPipeCollector {
     }
 }
 
+/// Records `dll args…` (a FixtureApp-style app that prints `ready_line` before its work) under
+/// an EventPipe session of `config` into `out`, on the host. Returns the bytes recorded.
+/// Used to make large traces for benchmarks.
+pub fn record_app(dotnet: &Path, dll: &Path, args: &[String], ready_line: &str, config: &SessionConfig, out: &Path) -> Result<u64> {
+    use crate::target::{AppLaunch, HostTarget};
+    let work_dir = out.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut target = HostTarget::new(dotnet.to_path_buf());
+    let launch = AppLaunch { dll: dll.to_path_buf(), args: args.to_vec(), env: Default::default(), work_dir };
+    let mut app = target.launch(&launch)?;
+    app.wait_for_line(ready_line, Duration::from_secs(60))?;
+    let client = DiagnosticsClient::for_pid(app.host_pid)?;
+    let session = client.start_session(config)?;
+    let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut drain = session.drain_to(std::io::BufWriter::new(file));
+    let code = target.wait_app(&mut app, Duration::from_secs(600))?;
+    if code != 0 {
+        bail!("{} exited with {code}:\n{}", dll.display(), app.transcript.join("\n"));
+    }
+    Ok(drain.wait(Duration::from_secs(60))?)
+}
+
 fn model_value(v: eventpipe::Value) -> Value {
     match v {
         eventpipe::Value::U64(v) => Value::U64(v),

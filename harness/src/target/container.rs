@@ -213,6 +213,16 @@ impl Target for ContainerTarget {
         if !app_dir.starts_with(&work_dir) {
             binds.push(format!("{0}:{0}:ro", app_dir.display()));
         }
+        // Tools the harness installs on the host (dotnet-trace) run inside under the same path.
+        let tools = crate::project_root().join(".build").join("tools");
+        if tools.is_dir() {
+            binds.push(format!("{0}:{0}:ro", tools.display()));
+        }
+        // LTTng-UST apps find the root session daemon under /var/run/lttng: shared with a
+        // sidecar that runs lttng-sessiond (together with the IPC namespace, for /dev/shm).
+        let lttng_run = work_dir.join("container-lttng-run");
+        std::fs::create_dir_all(&lttng_run).with_context(|| format!("cannot create {}", lttng_run.display()))?;
+        binds.push(format!("{}:/var/run/lttng", lttng_run.display()));
         binds.extend(self.options.extra_binds.iter().cloned());
 
         // pid 1 is a shell that outlives the app: when a pid namespace's init exits, the kernel
@@ -235,6 +245,8 @@ impl Target for ContainerTarget {
         spec.working_dir = Some(work_dir.display().to_string());
         if self.kind == TargetKind::Container {
             self.apply_caps(&mut spec);
+        } else {
+            spec.ipc_mode = Some("shareable".into());
         }
         let id = self.docker.create(&spec)?;
         self.app_id = Some(id.clone());
@@ -298,6 +310,7 @@ impl Target for ContainerTarget {
                 spec.env = env.to_vec();
                 spec.binds = self.binds.clone();
                 spec.pid_mode = Some(format!("container:{app_id}"));
+                spec.ipc_mode = Some(format!("container:{app_id}"));
                 spec.network_mode = "none".into();
                 spec.labels = self.labels();
                 spec.working_dir = Some(work_dir);

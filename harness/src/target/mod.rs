@@ -311,3 +311,37 @@ pub fn relative_to(p: &Path, base: &Path) -> PathBuf {
 }
 
 pub mod container;
+
+/// The target a scenario gets when it names none: `container` when a Docker daemon answers,
+/// else `host`; the string says why (print it).
+pub fn default_kind() -> (TargetKind, String) {
+    match crate::docker::Docker::available() {
+        Ok(()) => (TargetKind::Container, "a Docker daemon answers: running in a container".into()),
+        Err(why) => (TargetKind::Host, format!("running on the host: {why}")),
+    }
+}
+
+/// Builds the target of `kind`. `suite` picks the image of container targets (default
+/// bullseye); `caps` are the collector tools' capabilities there (default: the least set the
+/// capability matrix measured for `collectors`, see [`crate::caps::least_working_for`]).
+pub fn create(
+    kind: TargetKind,
+    dotnet: &Path,
+    suite: Option<&str>,
+    caps: Option<Vec<String>>,
+    collectors: &[&str],
+) -> Result<Box<dyn Target>> {
+    Ok(match kind {
+        TargetKind::Host => Box::new(HostTarget::new(dotnet.to_path_buf())),
+        TargetKind::Container | TargetKind::Sidecar => {
+            let caps = match caps {
+                Some(c) => c,
+                None => crate::caps::least_working_for(collectors).with_context(|| {
+                    format!("the capability matrix found no capability set under which {} work", collectors.join(", "))
+                })?,
+            };
+            let options = container::ContainerOptions::new(suite.unwrap_or(crate::image::DEFAULT_SUITE), caps)?;
+            Box::new(container::ContainerTarget::new(kind, options)?)
+        }
+    })
+}

@@ -526,14 +526,21 @@ fn raw_str(data: &RawData) -> String {
 
 /// Reads `perf_data` and unwinds every sample of the wanted processes.
 pub fn unwind_perf_data(perf_data: &Path, opts: UnwindOptions) -> Result<Unwound> {
+    unwind_perf_data_with(perf_data, &mut StackUnwinder::new(opts))
+}
+
+/// The same with an unwinder kept between files: images it loaded stay loaded (benchmarks,
+/// several recordings of one app).
+pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
     let mut file = std::fs::File::open(perf_data)
         .with_context(|| format!("could not open {}: was perf recording?", perf_data.display()))?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     check_perf_header(&mut file, len).map_err(|e| anyhow!("{}: {e}", perf_data.display()))?;
     std::io::Seek::rewind(&mut file)?;
+    unwinder.processes.clear();
     // The reader crates assert on some malformed fields; a bad file must give an error here.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        read_all(std::io::BufReader::new(file), len, perf_data, opts)
+        read_all(std::io::BufReader::new(file), len, perf_data, unwinder)
     }))
     .unwrap_or_else(|_| {
         Err(anyhow!(
@@ -628,7 +635,7 @@ fn read_all(
     reader: std::io::BufReader<std::fs::File>,
     file_len: u64,
     path: &Path,
-    opts: UnwindOptions,
+    unwinder: &mut StackUnwinder,
 ) -> Result<Unwound> {
     let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(reader)
         .map_err(|e| anyhow!("{}: not a perf.data file perf 5+ writes ({e}); file size {file_len} bytes", path.display()))?;
@@ -644,7 +651,6 @@ fn read_all(
     let switch_attr: BTreeSet<usize> =
         event_names.iter().enumerate().filter(|(_, n)| n.ends_with("sched_switch")).map(|(i, _)| i).collect();
 
-    let mut unwinder = StackUnwinder::new(opts);
     let mut out = Unwound { event_names, first_time_ns: u64::MAX, ..Default::default() };
     loop {
         let record = match record_iter.next_record(&mut perf_file) {

@@ -251,6 +251,7 @@ fn boot_and_run(
                 "release": prepared.release,
                 "package": prepared.package,
                 "accel": "tcg",
+                "cpu": opts.boot.cpu,
                 "boot_s": boot_s,
                 "attempt": attempt,
                 "guest_exit_code": code,

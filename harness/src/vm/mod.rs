@@ -92,11 +92,18 @@ fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// The emulated CPU: everything TCG offers (.NET's JIT then uses the same instruction sets as on
+/// real hardware) except 5-level paging, which trixie's 6.12 turns on when offered, and with which
+/// TCG guests crashed intermittently (scheduler oops at boot, SIGILL in user space).
+pub const DEFAULT_CPU: &str = "max,la57=off";
+
 /// Guest size and limits.
 #[derive(Clone, Debug)]
 pub struct BootOptions {
     pub memory_mb: u64,
     pub cpus: u32,
+    /// qemu's `-cpu` model. Default `max` without 5-level paging (see [`DEFAULT_CPU`]).
+    pub cpu: String,
     /// Size of the results disk; the guest's `out` folder must fit as a tar.
     pub results_mb: u64,
     /// Wall-clock limit for the whole boot (the guest is killed after it).
@@ -105,7 +112,13 @@ pub struct BootOptions {
 
 impl Default for BootOptions {
     fn default() -> Self {
-        BootOptions { memory_mb: 3072, cpus: 2, results_mb: 1024, timeout: Duration::from_secs(900) }
+        BootOptions {
+            memory_mb: 3072,
+            cpus: 2,
+            cpu: std::env::var("TRACELAB_QEMU_CPU").unwrap_or_else(|_| DEFAULT_CPU.to_string()),
+            results_mb: 1024,
+            timeout: Duration::from_secs(900),
+        }
     }
 }
 
@@ -166,7 +179,7 @@ pub fn boot(kernel: &PreparedKernel, root_disk: &Path, job: &GuestJob, opts: &Bo
     }
     let console_log = work_dir.join("console.log");
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-machine", "q35,accel=tcg", "-cpu", "max"])
+    cmd.args(["-machine", "q35,accel=tcg", "-cpu", &opts.cpu])
         .args(["-smp", &opts.cpus.to_string(), "-m", &format!("{}M", opts.memory_mb)])
         .args(["-nic", "none", "-display", "none", "-no-reboot"])
         .args(["-serial", "stdio", "-monitor", "none"])

@@ -116,9 +116,11 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
         .sum::<Result<u64, _>>()?;
     // The events babeltrace2 sees, to prove both readers decode the same trace.
     let (_, counted) = babeltrace(&trace, &["-c", "sink.utils.counter"])?;
+    // The counter sink prints running totals every 10 000 events, then the final one.
     let bt_events: u64 = counted
         .lines()
-        .find_map(|l| l.trim().strip_suffix(" events").and_then(|n| n.trim().replace(',', "").parse().ok()))
+        .filter_map(|l| l.trim().strip_suffix(" Event messages").and_then(|n| n.trim().parse().ok()))
+        .last()
         .unwrap_or(0);
 
     sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "ctf", "--example", "ctfdump"]).run()?;

@@ -1,6 +1,151 @@
-use anyhow::{Result, bail};
-use xshell::Shell;
+//! `cargo xtask bench nettrace [--trace FILE] [--runs N] [--record]`: decodes one large nettrace
+//! with our decoder (crates/eventpipe's `nettrace bench`, release build, as a child) and with the
+//! reference TraceEvent program (../shared/reference/TraceDump `bench`, built from a copy) in one
+//! run, and prints both rates and the ratio. "Warm" = the median of the runs after the first.
+//!
+//! Without `--trace`, the input is `target/bench/nettrace-bench.nettrace`, recorded on first use
+//! (or with `--record`) by our own IPC client: FixtureApp `cpu,gc,exceptions` ×8 under
+//! SampleProfiler + runtime GC (Verbose) + exceptions + the default runtime keywords, with rundown.
 
-pub fn run(_sh: &Shell, _args: &[String]) -> Result<()> {
-    bail!("`cargo xtask bench nettrace` is not built yet")
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use eventpipe::ipc::{Provider, SessionConfig};
+use harness::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, RUNTIME, SAMPLE_PROFILER, record_app};
+use harness::collect::perf::fixture_app;
+use harness::dotnet::Dotnet;
+use xshell::{Shell, cmd};
+
+#[derive(Parser, Debug)]
+#[command(name = "bench nettrace")]
+struct Args {
+    /// A .nettrace file to decode (default: the recorded benchmark trace).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Timed runs of each decoder.
+    #[arg(long, default_value_t = 6)]
+    runs: usize,
+    /// Record the default trace again.
+    #[arg(long)]
+    record: bool,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Parses `… run N: E events, … = R ev/s, …` lines with the given prefix; returns (events, ev/s) per run.
+fn parse_runs(text: &str, prefix: &str) -> Vec<(u64, f64)> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| {
+            let events = l.split(": ").nth(1)?.split_whitespace().next()?.parse().ok()?;
+            let rate = l.split("= ").nth(1)?.split_whitespace().next()?.parse().ok()?;
+            Some((events, rate))
+        })
+        .collect()
+}
+
+fn warm(runs: &[(u64, f64)]) -> f64 {
+    let rest: Vec<f64> = runs.iter().skip(1).map(|r| r.1).collect();
+    if rest.is_empty() { runs.first().map_or(0.0, |r| r.1) } else { median(rest) }
+}
+
+fn record(dotnet: &Dotnet, out: &Path) -> Result<()> {
+    let work = out.parent().unwrap().join("fixture-app");
+    let dll = fixture_app::build(dotnet, &work)?;
+    let phases = vec!["cpu,gc,exceptions"; 8].join(",");
+    let config = SessionConfig {
+        providers: vec![
+            Provider::new(SAMPLE_PROFILER, 0xF000_0000_0000, 5),
+            Provider::new(RUNTIME, DEFAULT_RUNTIME_KEYWORDS | 0x1 | 0x8000, 5),
+        ],
+        ..SessionConfig::default()
+    };
+    eprintln!("recording {} (FixtureApp {phases} 1) …", out.display());
+    let bytes = record_app(&dotnet.dotnet, &dll, &[phases, "1".into()], "FIXTURE READY", &config, out)?;
+    eprintln!("recorded {:.1} MB", bytes as f64 / 1e6);
+    Ok(())
+}
+
+fn build_tracedump(dotnet: &Dotnet, dir: &Path) -> Result<PathBuf> {
+    let dll = dir.join("out").join("TraceDump.dll");
+    if dll.is_file() {
+        return Ok(dll);
+    }
+    let src = harness::shared_dir().join("reference").join("TraceDump");
+    let copy = dir.join("src");
+    std::fs::create_dir_all(&copy)?;
+    for f in ["Program.cs", "TraceDump.csproj"] {
+        std::fs::copy(src.join(f), copy.join(f)).with_context(|| format!("copying {}", src.join(f).display()))?;
+    }
+    let out = dotnet
+        .command()
+        .args(["build", "-c", "Release", "-o"])
+        .arg(dir.join("out"))
+        .arg("--source")
+        .arg(Dotnet::feed())
+        .arg(&copy)
+        .output()
+        .context("running dotnet build")?;
+    if !out.status.success() {
+        bail!("building TraceDump failed:\n{}", String::from_utf8_lossy(&out.stdout));
+    }
+    Ok(dll)
+}
+
+pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
+    let args = Args::try_parse_from(std::iter::once("bench nettrace".to_string()).chain(args.iter().cloned()))?;
+    let bench_dir = harness::project_root().join("target").join("bench");
+    std::fs::create_dir_all(&bench_dir)?;
+    let dotnet = Dotnet::locate_or_install()?;
+    let trace = match &args.trace {
+        Some(t) => t.clone(),
+        None => {
+            let t = bench_dir.join("nettrace-bench.nettrace");
+            if args.record || !t.is_file() {
+                record(&dotnet, &t)?;
+            }
+            t
+        }
+    };
+    let size = std::fs::metadata(&trace).with_context(|| format!("{}", trace.display()))?.len();
+    eprintln!("building the release decoder and TraceDump …");
+    cmd!(sh, "cargo build --release --quiet -p eventpipe --bin nettrace").run()?;
+    let ours_exe = harness::project_root().join("target").join("release").join("nettrace");
+    let tracedump = build_tracedump(&dotnet, &bench_dir.join("tracedump"))?;
+    let runs = args.runs.max(2).to_string();
+
+    let ours = Command::new(&ours_exe).arg("bench").arg(&trace).arg(&runs).output()?;
+    if !ours.status.success() {
+        bail!("nettrace bench failed: {}", String::from_utf8_lossy(&ours.stderr));
+    }
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    let theirs = dotnet.command().arg(&tracedump).arg("bench").arg(&trace).arg(&runs).output()?;
+    if !theirs.status.success() {
+        bail!("TraceDump bench failed: {}", String::from_utf8_lossy(&theirs.stderr));
+    }
+    let theirs = String::from_utf8_lossy(&theirs.stdout).into_owned();
+    print!("{ours}{theirs}");
+
+    let ours_frames = parse_runs(&ours, "frames run");
+    let ours_full = parse_runs(&ours, "full run");
+    let te = parse_runs(&theirs, "run");
+    if ours_frames.is_empty() || te.is_empty() {
+        bail!("could not read the benchmark outputs");
+    }
+    if ours_frames[0].0 != te[0].0 {
+        println!("note: event counts differ: ours {} vs TraceEvent {}", ours_frames[0].0, te[0].0);
+    }
+    let (a, b, c) = (warm(&ours_frames), warm(&te), warm(&ours_full));
+    println!();
+    println!("input: {} ({:.1} MB, {} events)", trace.display(), size as f64 / 1e6, ours_frames[0].0);
+    println!("eventpipe (events, headers, stacks; no-op consumer): {:>12.0} ev/s warm", a);
+    println!("eventpipe full decode (payload fields + resolved stacks): {:>7.0} ev/s warm", c);
+    println!("TraceEvent 4.0.0 EventPipeEventSource (no-op callback): {:>8.0} ev/s warm", b);
+    println!("ratio eventpipe / TraceEvent: {:.1}× (full decode: {:.1}×)", a / b, c / b);
+    Ok(())
 }
