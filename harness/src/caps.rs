@@ -439,10 +439,10 @@ fn least_in(matrix: &Matrix, collector: &str) -> Option<Vec<String>> {
 /// (shared/DESIGN.md §6): SYS_ADMIN for perf, none for LTTng and EventPipe. `None` when the
 /// recorded matrix says nothing works.
 pub fn least_working(collector: &str) -> Option<Vec<String>> {
-    if let Some(matrix) = latest(&crate::project_root().join("results")) {
-        if matrix.probes.iter().any(|p| p.collector == collector) {
-            return least_in(&matrix, collector);
-        }
+    if let Some(matrix) = latest(&crate::project_root().join("results"))
+        && matrix.probes.iter().any(|p| p.collector == collector)
+    {
+        return least_in(&matrix, collector);
     }
     Some(match collector {
         "perf-cpu" | "perf-offcpu" => vec!["SYS_ADMIN".to_string()],

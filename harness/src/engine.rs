@@ -118,7 +118,8 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         load_report: None,
     };
     state.environment.target = target_kind.as_str().to_string();
-    state.environment.image = if target_kind == TargetKind::Host { None } else { image.clone() };
+    state.environment.image =
+        if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
 
     let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
     let (verdict, reason, mut checks) = match outcome {

@@ -194,10 +194,11 @@ pub fn mirror_from_deb822(text: &str) -> Option<String> {
                 }
             }
         }
-        if enabled && types.split_whitespace().any(|t| t == "deb") {
-            if let Some(uri) = uris.split_whitespace().find(|u| is_debian_archive(u)) {
-                return Some(uri.trim_end_matches('/').to_string());
-            }
+        if enabled
+            && types.split_whitespace().any(|t| t == "deb")
+            && let Some(uri) = uris.split_whitespace().find(|u| is_debian_archive(u))
+        {
+            return Some(uri.trim_end_matches('/').to_string());
         }
     }
     None
@@ -382,6 +383,12 @@ pub fn ensure_rootfs(suite: &Suite) -> Result<bool> {
 /// only hashes and inspects (seconds).
 pub fn build(docker: &Docker, suite: &'static Suite, dotnet_root: &Path) -> Result<BuiltSuite> {
     let started = Instant::now();
+    // Two runs (tests, a scenario beside a matrix) may ask for the same suite at once: the second
+    // waits for the first build and then finds it cached.
+    std::fs::create_dir_all(suite_dir(suite))?;
+    let lock_path = suite_dir(suite).join(".lock");
+    let lock = std::fs::File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
+    lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
     let rootfs_reused = ensure_rootfs(suite)?;
 
     let t = Instant::now();

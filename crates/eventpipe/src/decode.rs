@@ -2,6 +2,8 @@
 //! stacks, per-event counts, lost events and method ranges — what a profiler front end needs.
 
 use std::collections::{BTreeMap, HashMap};
+
+use crate::fxhash::FxHashMap;
 use std::io::Read;
 
 use crate::error::Result;
@@ -106,11 +108,11 @@ pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
     let pointer_size = info.pointer_size;
     let mut counts: BTreeMap<(String, u32), EventCount> = BTreeMap::new();
     // Counting by metadata id first avoids a string key per event.
-    let mut by_meta: HashMap<u32, u64> = HashMap::new();
+    let mut by_meta: FxHashMap<u32, u64> = FxHashMap::default();
     let mut events = Vec::new();
     let mut samples = Vec::new();
     let mut stacks: Vec<Vec<u64>> = Vec::new();
-    let mut stack_ids: HashMap<Vec<u64>, u32> = HashMap::new();
+    let mut stack_ids: FxHashMap<Vec<u64>, u32> = FxHashMap::default();
     let mut methods = MethodMap::default();
     let mut payload_errors = Vec::new();
     let mut payload_error_count = 0u64;

@@ -10,6 +10,7 @@
 
 pub mod decode;
 mod error;
+mod fxhash;
 mod known;
 mod manifest;
 pub mod metadata;

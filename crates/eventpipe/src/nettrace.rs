@@ -7,7 +7,7 @@
 //! stacks since the last sequence point (≤ [`Limits::max_stack_bytes`]) and the metadata
 //! definitions (≤ [`Limits::max_metadata`]).
 
-use std::collections::HashMap;
+use crate::fxhash::FxHashMap;
 use std::io::Read;
 
 use crate::error::{Error, Result};
@@ -271,14 +271,17 @@ pub struct NettraceReader<R> {
     block_kind: BlockKind,
     state: HeaderState,
     metadata: Vec<EventMetadata>,
-    metadata_index: HashMap<u32, usize>,
+    metadata_index: FxHashMap<u32, usize>,
     current_meta: Option<usize>,
     /// Stacks since the last sequence point: `stack_ranges[id - stack_base]` indexes `stack_ips`.
     stack_base: u32,
     stack_ranges: Vec<(u32, u32)>,
     stack_ips: Vec<u64>,
     /// Last sequence number seen per capture thread.
-    sequences: HashMap<u64, u32>,
+    sequences: FxHashMap<u64, u32>,
+    /// The capture thread of the previous event and its sequence number (most events continue
+    /// the previous one's thread: no map access then).
+    last_thread: Option<(u64, u32)>,
     finished: bool,
 }
 
@@ -355,12 +358,13 @@ impl<R: Read> NettraceReader<R> {
             block_kind: BlockKind::None,
             state: HeaderState::default(),
             metadata: Vec::new(),
-            metadata_index: HashMap::new(),
+            metadata_index: FxHashMap::default(),
             current_meta: None,
             stack_base: 0,
             stack_ranges: Vec::new(),
             stack_ips: Vec::new(),
-            sequences: HashMap::new(),
+            sequences: FxHashMap::default(),
+            last_thread: None,
             finished: false,
         })
     }
@@ -431,19 +435,26 @@ impl<R: Read> NettraceReader<R> {
     }
 
     fn account_sequence(&mut self) {
-        let s = &self.state;
-        if s.capture_thread_id == 0 && s.sequence == 0 {
+        let (thread, seq) = (self.state.capture_thread_id, self.state.sequence);
+        if thread == 0 && seq == 0 {
             return;
         }
-        match self.sequences.insert(s.capture_thread_id, s.sequence) {
-            Some(last) => {
-                let gap = s.sequence.wrapping_sub(last).wrapping_sub(1);
-                // A huge "gap" is the counter going backwards (reordered data), not a loss.
-                if gap != 0 && gap < u32::MAX / 2 {
-                    self.stats.lost_events += u64::from(gap);
+        let last = match self.last_thread {
+            Some((t, last)) if t == thread => Some(last),
+            previous => {
+                if let Some((t, last)) = previous {
+                    self.sequences.insert(t, last);
                 }
+                self.sequences.get(&thread).copied()
             }
-            None => {}
+        };
+        self.last_thread = Some((thread, seq));
+        if let Some(last) = last {
+            let gap = seq.wrapping_sub(last).wrapping_sub(1);
+            // A huge "gap" is the counter going backwards (reordered data), not a loss.
+            if gap != 0 && gap < u32::MAX / 2 {
+                self.stats.lost_events += u64::from(gap);
+            }
         }
     }
 
@@ -667,7 +678,10 @@ impl<R: Read> NettraceReader<R> {
         if (b.len() - 12) / 12 < threads {
             return Err(Error::format(off + 8, format_args!("sequence point lists {threads} threads, its block holds at most {}", (b.len() - 12) / 12)));
         }
-        let mut seen = HashMap::with_capacity(threads);
+        if let Some((t, last)) = self.last_thread.take() {
+            self.sequences.insert(t, last);
+        }
+        let mut seen = FxHashMap::default();
         for i in 0..threads {
             let e = &b[12 + i * 12..24 + i * 12];
             let thread = u64::from_le_bytes(e[0..8].try_into().unwrap());

@@ -26,7 +26,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use eventpipe::ipc::{DiagnosticsClient, Provider, ReverseListener, SessionConfig, SessionDrain};
+use eventpipe::ipc::{DiagnosticsClient, ReverseListener, SessionDrain};
+pub use eventpipe::ipc::{Provider, SessionConfig};
+/// The nettrace / diagnostics IPC crate, for drivers that only depend on the harness.
+pub use ::eventpipe as nettrace;
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, DsoClass, Event, Frame, Sample, Value};

@@ -32,7 +32,7 @@ const TASK_DEAD_STATES: u64 = 0x10 | 0x20 | 0x80;
 pub struct OffCpuCollector {
     name: String,
     call_graph: CallGraph,
-    perf_binary: String,
+    perf_binary: Option<String>,
     /// perf's ring buffer per CPU, pages (`-m`): N-byte stacks fill the default 512 KiB fast.
     mmap_pages: u64,
     data_file: String,
@@ -40,6 +40,8 @@ pub struct OffCpuCollector {
     host_output: Option<PathBuf>,
     commands: Vec<String>,
     record_log: Option<PathBuf>,
+    /// perf's stderr, drained by a thread so a chatty perf never blocks on a full pipe.
+    perf_stderr: Option<std::thread::JoinHandle<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,33 +88,24 @@ pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
     Ok(Box::new(OffCpuCollector {
         name: spec.name().to_string(),
         call_graph,
-        perf_binary: spec.opt_str("perf_binary").unwrap_or("perf").to_string(),
+        perf_binary: spec.opt_str("perf_binary").map(str::to_string),
         mmap_pages: spec.opt_u64("mmap_pages").unwrap_or(1024),
         data_file: format!("{}.data", spec.name()),
         tool: None,
         host_output: None,
         commands: Vec::new(),
         record_log: None,
+        perf_stderr: None,
     }))
 }
 
-/// Where a host path under the run's folder is seen by the tools of `app`'s target.
+/// Where the tools of `app`'s target see a file the engine put in the artifacts folder: the
+/// engine makes that folder the app's work dir, which containers see at `work_dir_in_target`.
 fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
     if app.container_id.is_none() {
         return host.to_path_buf();
     }
-    // Containers see the run folder at `work_dir_in_target`; artifacts/ sits inside it.
-    let mut rel = PathBuf::new();
-    let mut found = false;
-    for c in host.components().rev() {
-        let s = c.as_os_str();
-        rel = Path::new(s).join(&rel);
-        if s == "artifacts" {
-            found = true;
-            break;
-        }
-    }
-    if found { app.work_dir_in_target.join(rel) } else { app.work_dir_in_target.join(host.file_name().unwrap_or_default()) }
+    app.work_dir_in_target.join(host.file_name().unwrap_or_default())
 }
 
 impl OffCpuCollector {
@@ -155,8 +148,16 @@ impl Collector for OffCpuCollector {
         let host_output = artifacts.join(&self.data_file);
         let _ = std::fs::remove_file(&host_output);
         let output = target_view(&host_output, app);
+        let perf = match &self.perf_binary {
+            Some(p) => p.clone(),
+            None if app.container_id.is_none() => crate::collect::perf::detect_perf_binary()
+                .context("no `perf` (or `perf_X.Y`) on PATH: install linux-perf (Debian) / linux-tools")?
+                .display()
+                .to_string(),
+            None => "perf".to_string(),
+        };
         let argv: Vec<String> = vec![
-            self.perf_binary.clone(),
+            perf,
             "record".into(),
             "-k".into(),
             "1".into(),
@@ -174,18 +175,27 @@ impl Collector for OffCpuCollector {
         ];
         self.commands.push(argv.join(" "));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
+        let stderr = tool.child.stderr.take();
+        let stderr_thread = stderr.map(|mut e| {
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut all = String::new();
+                let _ = e.read_to_string(&mut all);
+                all
+            })
+        });
         // perf writes the file header once its events are open, then synthesizes the app's
         // existing mappings and enables the events: wait for the header, then for perf to have
         // had the time to finish synthesizing (a few ms for a .NET process).
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = tool.child.try_wait()? {
-                let mut err = String::new();
-                if let Some(mut e) = tool.child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
-                }
-                bail!("`{}` ended before recording ({status}): {}", argv.join(" "), err.trim());
+                let err = stderr_thread.and_then(|h| h.join().ok()).unwrap_or_default();
+                bail!(
+                    "`{}` ended before recording ({status}): {}",
+                    argv.join(" "),
+                    crate::collect::perf::explain_perf_failure(&err)
+                );
             }
             if std::fs::metadata(&host_output).map(|m| m.len() >= 104).unwrap_or(false) {
                 break;
@@ -198,6 +208,7 @@ impl Collector for OffCpuCollector {
         }
         std::thread::sleep(Duration::from_millis(300));
         self.tool = Some(tool);
+        self.perf_stderr = stderr_thread;
         self.host_output = Some(host_output);
         self.record_log = Some(artifacts.join(format!("{}.record.txt", self.name)));
         Ok(())
@@ -215,11 +226,7 @@ impl Collector for OffCpuCollector {
             std::thread::sleep(Duration::from_millis(50));
         }
         let status = tool.wait(Duration::from_secs(60))?;
-        let mut log = String::new();
-        if let Some(mut e) = tool.child.stderr.take() {
-            use std::io::Read;
-            let _ = e.read_to_string(&mut log);
-        }
+        let log = self.perf_stderr.take().and_then(|h| h.join().ok()).unwrap_or_default();
         if let Some(path) = &self.record_log {
             let _ = std::fs::write(path, &log);
         }

@@ -47,7 +47,7 @@ impl ElfSymbols {
                 if name.is_empty() {
                     continue;
                 }
-                table.push(sym.address(), sym.address() + sym.size(), name.to_string());
+                table.push(sym.address(), sym.address() + sym.size(), name);
                 any = true;
             }
             if any {
@@ -95,7 +95,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// Kernel text symbols from a kallsyms text (`ADDR TYPE NAME [MODULE]`); `.xz` files are
 /// decompressed first.
 pub fn read_kallsyms(path: &Path) -> Result<SymbolTable> {
-    let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let raw = read_whole(path).with_context(|| format!("cannot read {}", path.display()))?;
     let text = if path.extension().is_some_and(|e| e == "xz") {
         let mut out = Vec::new();
         lzma_rs::xz_decompress(&mut std::io::Cursor::new(&raw), &mut out)
@@ -105,6 +105,27 @@ pub fn read_kallsyms(path: &Path) -> Result<SymbolTable> {
         raw
     };
     parse_kallsyms(&text, path)
+}
+
+/// Reads a file in 1 MiB chunks: /proc/kallsyms reports size 0 and otherwise hands out a page
+/// per read(2) call, which makes thousands of calls.
+fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut out = Vec::with_capacity(1 << 20);
+    loop {
+        if out.capacity() - out.len() < (1 << 20) {
+            out.reserve(1 << 20);
+        }
+        let len = out.len();
+        let spare = out.capacity() - len;
+        out.resize(len + spare, 0);
+        let n = file.read(&mut out[len..])?;
+        out.truncate(len + n);
+        if n == 0 {
+            return Ok(out);
+        }
+    }
 }
 
 pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
@@ -130,11 +151,10 @@ pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
             continue;
         }
         nonzero |= addr != 0;
-        let name = match parts.next() {
-            Some(module) => format!("{name} {module}"),
-            None => name.to_string(),
-        };
-        table.push(addr, addr + 1, name);
+        match parts.next() {
+            Some(module) => table.push(addr, addr + 1, &format!("{name} {module}")),
+            None => table.push(addr, addr + 1, name),
+        }
     }
     if !nonzero && !table.is_empty() {
         bail!(

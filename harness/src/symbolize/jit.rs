@@ -54,7 +54,7 @@ pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<SymbolTable> {
         let start = hex(start, "start")?;
         let size = hex(size, "size")?;
         let end = start.checked_add(size).ok_or_else(|| bad("start + size overflows"))?;
-        table.push(start, end, name.trim_end().to_string());
+        table.push(start, end, name.trim_end());
     }
     table.finish();
     Ok(table)
@@ -77,7 +77,7 @@ pub fn read_jitdump(path: &Path) -> Result<SymbolTable> {
             Ok(JitDumpRecord::CodeLoad(load)) => {
                 let name = String::from_utf8_lossy(&load.function_name.as_slice()).into_owned();
                 let size = load.code_bytes.len() as u64;
-                table.push(load.code_addr, load.code_addr.saturating_add(size), name);
+                table.push(load.code_addr, load.code_addr.saturating_add(size), &name);
             }
             Ok(_) => {}
             Err(e) => bail!("{}: bad jitdump record at byte offset {offset}: {e}", path.display()),

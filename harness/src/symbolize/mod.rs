@@ -259,8 +259,12 @@ impl<'a> Symbolizer<'a> {
             DsoClass::Jit if m.path.contains("memfd:doublemapper") && !self.name_doublemapped => None,
             DsoClass::Jit => jit_name(self),
             DsoClass::R2r => {
-                let host = (self.path_map)(Path::new(&m.path)).unwrap_or_else(|| PathBuf::from(&m.path));
-                self.r2r.name(&host, m.file_offset(addr))
+                // Only a file the path map vouches for: in a container run the recorded path
+                // names a file of the image, not of the host.
+                match (self.path_map)(Path::new(&m.path)) {
+                    Some(host) => self.r2r.name(&host, m.file_offset(addr)),
+                    None => None,
+                }
             }
             DsoClass::Kernel => self.kernel.as_ref().and_then(|t| t.lookup(addr)).map(str::to_string),
             DsoClass::Unknown => jit_name(self),

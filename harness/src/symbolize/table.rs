@@ -4,9 +4,10 @@
 /// other stubs); a lookup returns the innermost-starting range that still contains the address.
 #[derive(Debug, Default, Clone)]
 pub struct SymbolTable {
-    /// (start, end exclusive, index into `names`), sorted by start.
-    entries: Vec<(u64, u64, u32)>,
-    names: Vec<String>,
+    /// (start, end exclusive, name offset in `names`, name length), sorted by start.
+    entries: Vec<(u64, u64, u32, u32)>,
+    /// Every name, concatenated: one allocation instead of one per symbol (kallsyms has ~100 k).
+    names: String,
     sorted: bool,
 }
 
@@ -19,11 +20,15 @@ impl SymbolTable {
         SymbolTable::default()
     }
 
-    pub fn push(&mut self, start: u64, end: u64, name: String) {
-        let index = self.names.len() as u32;
-        self.names.push(name);
-        self.entries.push((start, end.max(start.saturating_add(1)), index));
+    pub fn push(&mut self, start: u64, end: u64, name: &str) {
+        let offset = self.names.len() as u32;
+        self.names.push_str(name);
+        self.entries.push((start, end.max(start.saturating_add(1)), offset, name.len() as u32));
         self.sorted = false;
+    }
+
+    fn name(&self, e: &(u64, u64, u32, u32)) -> &str {
+        &self.names[e.2 as usize..(e.2 + e.3) as usize]
     }
 
     /// Sorts; ranges with no size (end == start + 1 from `push`) may be widened to the next
@@ -38,7 +43,7 @@ impl SymbolTable {
         self.finish();
         let n = self.entries.len();
         for i in 0..n {
-            let (start, end, _) = self.entries[i];
+            let (start, end, _, _) = self.entries[i];
             if open(start, end) {
                 let next = self.entries[i + 1..].iter().map(|e| e.0).find(|&s| s > start);
                 if let Some(next) = next {
@@ -64,7 +69,7 @@ impl SymbolTable {
             .iter()
             .rev()
             .find(|e| addr < e.1)
-            .map(|e| self.names[e.2 as usize].as_str())
+            .map(|e| self.name(e))
     }
 
     /// Start address of the range containing `addr`.
@@ -75,7 +80,7 @@ impl SymbolTable {
             .iter()
             .rev()
             .find(|e| addr < e.1)
-            .map(|e| (e.0, e.1, self.names[e.2 as usize].as_str()))
+            .map(|e| (e.0, e.1, self.name(e)))
     }
 }
 
@@ -86,9 +91,9 @@ mod tests {
     #[test]
     fn nested_ranges_resolve_to_the_innermost() {
         let mut t = SymbolTable::new();
-        t.push(0x1000, 0x11000, "block".into());
-        t.push(0x1018, 0x1418, "inner".into());
-        t.push(0x20000, 0x20010, "after".into());
+        t.push(0x1000, 0x11000, "block");
+        t.push(0x1018, 0x1418, "inner");
+        t.push(0x20000, 0x20010, "after");
         t.finish();
         assert_eq!(t.lookup(0x1020), Some("inner"));
         assert_eq!(t.lookup(0x2000), Some("block"));

@@ -154,12 +154,12 @@ impl ContainerTarget {
     fn tool_host_pid(&self, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(text) = std::fs::read_to_string(pid_file) {
-                if let Ok(ns_pid) = text.trim().parse::<u32>() {
-                    let _ = std::fs::remove_file(pid_file);
-                    // The app may have exited already: its container's init holds the namespace.
-                    return host_pid_in_namespace_of(self.init_pid, ns_pid);
-                }
+            if let Ok(text) = std::fs::read_to_string(pid_file)
+                && let Ok(ns_pid) = text.trim().parse::<u32>()
+            {
+                let _ = std::fs::remove_file(pid_file);
+                // The app may have exited already: its container's init holds the namespace.
+                return host_pid_in_namespace_of(self.init_pid, ns_pid);
             }
             if let Some(status) = child.try_wait()? {
                 let mut err = String::new();
@@ -201,6 +201,8 @@ impl Target for ContainerTarget {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))?;
         }
+        // A previous run in the same work dir must not look like this app's exit.
+        let _ = std::fs::remove_file(tmp.join(APP_EXIT_FILE));
         let dll = std::path::absolute(&app.dll)?;
         let app_dir = dll.parent().context("the app dll has no folder")?;
         if !dll.is_file() {
@@ -345,11 +347,11 @@ impl Target for ContainerTarget {
         let deadline = Instant::now() + timeout;
         let mut next_inspect = Instant::now();
         loop {
-            if let Ok(text) = std::fs::read_to_string(&exit_file) {
-                if let Ok(code) = text.trim().parse::<i32>() {
-                    app.drain_output();
-                    return Ok(code);
-                }
+            if let Ok(text) = std::fs::read_to_string(&exit_file)
+                && let Ok(code) = text.trim().parse::<i32>()
+            {
+                app.drain_output();
+                return Ok(code);
             }
             if Instant::now() >= next_inspect {
                 // The whole container ended (killed, out of memory): its own exit code.

@@ -345,3 +345,45 @@ pub fn create(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recorded from the host's /proc/HOSTPID/status of `sh` as pid 1 of a Docker container
+    /// (tracelab/runtime:bullseye, Docker 20.10, kernel 6.18).
+    const CONTAINER_INIT_STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t13857\n\
+        Ngid:\t0\nPid:\t13857\nPPid:\t13825\nTracerPid:\t0\nNStgid:\t13857\t1\nNSpid:\t13857\t1\n\
+        NSpgid:\t13857\t1\nNSsid:\t13857\t1\nThreads:\t1\n";
+
+    #[test]
+    fn nspid_lists_the_pid_in_each_namespace() {
+        assert_eq!(parse_nspid(CONTAINER_INIT_STATUS), Some(vec![13857, 1]));
+        assert_eq!(parse_nspid("Name:\tdotnet\nNSpid:\t4242\n"), Some(vec![4242]));
+        assert_eq!(parse_nspid("NSpid:\t900\t37\t7\n"), Some(vec![900, 37, 7]));
+    }
+
+    #[test]
+    fn nspid_absent_or_garbled_is_none() {
+        assert_eq!(parse_nspid("Name:\tsh\nPid:\t1\n"), None);
+        assert_eq!(parse_nspid("NSpid:\t12 x\n"), None);
+        assert_eq!(parse_nspid("NSpid:\n"), None);
+    }
+
+    #[test]
+    fn own_process_is_in_its_own_namespace() {
+        let me = std::process::id();
+        let ns = nspid(me).unwrap();
+        assert_eq!(ns[0], me);
+        assert_eq!(host_pid_in_namespace_of(me, *ns.last().unwrap()).unwrap(), me);
+        assert!(nspid(u32::MAX - 1).unwrap_err().to_string().contains("is gone"));
+    }
+
+    #[test]
+    fn target_kinds_parse() {
+        for kind in [TargetKind::Host, TargetKind::Container, TargetKind::Sidecar] {
+            assert_eq!(TargetKind::parse(kind.as_str()).unwrap(), kind);
+        }
+        assert!(TargetKind::parse("vm").unwrap_err().to_string().contains("expected host, container or sidecar"));
+    }
+}

@@ -140,9 +140,7 @@ pub struct GuestOutcome {
 impl GuestOutcome {
     /// The last lines of the console, for error messages.
     pub fn console_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.console_log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail_of(&self.console_log, lines)
     }
     pub fn job_log(&self) -> String {
         std::fs::read_to_string(self.out_dir.join("job.log")).unwrap_or_default()
@@ -187,7 +185,7 @@ pub fn boot(kernel: &PreparedKernel, root_disk: &Path, job: &GuestJob, opts: &Bo
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(&kernel.initramfs)
-        .args(["-append", "console=ttyS0 panic=1 quiet loglevel=3 rw"])
+        .args(["-append", "console=ttyS0 panic=1 oops=panic quiet loglevel=3 rw"])
         .arg("-drive")
         .arg(drive(root_disk, "snapshot=on"))
         .arg("-drive")

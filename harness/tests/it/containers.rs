@@ -100,7 +100,7 @@ fn perf_script(target: &mut ContainerTarget, app: &harness::target::RunningApp, 
 /// perf record of the app where the target runs tools, JIT frames resolved from the perf map in
 /// the shared /tmp. With `interrupt`, perf is stopped with SIGINT while the app still runs.
 fn perf_resolves_jit_frames(test: &str, kind: TargetKind, interrupt: bool) {
-    if !ready(test) || !prerequisites(test, &[&|| require_program("dotnet").or_else(|_| Ok(()))]) {
+    if !ready(test) {
         return;
     }
     let run = run_label();

@@ -44,13 +44,18 @@ fn perf_cpu_names_jit_frames_of_a_real_app() {
     let mut target = HostTarget::new(dotnet.dotnet.clone());
     let launch = AppLaunch {
         dll,
-        args: vec!["cpu".into(), "2".into()],
+        // FixtureApp gives perf only 300 ms between its readiness line and the hot phase; on a
+        // loaded machine attaching takes longer, and the hot time perf misses skews the split.
+        // Six seconds keep that error small.
+        args: vec!["cpu".into(), "6".into()],
         env: collector.app_env().into_iter().collect(),
         work_dir: artifacts.clone(),
     };
     let mut app = target.launch(&launch).unwrap();
     app.wait_for_line("FIXTURE READY", Duration::from_secs(60)).unwrap();
+    let started = std::time::Instant::now();
     collector.start(&mut target, &app, &artifacts).unwrap();
+    eprintln!("perf recording {:?} after the readiness line", started.elapsed());
     let code = target.wait_app(&mut app, Duration::from_secs(60)).unwrap();
     assert_eq!(code, 0, "app output:\n{}", app.transcript.join("\n"));
     collector.stop(&mut target, &app).unwrap();

@@ -12,8 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use eventpipe::ipc::{Provider, SessionConfig};
-use harness::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, RUNTIME, SAMPLE_PROFILER, record_app};
+use harness::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, Provider, RUNTIME, SAMPLE_PROFILER, SessionConfig, record_app};
 use harness::collect::perf::fixture_app;
 use harness::dotnet::Dotnet;
 use xshell::{Shell, cmd};

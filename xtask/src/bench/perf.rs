@@ -10,16 +10,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use harness::collect::DecodeContext;
-use harness::collect::perf::{PerfRecording, detect_perf_binary, fixture_app, fold_recording};
-use harness::symbolize::Symbolizer;
+use harness::collect::perf::{PerfRecording, detect_perf_binary, fixture_app};
 use xshell::Shell;
 
 #[derive(Parser, Debug)]
 #[command(name = "cargo xtask bench perf")]
 struct Args {
     /// Seconds the app burns CPU while recorded.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 30)]
     seconds: u32,
     /// Sampling frequency.
     #[arg(long, default_value_t = 1999)]
@@ -32,7 +30,7 @@ struct Args {
     rerecord: bool,
 }
 
-pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
+pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     let args = Args::try_parse_from(std::iter::once("perf".to_string()).chain(args.iter().cloned()))?;
     let dir = harness::project_root().join("target").join("bench").join("perf");
     let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
@@ -48,26 +46,22 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     }
     let collapse = ensure_inferno()?;
 
-    let no_files = |_: &Path| -> Option<PathBuf> { None };
-    let ctx = DecodeContext {
-        artifacts: &dir,
-        app_tmp_dir: &dir,
-        host_pid: pid,
-        target_pid: pid,
-        path_map: &no_files,
-        symbol_dirs: &[],
-    };
+    // Ours runs as the release build of harness's `perf-fold` example, a process per run like
+    // the peer pipeline: read perf.data, load symbol sources, symbolize, fold, write.
+    sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "harness", "--example", "perf-fold"]).run()?;
+    let exe = harness::project_root().join("target/release/examples/perf-fold");
     let ours_out = dir.join("ours.folded");
-    let mut samples = 0;
+    let samples = PerfRecording::read(&data)?.samples.len();
     let mut ours = Vec::new();
+    let mut breakdown = String::new();
     for _ in 0..args.runs {
         let t = Instant::now();
-        let rec = PerfRecording::read(&data)?;
-        let mut symbolizer = Symbolizer::new(&ctx, &rec)?;
-        let folded = fold_recording(&rec, &mut symbolizer);
-        std::fs::write(&ours_out, harness::fold::folded_text(&folded))?;
+        let out = Command::new(&exe).arg(&data).arg(pid.to_string()).arg(&ours_out).output()?;
         ours.push(t.elapsed());
-        samples = rec.samples.len();
+        if !out.status.success() {
+            bail!("{} failed: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        breakdown = String::from_utf8_lossy(&out.stderr).trim().to_string();
     }
 
     let peer_out = dir.join("peer.folded");
@@ -104,6 +98,7 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     println!("perf script | inferno-collapse-perf:   {:>8.1} ms  {:>12.0} samples/s", p.as_secs_f64() * 1e3, rate(p));
     println!("perf script alone:                     {:>8.1} ms  {:>12.0} samples/s", s.as_secs_f64() * 1e3, rate(s));
     println!("ratio (tracelab / peer pipeline): {:.1}x (goal >= 25x)", p.as_secs_f64() / o.as_secs_f64());
+    println!("tracelab stages (last run): {breakdown}");
     println!("medians of {} runs; folded outputs: {} and {}", args.runs, ours_out.display(), peer_out.display());
     compare_outputs(&ours_out, &peer_out)?;
     Ok(())
@@ -136,7 +131,8 @@ fn compare_outputs(ours: &Path, peer: &Path) -> Result<()> {
     for (who, path) in [("tracelab", ours), ("peer", peer)] {
         let (total, hot, cold) = summary(path)?;
         let share = if hot + cold > 0 { 100.0 * hot as f64 / (hot + cold) as f64 } else { 0.0 };
-        println!("{who:>9}: {total} samples folded, CpuHot {hot} / CpuCold {cold} = {share:.1} % hot");
+        // inferno-collapse-perf counts perf's periods (ns of cpu-clock), we count samples.
+        println!("{who:>9}: total weight {total}, CpuHot {hot} / CpuCold {cold} = {share:.1} % hot");
     }
     Ok(())
 }

@@ -17,13 +17,14 @@ fn main() -> anyhow::Result<()> {
     let data = PathBuf::from(data);
     let pid: u32 = pid.parse()?;
     let dir = data.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let no_files = |_: &Path| -> Option<PathBuf> { None };
+    // A host run: recorded paths are host paths.
+    let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
     let ctx = DecodeContext {
         artifacts: &dir,
         app_tmp_dir: &dir,
         host_pid: pid,
         target_pid: pid,
-        path_map: &no_files,
+        path_map: &identity,
         symbol_dirs: &[],
     };
     let t0 = Instant::now();
