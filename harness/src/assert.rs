@@ -195,11 +195,18 @@ pub fn exceptions_by_type_message(collection: &Collection) -> BTreeMap<String, u
 /// Everything an expectation may read.
 pub struct Evidence<'a> {
     pub collections: &'a [Collection],
+    /// The truth of the (first) run.
     pub truth: &'a serde_json::Value,
+    /// Where collectors ran in separate runs: each collector's own run's truth.
+    pub truths: &'a BTreeMap<String, serde_json::Value>,
     pub metrics: &'a BTreeMap<String, f64>,
 }
 
 impl Evidence<'_> {
+    fn truth_for(&self, collector: &str) -> &serde_json::Value {
+        self.truths.get(collector).unwrap_or(self.truth)
+    }
+
     fn collection(&self, name: Option<&str>) -> Option<&Collection> {
         match name {
             Some(n) => self.collections.iter().find(|c| c.collector == n),
@@ -258,7 +265,7 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
         Expectation::Frame { collector, pattern, present, leaf_only, min_share, tid_truth, .. } => {
             let c = coll(collector.as_deref())?;
             let re = Regex::new(pattern).map_err(|e| e.to_string())?;
-            let tid = tid_truth.as_deref().map(|p| truth_f64(ev.truth, p)).transpose()?.map(|t| t as u32);
+            let tid = tid_truth.as_deref().map(|p| truth_f64(ev.truth_for(&c.collector), p)).transpose()?.map(|t| t as u32);
             let (mut hit, mut total) = (0u64, 0u64);
             for s in c.samples.iter().filter(|s| tid.is_none_or(|t| s.tid == t)) {
                 total += s.weight;
@@ -287,7 +294,7 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
         }
         Expectation::Share { collector, method, among, truth, mode, sample_kind, tolerance_pts, min_samples, .. } => {
             let c = coll(collector.as_deref())?;
-            let truth_share = truth_f64(ev.truth, truth)?;
+            let truth_share = truth_f64(ev.truth_for(&c.collector), truth)?;
             let (measured, samples, _) = share(c, method, among, *mode, sample_kind.as_deref())?;
             let tol = tolerance_pts.unwrap_or(SHARE_TOLERANCE_PTS);
             let min_n = min_samples.unwrap_or(SHARE_MIN_SAMPLES);
@@ -345,12 +352,12 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
                 expected.push(bounds_text(min.map(|v| v as f64), max.map(|v| v as f64)));
             }
             if let Some(path) = at_least_truth {
-                let t = truth_f64(ev.truth, path)?;
+                let t = truth_f64(ev.truth_for(&c.collector), path)?;
                 pass &= n as f64 >= t;
                 expected.push(format!("≥ {t} (truth `{path}`)"));
             }
             if let Some(path) = equals_truth {
-                let t = truth_f64(ev.truth, path)?;
+                let t = truth_f64(ev.truth_for(&c.collector), path)?;
                 let tol = tolerance.unwrap_or(EVENT_COUNT_TOLERANCE);
                 pass &= (n as f64 - t).abs() <= tol as f64;
                 expected.push(format!("{t} ± {tol} (truth `{path}`)"));
@@ -376,7 +383,7 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
         }
         Expectation::Exceptions { collector, truth, type_pattern, .. } => {
             let c = coll(collector.as_deref())?;
-            let want = truth_value(ev.truth, truth)
+            let want = truth_value(ev.truth_for(&c.collector), truth)
                 .and_then(|v| v.as_object())
                 .ok_or_else(|| format!("truth.json has no map at `{truth}`"))?;
             let filter = type_pattern.as_deref().map(Regex::new).transpose().map_err(|e| e.to_string())?;
@@ -462,7 +469,7 @@ mod tests {
             min_samples: None,
         };
         let metrics = BTreeMap::new();
-        let check = evaluate(&exp, &Evidence { collections: &[c], truth: &truth, metrics: &metrics });
+        let check = evaluate(&exp, &Evidence { collections: &[c], truth: &truth, truths: &BTreeMap::new(), metrics: &metrics });
         assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
     }
 
@@ -490,7 +497,7 @@ mod tests {
         };
         let metrics = BTreeMap::new();
         let truth = serde_json::json!({});
-        let check = evaluate(&exp, &Evidence { collections: &[c], truth: &truth, metrics: &metrics });
+        let check = evaluate(&exp, &Evidence { collections: &[c], truth: &truth, truths: &BTreeMap::new(), metrics: &metrics });
         assert_eq!(check.verdict, Verdict::Fail);
     }
 

@@ -3,8 +3,8 @@
 //!
 //! Probes run the tool where the `container` target runs it: inside the app's container, with the
 //! capability set on that container (a sidecar gets the same set in the same way). The EventPipe
-//! probe is the exception: our IPC client runs on the host and reaches the app's diagnostics
-//! socket through the shared /tmp, so only the app container's set varies there.
+//! probe is the exception: our IPC client (crates/eventpipe) runs on the host and reaches the
+//! app's diagnostics socket through /proc/PID/root/tmp, so only the app container's set varies.
 //!
 //! Results go to `results/<utc>-matrix-caps/` (`caps.md`, `caps.json`), written to a temp folder
 //! and renamed at the end. [`least_working`] reads the newest one so scenarios can default to
@@ -195,9 +195,10 @@ fn probe_script(collector: &str, app: &str, dotnet_trace: Option<&Path>, work: &
             let tool = dotnet_trace.context("dotnet-trace is not installed (harness::dotnet::Dotnet::install_tool)")?;
             format!(
                 "set -e\n\
-                 dotnet {app} --seconds 4 --induced 8 --alloc-mb-per-s 50 >/dev/null & app=$!\n\
-                 sleep 1\n\
-                 {tool} collect -p $app --profile gc-collect --duration 00:00:00:02 -o {work}/probe.nettrace >{work}/dotnet-trace.log 2>&1 || {{ tail -5 {work}/dotnet-trace.log >&2; exit 1; }}\n\
+                 dotnet {app} --seconds 4 --induced 8 --alloc-mb-per-s 50 >{work}/app.out & app=$!\n\
+                 for i in $(seq 300); do grep -q 'TRACELAB READY' {work}/app.out && break; sleep 0.1; done\n\
+                 {tool} collect -p $app --profile gc-collect --duration 00:00:00:02 -o {work}/probe.nettrace >{work}/dotnet-trace.log 2>&1 || \
+                 {{ grep -v -e '^ *at ' -e 'End of stack trace' {work}/dotnet-trace.log | tail -5 >&2; exit 1; }}\n\
                  wait $app\n\
                  s=$(stat -c %s {work}/probe.nettrace)\n\
                  [ \"$s\" -gt 1024 ] || {{ echo \"nettrace of $s bytes\" >&2; exit 1; }}\n\
@@ -232,7 +233,7 @@ fn run_probe(kit: &ProbeKit, collector: &str, caps: &str) -> Result<Probe> {
     let work_s = work.display().to_string();
     let app_s = kit.app_dll.display().to_string();
     let cmd = if collector == "eventpipe" {
-        vec!["dotnet".into(), app_s.clone(), "--seconds".into(), "3".into(), "--induced".into(), "3".into()]
+        vec!["dotnet".into(), app_s.clone(), "--seconds".into(), "5".into(), "--induced".into(), "3".into()]
     } else {
         vec!["sh".into(), "-c".into(), probe_script(collector, &app_s, kit.dotnet_trace.as_deref(), &work_s)?]
     };
@@ -267,14 +268,24 @@ fn run_probe(kit: &ProbeKit, collector: &str, caps: &str) -> Result<Probe> {
         kit.docker.forward_output(&id, tx)?;
         kit.docker.start(&id)?;
         let mut extra = String::new();
+        let mut lines: Vec<String> = Vec::new();
         if collector == "eventpipe" {
+            // Trace the app's measured phase, not its start-up.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                let ready = line.starts_with("TRACELAB READY");
+                lines.push(line);
+                if ready {
+                    break;
+                }
+            }
             extra = match eventpipe_probe(&kit.docker, &id, &tmp) {
                 Ok(d) => d,
                 Err(e) => format!("ERROR {e:#}"),
             };
         }
         let code = kit.docker.wait(&id, kit.timeout)?;
-        let lines: Vec<String> = rx.try_iter().collect();
+        lines.extend(rx.try_iter());
         Ok((code, lines, extra))
     })();
     let _ = kit.docker.remove(&id);
@@ -309,44 +320,37 @@ fn without_ids(error: &str) -> String {
     ids.replace_all(error, "<id>").into_owned()
 }
 
-/// Finds the app's diagnostics socket in the shared /tmp and sends ProcessInfo (IPC command set
-/// 0x04, id 0x00): a real round trip of the diagnostics protocol from the host.
-fn eventpipe_probe(docker: &Docker, id: &str, tmp: &Path) -> Result<String> {
-    use std::io::{Read, Write};
+/// A real EventPipe session through our IPC client (crates/eventpipe) from the host: finds the
+/// app's socket through /proc/PID/root/tmp (pid namespace translated), asks ProcessInfo, starts a
+/// GC session, stops it and counts the nettrace bytes.
+fn eventpipe_probe(docker: &Docker, id: &str, _tmp: &Path) -> Result<String> {
+    use eventpipe::ipc::{DiagnosticsClient, Provider, SessionConfig};
     let deadline = Instant::now() + Duration::from_secs(20);
-    let socket = loop {
-        let found = std::fs::read_dir(tmp)?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dotnet-diagnostic-")));
-        if let Some(s) = found {
-            break s;
+    let init = docker.host_pid(id)?;
+    // The probe container runs the app as its pid 1.
+    let client = loop {
+        match DiagnosticsClient::for_pid(init) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() >= deadline => bail!("no diagnostics socket: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
-        if Instant::now() >= deadline || docker.host_pid(id)? == 0 {
-            bail!("no dotnet-diagnostic-*-socket appeared in the app's /tmp");
-        }
-        std::thread::sleep(Duration::from_millis(50));
     };
-    let mut stream = std::os::unix::net::UnixStream::connect(&socket)
-        .with_context(|| format!("cannot connect to {}", socket.display()))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut header = Vec::with_capacity(20);
-    header.extend_from_slice(b"DOTNET_IPC_V1\0");
-    header.extend_from_slice(&20u16.to_le_bytes());
-    header.extend_from_slice(&[0x04, 0x00, 0, 0]);
-    stream.write_all(&header)?;
-    let mut reply = [0u8; 20];
-    stream.read_exact(&mut reply).context("no reply to ProcessInfo")?;
-    if &reply[..14] != b"DOTNET_IPC_V1\0" || reply[16] != 0xFF || reply[17] != 0x00 {
-        bail!("ProcessInfo answered {:02x?}", &reply[14..18]);
+    let info = client.process_info().map_err(|e| anyhow::anyhow!("ProcessInfo: {e}"))?;
+    let config = SessionConfig {
+        providers: vec![Provider::new("Microsoft-Windows-DotNETRuntime", 0x1, 5)],
+        buffer_mb: 64,
+        rundown: false,
+        stackwalk: false,
+    };
+    let session = client.start_session(&config).map_err(|e| anyhow::anyhow!("CollectTracing: {e}"))?;
+    let mut drain = session.drain_to(std::io::sink());
+    std::thread::sleep(Duration::from_millis(1500));
+    client.stop_tracing(drain.session_id).map_err(|e| anyhow::anyhow!("StopTracing: {e}"))?;
+    let bytes = drain.wait(Duration::from_secs(20)).map_err(|e| anyhow::anyhow!("draining the session: {e}"))?;
+    if bytes < 1024 {
+        bail!("the session streamed only {bytes} bytes");
     }
-    let mut pid = [0u8; 8];
-    stream.read_exact(&mut pid)?;
-    Ok(format!(
-        "ProcessInfo via {} answered pid={}",
-        socket.file_name().unwrap().to_string_lossy(),
-        u64::from_le_bytes(pid)
-    ))
+    Ok(format!("ProcessInfo pid={} CollectTracing{} nettrace_bytes={bytes}", info.pid, drain.command_version))
 }
 
 /// Runs the capability matrix. `on_probe` sees each cell as it finishes (progress).

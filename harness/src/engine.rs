@@ -112,6 +112,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         commands: Vec::new(),
         collections: Vec::new(),
         truth: serde_json::Value::Null,
+        truths: BTreeMap::new(),
         environment: crate::environment::collect(),
         completeness: BTreeMap::new(),
         workload: None,
@@ -186,6 +187,8 @@ struct RunState {
     commands: Vec<String>,
     collections: Vec<Collection>,
     truth: serde_json::Value,
+    /// Collector name → the truth of the run it observed (scenarios with separate runs).
+    truths: BTreeMap<String, serde_json::Value>,
     environment: crate::environment::Environment,
     completeness: BTreeMap<String, serde_json::Value>,
     workload: Option<String>,
@@ -207,8 +210,10 @@ fn execute(
     dir: &ResultsDir,
     state: &mut RunState,
 ) -> Result<()> {
+    // Build every collector first: a bad option fails before anything runs.
     let mut collectors: Vec<Box<dyn Collector>> =
         scenario.collectors.iter().map(collect::from_spec).collect::<Result<_>>()?;
+    let groups = scenario.run_groups();
 
     step(&format!("building workload for `{}`", scenario.name));
     let dotnet = timed(state, "dotnet", |_| crate::dotnet::Dotnet::locate_or_install())?;
@@ -218,14 +223,34 @@ fn execute(
     let built = timed(state, "build", |_| crate::workload::build(&scenario.workload))?;
     state.workload = Some(built.name.clone());
 
-    let mut target: Box<dyn Target> = timed(state, "target", |_| {
-        make_target(target_kind, &dotnet, scenario, image)
-    })?;
-    state.environment.target_capabilities = target.capabilities();
-    let result = run_app(scenario, opts, &built, target.as_mut(), &mut collectors, dir, state);
-    let cleanup = target.cleanup();
-    result?;
-    cleanup.context("cleaning up the target")?;
+    for (i, group) in groups.iter().enumerate() {
+        let mut members: Vec<Box<dyn Collector>> = Vec::new();
+        let mut rest = Vec::new();
+        for c in collectors.drain(..) {
+            if group.iter().any(|g| g == c.name()) { members.push(c) } else { rest.push(c) }
+        }
+        collectors = rest;
+        let artifacts = if groups.len() > 1 { dir.artifacts().join(format!("run-{}", i + 1)) } else { dir.artifacts() };
+        std::fs::create_dir_all(&artifacts)?;
+        if groups.len() > 1 {
+            step(&format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
+        }
+        let mut target: Box<dyn Target> =
+            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image))?;
+        state.environment.target_capabilities = target.capabilities();
+        let first_collection = state.collections.len();
+        let result = run_app(scenario, opts, &built, target.as_mut(), &mut members, &artifacts, state);
+        let cleanup = target.cleanup();
+        result?;
+        cleanup.context("cleaning up the target")?;
+        for c in &state.collections[first_collection..] {
+            state.truths.insert(c.collector.clone(), state.truth.clone());
+        }
+    }
+    // With separate runs, the manifest-level truth is the first run's.
+    if let Some(first) = groups.first().and_then(|g| g.first()).and_then(|c| state.truths.get(c)) {
+        state.truth = first.clone();
+    }
     Ok(())
 }
 
@@ -235,10 +260,10 @@ fn run_app(
     built: &crate::workload::BuiltWorkload,
     target: &mut dyn Target,
     collectors: &mut [Box<dyn Collector>],
-    dir: &ResultsDir,
+    artifacts: &Path,
     state: &mut RunState,
 ) -> Result<()> {
-    let artifacts = dir.artifacts();
+    let artifacts = artifacts.to_path_buf();
     let truth_path = artifacts.join("truth.json");
     let go_path = artifacts.join(".go");
     let mut env: BTreeMap<String, String> = BTreeMap::new();
@@ -383,7 +408,7 @@ fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::target::RunningApp,
 /// Turns the expectations into checks and the checks into a verdict.
 fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec<Check>) {
     let metrics = run_metrics(&state.collections);
-    let ev = Evidence { collections: &state.collections, truth: &state.truth, metrics: &metrics };
+    let ev = Evidence { collections: &state.collections, truth: &state.truth, truths: &state.truths, metrics: &metrics };
     let mut checks: Vec<Check> = Vec::new();
     // A scenario never passes on zero samples: every collector must have seen something.
     for c in &state.collections {
@@ -478,40 +503,88 @@ fn resolution_json(c: &Collection) -> serde_json::Value {
 /// One table per distinct set of compared methods in the scenario's share expectations.
 fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::ShareTable> {
     use crate::scenario::{Expectation, ShareMode};
-    let mut sets: Vec<(Vec<String>, ShareMode, Option<String>)> = Vec::new();
+    // Per set of compared methods: its mode, the truth path per method, and the sample kind each
+    // collector's expectation asked for (off-CPU rows count blocked time, not preemption).
+    struct Set {
+        among: Vec<String>,
+        mode: ShareMode,
+        kinds: BTreeMap<String, String>,
+        /// Collectors held to truth in this set (others are held to a bound: no error column).
+        scored: std::collections::BTreeSet<String>,
+    }
+    let mut sets: Vec<Set> = Vec::new();
     let mut truths: BTreeMap<String, String> = BTreeMap::new();
+    let first = state.collections.first().map(|c| c.collector.clone()).unwrap_or_default();
     for e in &scenario.expectations {
-        let (among, mode, kind) = match e {
-            Expectation::Share { among, mode, sample_kind, method, truth, .. } => {
+        let (among, mode, kind, collector, scored) = match e {
+            Expectation::Share { among, mode, sample_kind, method, truth, collector, .. } => {
                 truths.insert(method.clone(), truth.clone());
-                (among, mode, sample_kind)
+                (among, mode, sample_kind, collector, true)
             }
-            Expectation::ShareAtLeast { among, mode, sample_kind, .. } => (among, mode, sample_kind),
+            Expectation::ShareAtLeast { among, mode, sample_kind, collector, .. } => {
+                (among, mode, sample_kind, collector, false)
+            }
             _ => continue,
         };
-        if !sets.iter().any(|(a, _, _)| a == among) {
-            sets.push((among.clone(), *mode, kind.clone()));
+        let idx = match sets.iter().position(|s| &s.among == among) {
+            Some(i) => i,
+            None => {
+                sets.push(Set {
+                    among: among.clone(),
+                    mode: *mode,
+                    kinds: BTreeMap::new(),
+                    scored: Default::default(),
+                });
+                sets.len() - 1
+            }
+        };
+        if scored {
+            sets[idx].scored.insert(collector.clone().unwrap_or_else(|| first.clone()));
+        }
+        if let Some(k) = kind {
+            sets[idx].kinds.insert(collector.clone().unwrap_or_else(|| first.clone()), k.clone());
         }
     }
     let mut tables = Vec::new();
-    for (among, mode, kind) in sets {
-        let truth: Vec<Option<f64>> = among
+    for set in sets {
+        let truth: Vec<Option<f64>> = set
+            .among
             .iter()
             .map(|m| truths.get(m).and_then(|p| assert::truth_value(&state.truth, p)).and_then(|v| v.as_f64()))
+            // (the table's truth row is the first run's; each row's error uses its own run's truth)
             .collect();
         let mut rows = Vec::new();
         for c in state.collections.iter().filter(|c| !c.samples.is_empty()) {
+            let kind = set.kinds.get(&c.collector).map(String::as_str);
             let mut shares = Vec::new();
             let mut samples = 0;
-            for m in &among {
-                let (v, n, _) = assert::share(c, m, &among, mode, kind.as_deref()).unwrap_or((0.0, 0, 0));
+            for m in &set.among {
+                let (v, n, _) = assert::share(c, m, &set.among, set.mode, kind).unwrap_or((0.0, 0, 0));
                 shares.push(v);
                 samples = n;
             }
-            let error_pts = shares.iter().zip(&truth).map(|(v, t)| t.map(|t| (v - t).abs() * 100.0)).collect();
-            rows.push(crate::report::ShareRow { collector: c.collector.clone(), samples, shares, error_pts });
+            let own_truth = state.truths.get(&c.collector).unwrap_or(&state.truth);
+            let error_pts = set
+                .among
+                .iter()
+                .zip(&shares)
+                .map(|(m, v)| {
+                    if !set.scored.contains(&c.collector) {
+                        return None;
+                    }
+                    let t = truths.get(m).and_then(|p| assert::truth_value(own_truth, p)).and_then(|x| x.as_f64());
+                    t.map(|t| (v - t).abs() * 100.0)
+                })
+                .collect();
+            let collector = match kind {
+                Some(k) => format!("{} ({k})", c.collector),
+                None => c.collector.clone(),
+            };
+            let kind_of = scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind.as_str());
+            let measures = crate::report::collector_measures(kind_of.unwrap_or("")).to_string();
+            rows.push(crate::report::ShareRow { collector, samples, shares, error_pts, measures });
         }
-        tables.push(crate::report::ShareTable { columns: among, truth, rows });
+        tables.push(crate::report::ShareTable { columns: set.among, truth, rows });
     }
     tables
 }

@@ -95,6 +95,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Measured> {
                 expectations: vec![],
                 notes: vec![],
                 load: None,
+                runs: vec![],
             };
             let ro = RunOptions {
                 target: Some(TargetKind::Host),

@@ -44,6 +44,12 @@ pub struct Scenario {
     /// `TRACELAB LISTENING http://127.0.0.1:PORT`).
     #[serde(default)]
     pub load: Option<LoadSpec>,
+    /// Collectors that would perturb each other run in separate runs of the same workload (with
+    /// the same arguments and load): e.g. EventPipe's SampleProfiler suspends every managed thread
+    /// each millisecond, which an off-CPU view of the same run would count as blocked time.
+    /// Each inner list names the collectors of one run; empty = one run with every collector.
+    #[serde(default)]
+    pub runs: Vec<Vec<String>>,
 }
 
 /// Equal load on each route, from a loopback load generator, bounded in time.
@@ -307,6 +313,20 @@ impl Scenario {
                 bail!("two collectors are named `{}`: give one a `name`", c.name());
             }
         }
+        let mut grouped = std::collections::BTreeSet::new();
+        for group in &self.runs {
+            for c in group {
+                if !names.contains(c.as_str()) {
+                    bail!("`runs` names collector `{c}`, which the scenario does not have");
+                }
+                if !grouped.insert(c.clone()) {
+                    bail!("`runs` names collector `{c}` twice: each collector belongs to one run");
+                }
+            }
+        }
+        if !self.runs.is_empty() && grouped.len() != names.len() {
+            bail!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>());
+        }
         for e in &self.expectations {
             if let Some(c) = e.collector() {
                 if !names.contains(c) {
@@ -319,6 +339,17 @@ impl Scenario {
             crate::target::TargetKind::parse(t)?;
         }
         Ok(())
+    }
+}
+
+impl Scenario {
+    /// The collectors of each run, by name.
+    pub fn run_groups(&self) -> Vec<Vec<String>> {
+        if self.runs.is_empty() {
+            vec![self.collectors.iter().map(|c| c.name().to_string()).collect()]
+        } else {
+            self.runs.clone()
+        }
     }
 }
 

@@ -9,11 +9,14 @@ use xshell::Shell;
 type AxisFn = fn(&[String]) -> Result<()>;
 
 /// Axes by name, with a one-line description (`--list`). `--all` runs them in this order.
-const AXES: &[(&str, &str, AxisFn)] = &[(
-    "caps",
-    "container capability sets × collectors: which least set works, with the exact error of each failure",
-    run_caps,
-)];
+const AXES: &[(&str, &str, AxisFn)] = &[
+    (
+        "caps",
+        "container capability sets × collectors: which least set works, with the exact error of each failure",
+        run_caps,
+    ),
+    ("kernels", "Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel", run_kernels),
+];
 
 pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     let Some(first) = args.first() else {
@@ -78,5 +81,44 @@ fn run_caps(args: &[String]) -> Result<()> {
     let dir = harness::caps::write(&matrix, &harness::project_root().join("results"))?;
     println!("\n{}", matrix.markdown());
     println!("written to {}", dir.display());
+    Ok(())
+}
+
+#[derive(Parser)]
+#[command(name = "cargo xtask matrix kernels", about = "Run scenarios in a qemu guest per Debian kernel")]
+struct KernelArgs {
+    /// Kernels (comma-separated labels such as 5.10,6.1,6.12); default all.
+    #[arg(long, value_delimiter = ',')]
+    kernels: Vec<String>,
+    /// Scenarios (comma-separated or repeated); default all.
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<String>,
+    /// Print the cells without booting anything.
+    #[arg(long)]
+    list: bool,
+}
+
+fn run_kernels(args: &[String]) -> Result<()> {
+    let args = KernelArgs::try_parse_from(std::iter::once("kernels".to_string()).chain(args.iter().cloned()))?;
+    let options = harness::vm::KernelMatrixOptions { kernels: args.kernels, scenarios: args.scenario, ..Default::default() };
+    if args.list {
+        for (kernel, scenario) in harness::vm::matrix::list_cells(&options)? {
+            println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
+        }
+        return Ok(());
+    }
+    let cells = harness::vm::run_kernel_matrix(&options)?;
+    for c in &cells {
+        println!(
+            "{:<6} {:<24} {:<5} {}",
+            c.kernel,
+            c.scenario,
+            c.verdict,
+            c.reason.clone().unwrap_or_default()
+        );
+    }
+    if cells.iter().any(|c| c.verdict == "fail") {
+        bail!("some cells failed");
+    }
     Ok(())
 }

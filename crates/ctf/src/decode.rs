@@ -87,7 +87,7 @@ impl<'a> Cursor<'a> {
         }
         let byte = (self.pos / 8) as usize;
         let bit = (self.pos % 8) as u32;
-        let v = if bit == 0 && size % 8 == 0 {
+        let v = if bit == 0 && size.is_multiple_of(8) {
             let n = (size / 8) as usize;
             let b = &self.data[byte..byte + n];
             let mut buf = [0u8; 8];
@@ -425,7 +425,7 @@ impl<'t> StreamReader<'t> {
         let left_bits = data.len() as u64 * 8;
         let packet_bits = st.packet_size.unwrap_or(left_bits);
         let content_bits = st.content_size.unwrap_or(packet_bits);
-        if packet_bits == 0 || packet_bits % 8 != 0 || packet_bits > left_bits || content_bits > packet_bits || content_bits < cur.pos {
+        if packet_bits == 0 || !packet_bits.is_multiple_of(8) || packet_bits > left_bits || content_bits > packet_bits || content_bits < cur.pos {
             return Err(Error::Stream {
                 path: self.path.to_path_buf(),
                 offset: start as u64,

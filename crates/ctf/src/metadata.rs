@@ -72,12 +72,15 @@ pub(crate) enum ByteKind {
     Text,
 }
 
+/// Enum mappings: inclusive value range → label.
+pub(crate) type Labels = Arc<[(i64, i64, Arc<str>)]>;
+
 #[derive(Clone, Debug)]
 pub(crate) enum Node {
     Int(IntNode),
     Float { bits: u32, align: u32, le: bool },
     Str,
-    Enum { int: IntNode, labels: Arc<[(i64, i64, Arc<str>)]> },
+    Enum { int: IntNode, labels: Labels },
     /// `align` is the effective alignment (the declared one and every field's).
     Struct { align: u32, fields: Vec<(Arc<str>, Node)> },
     Variant { tag_slot: usize, options: Vec<(Arc<str>, Node)>, select: Vec<(i64, i64, usize)> },
@@ -339,7 +342,7 @@ enum Scope {
 struct Visible {
     name: String,
     slot: Option<usize>,
-    labels: Option<Arc<[(i64, i64, Arc<str>)]>>,
+    labels: Option<Labels>,
     members: Vec<Visible>,
 }
 
@@ -427,7 +430,7 @@ impl Compiler {
             Type::Str => Node::Str,
             Type::Enum { int, mappings } => {
                 let n = self.int(int, scope, name)?;
-                let labels: Arc<[(i64, i64, Arc<str>)]> = mappings
+                let labels: Labels = mappings
                     .iter()
                     .map(|m| (clamp64(m.lo), clamp64(m.hi), Arc::from(m.label.as_str())))
                     .collect();

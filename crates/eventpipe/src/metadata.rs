@@ -171,7 +171,7 @@ fn parse_fields(c: &mut Cursor<'_>, depth: u32) -> Option<Vec<FieldDef>> {
     if count as usize > c.buf.len() {
         return None;
     }
-    let mut fields = Vec::with_capacity(count as usize);
+    let mut fields = Vec::with_capacity((count as usize).min(64));
     for _ in 0..count {
         let code = c.u32("a field type").ok()?;
         let kind = parse_kind(c, code, depth)?;

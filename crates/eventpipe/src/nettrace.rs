@@ -627,10 +627,10 @@ impl<R: Read> NettraceReader<R> {
         if u64::from(first_id) < next_id {
             return Err(Error::format(off, format_args!("stack block starts at id {first_id}, but ids up to {} are already defined", next_id - 1)));
         }
-        // Ids are consecutive in what the runtime writes; a gap is filled with empty stacks, bounded
-        // by the stack memory limit.
+        // Ids are consecutive in what the runtime writes; a small gap is filled with empty
+        // stacks, a large one is corrupt data (filling it would cost memory the input never paid for).
         let gap = u64::from(first_id) - next_id;
-        if gap > (self.limits.max_stack_bytes / 8) as u64 {
+        if gap > 4096 {
             return Err(Error::format(off, format_args!("stack block starts at id {first_id}, far after the last id {}", next_id.saturating_sub(1))));
         }
         for _ in 0..gap {
@@ -644,7 +644,7 @@ impl<R: Read> NettraceReader<R> {
             };
             let size = u32::from_le_bytes(sz.try_into().unwrap()) as usize;
             p += 4;
-            if size % ptr != 0 || b.len() - p < size {
+            if !size.is_multiple_of(ptr) || b.len() - p < size {
                 return Err(Error::format(off + p as u64 - 4, format_args!("stack of {size} bytes (pointer size {ptr}, {} bytes left in block)", b.len() - p)));
             }
             if (self.stack_ips.len() + size / ptr) * 8 > self.limits.max_stack_bytes {

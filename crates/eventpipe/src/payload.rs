@@ -137,11 +137,12 @@ impl<'a> Reader<'a> {
 pub fn decode_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<Fields> {
     let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
     let mut out = Fields::new();
-    let template = meta.template.or_else(|| match (meta.provider.as_str(), meta.event_id) {
+    let builtin = match (meta.provider.as_str(), meta.event_id) {
         ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
         ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
         _ => None,
-    });
+    };
+    let template = meta.template.or(builtin);
     if let Some(t) = template {
         for &(name, ty) in t.fields {
             // Older writers end some payloads early (optional trailing fields).

@@ -95,7 +95,7 @@ mod tests {
                 Err(VarIntError::TooLong) => prop_assert_eq!(pos - before, 10),
             }
             let mut pos = before;
-            if let Ok(_) = read_u32(&bytes, &mut pos) {
+            if read_u32(&bytes, &mut pos).is_ok() {
                 prop_assert!(pos - before <= 5);
             }
         }

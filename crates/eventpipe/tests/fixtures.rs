@@ -116,7 +116,7 @@ fn check_top_leaves(d: &Decoded, g: &Json) {
     let golden: Vec<(String, u64)> =
         g["top_leaf"].as_object().unwrap().iter().map(|(k, v)| (k.to_lowercase(), v.as_u64().unwrap())).collect();
     let mut top: Vec<_> = golden.clone();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|t| std::cmp::Reverse(t.1));
     for (name, count) in top.iter().take(10) {
         assert_eq!(ours.get(name), Some(count), "leaf {name}; ours (top): {:?}", {
             let mut v: Vec<_> = ours.iter().collect();

@@ -34,7 +34,9 @@ pub struct OffCpuCollector {
     call_graph: CallGraph,
     perf_binary: Option<String>,
     /// perf's ring buffer per CPU, pages (`-m`): N-byte stacks fill the default 512 KiB fast.
-    mmap_pages: u64,
+    /// Default: 1024 on the host; in a container perf's default, because without
+    /// CAP_IPC_LOCK the buffer is capped by perf_event_mlock_kb (516 KiB) and -m 1024 fails.
+    mmap_pages: Option<u64>,
     data_file: String,
     tool: Option<ToolProcess>,
     host_output: Option<PathBuf>,
@@ -42,6 +44,9 @@ pub struct OffCpuCollector {
     record_log: Option<PathBuf>,
     /// perf's stderr, drained by a thread so a chatty perf never blocks on a full pipe.
     perf_stderr: Option<std::thread::JoinHandle<String>>,
+    /// The app's root directory, held open from the start: a container's files (its libc,
+    /// its runtime) stay readable through it after the app and its container are gone.
+    target_root: Option<std::fs::File>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +67,7 @@ impl CallGraph {
         if let Some(n) = s.strip_prefix("dwarf,") {
             let size: u32 = n.parse().with_context(|| format!("call_graph `{s}`: `{n}` is not a byte count"))?;
             // perf's limit: the sampled stack must fit a u16-sized record with the rest.
-            if size == 0 || size > 65528 || size % 8 != 0 {
+            if size == 0 || size > 65528 || !size.is_multiple_of(8) {
                 bail!("call_graph `{s}`: the stack size must be a multiple of 8 between 8 and 65528 bytes");
             }
             return Ok(CallGraph::Dwarf(size));
@@ -80,22 +85,21 @@ impl CallGraph {
 
 pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
     let call_graph = CallGraph::parse(spec.opt_str("call_graph").unwrap_or("dwarf,16384"))?;
-    if let Some(backend) = spec.opt_str("backend") {
-        if backend != "perf" {
-            bail!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)");
-        }
+    if let Some(backend) = spec.opt_str("backend").filter(|b| *b != "perf") {
+        bail!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)");
     }
     Ok(Box::new(OffCpuCollector {
         name: spec.name().to_string(),
         call_graph,
         perf_binary: spec.opt_str("perf_binary").map(str::to_string),
-        mmap_pages: spec.opt_u64("mmap_pages").unwrap_or(1024),
+        mmap_pages: spec.opt_u64("mmap_pages"),
         data_file: format!("{}.data", spec.name()),
         tool: None,
         host_output: None,
         commands: Vec::new(),
         record_log: None,
         perf_stderr: None,
+        target_root: None,
     }))
 }
 
@@ -145,6 +149,9 @@ impl Collector for OffCpuCollector {
 
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         self.ensure_tracefs(target, app)?;
+        if app.container_id.is_some() {
+            self.target_root = std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok();
+        }
         let host_output = artifacts.join(&self.data_file);
         let _ = std::fs::remove_file(&host_output);
         let output = target_view(&host_output, app);
@@ -156,7 +163,8 @@ impl Collector for OffCpuCollector {
                 .to_string(),
             None => "perf".to_string(),
         };
-        let argv: Vec<String> = vec![
+        let mmap_pages = self.mmap_pages.or(app.container_id.is_none().then_some(1024));
+        let mut argv: Vec<String> = vec![
             perf,
             "record".into(),
             "-k".into(),
@@ -166,13 +174,16 @@ impl Collector for OffCpuCollector {
             "--switch-events".into(),
             "--call-graph".into(),
             self.call_graph.perf_arg(),
-            "-m".into(),
-            self.mmap_pages.to_string(),
+        ];
+        if let Some(pages) = mmap_pages {
+            argv.extend(["-m".into(), pages.to_string()]);
+        }
+        argv.extend([
             "-p".into(),
             app.target_pid.to_string(),
             "-o".into(),
             output.display().to_string(),
-        ];
+        ]);
         self.commands.push(argv.join(" "));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take();
@@ -240,11 +251,19 @@ impl Collector for OffCpuCollector {
         let data = self.host_output.clone().unwrap_or_else(|| ctx.artifacts.join(&self.data_file));
         let perf_map = ctx.app_tmp_dir.join(format!("perf-{}.map", ctx.target_pid));
         let app_pids: BTreeSet<u32> = [ctx.host_pid, ctx.target_pid].into_iter().collect();
+        let root_fd = self.target_root.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        let path_map = |p: &Path| -> Option<PathBuf> {
+            let mapped = (ctx.path_map)(p).filter(|h| h.is_file());
+            mapped.or_else(|| {
+                let rel = p.strip_prefix("/").ok()?;
+                Some(PathBuf::from(format!("/proc/self/fd/{}", root_fd?)).join(rel))
+            })
+        };
         let mut opts = UnwindOptions {
             pids: Some(app_pids.clone()),
             perf_maps: app_pids.iter().map(|p| (*p, perf_map.clone())).collect(),
             search_dirs: ctx.symbol_dirs.to_vec(),
-            path_map: ctx.path_map,
+            path_map: &path_map,
             kallsyms: Kallsyms::live(),
             ..Default::default()
         };
@@ -279,10 +298,8 @@ pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample
         }
     }
     for s in &unwound.samples {
-        if let Some(sw) = s.sched_switch {
-            if sw.next_pid != 0 {
-                switch_ins.entry(sw.next_pid).or_default().push(s.time_ns);
-            }
+        if let Some(sw) = s.sched_switch.filter(|sw| sw.next_pid != 0) {
+            switch_ins.entry(sw.next_pid).or_default().push(s.time_ns);
         }
     }
     for v in switch_ins.values_mut() {
@@ -294,7 +311,9 @@ pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample
         if !app_pids.contains(&s.pid) || sw.prev_state & TASK_DEAD_STATES != 0 {
             continue;
         }
-        let tid = sw.prev_pid;
+        // The sample's tid, not the tracepoint's prev_pid: perf translates the former into its
+        // own pid namespace (a container's tids, as the app reports them in its truth).
+        let tid = s.tid;
         let back = switch_ins.get(&tid).and_then(|v| {
             let i = v.partition_point(|t| *t <= s.time_ns);
             v.get(i).copied()

@@ -144,13 +144,25 @@ fn key_metric(m: &Value, collector: &str, checks: &[&Value]) -> Option<String> {
 /// A column name for the environment a run saw: target (and image or guest kernel), kernel,
 /// .NET runtime.
 pub fn environment_label(m: &Value) -> String {
+    environment_label_with(m, true)
+}
+
+/// The .NET runtime a run recorded (newest Microsoft.NETCore.App), if any.
+fn dotnet_version(m: &Value) -> Option<String> {
+    m["environment"]["dotnet_runtimes"]
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str())
+        .filter(|s| s.contains("NETCore.App") || !s.contains(' '))
+        .map(|s| s.split_whitespace().last().unwrap_or(s).to_string())
+        .max()
+}
+
+fn environment_label_with(m: &Value, with_dotnet: bool) -> String {
     let env = &m["environment"];
     let target = env["target"].as_str().unwrap_or("?");
     let kernel = env["kernel"].as_str().map(short_kernel).unwrap_or_default();
-    let dotnet = env["dotnet_runtimes"]
-        .as_array()
-        .and_then(|a| a.iter().filter_map(|v| v.as_str()).map(|s| s.split_whitespace().last().unwrap_or(s).to_string()).max())
-        .unwrap_or_default();
+    let dotnet = if with_dotnet { dotnet_version(m).unwrap_or_default() } else { String::new() };
     let mut label = match (target, env["image"].as_str(), m["vm"]["kernel"].as_str()) {
         (_, _, Some(k)) => format!("qemu {k}"),
         (t, Some(img), _) => format!("{t} {img} · k{kernel}"),
@@ -162,7 +174,7 @@ pub fn environment_label(m: &Value) -> String {
         let _ = write!(label, " · +{}", caps.join(","));
     }
     if !dotnet.is_empty() {
-        let _ = write!(label, " · .NET {}", dotnet.split('[').next().unwrap_or(&dotnet).trim());
+        let _ = write!(label, " · .NET {dotnet}");
     }
     label
 }
@@ -221,6 +233,8 @@ pub struct MergedReport {
     pub runs: usize,
     /// A baseline was given (so "no regressions" is a finding, not a default).
     pub baseline: Option<Vec<PathBuf>>,
+    /// .NET runtimes the runs recorded (named in columns only when more than one).
+    pub runtimes: Vec<String>,
 }
 
 /// Every results folder (one holding manifest.json) under `inputs`, at most 4 levels down.
@@ -247,7 +261,8 @@ pub fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || name == "latest" {
+                // `latest*` are links to run folders found anyway.
+                if name.starts_with('.') || name.starts_with("latest") {
                     continue;
                 }
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -260,7 +275,35 @@ pub fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
     Ok(runs)
 }
 
+/// Column order: host, container, sidecar, qemu guests, then anything else; by name within.
+fn column_rank(label: &str) -> (u8, String) {
+    let rank = ["host", "container", "sidecar", "qemu"].iter().position(|t| label.starts_with(t)).unwrap_or(9) as u8;
+    (rank, label.to_string())
+}
+
+/// Runs with their column labels; the .NET runtime is part of the label only when the runs
+/// saw more than one (otherwise it would only split columns between runs that recorded it and
+/// runs that failed before they could).
+fn relabel(runs: &[Run]) -> Vec<Run> {
+    let versions: BTreeSet<String> = runs.iter().filter_map(|r| dotnet_version(&r.manifest)).collect();
+    let with_dotnet = versions.len() > 1;
+    runs.iter()
+        .cloned()
+        .map(|mut r| {
+            r.environment = environment_label_with(&r.manifest, with_dotnet);
+            r
+        })
+        .collect()
+}
+
+/// The .NET runtimes the runs recorded.
+fn runtimes(runs: &[Run]) -> Vec<String> {
+    let v: BTreeSet<String> = runs.iter().filter_map(|r| dotnet_version(&r.manifest)).collect();
+    v.into_iter().collect()
+}
+
 fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, BTreeMap<(String, String, String), Cell>) {
+    let runs = &relabel(runs)[..];
     let mut columns = BTreeSet::new();
     let mut rows = BTreeSet::new();
     let mut cells: BTreeMap<(String, String, String), Cell> = BTreeMap::new();
@@ -277,7 +320,9 @@ fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, BTreeMap<(String,
             cells.insert(key, cell);
         }
     }
-    (columns.into_iter().collect(), rows.into_iter().collect(), cells)
+    let mut columns: Vec<String> = columns.into_iter().collect();
+    columns.sort_by_key(|c| column_rank(c));
+    (columns, rows.into_iter().collect(), cells)
 }
 
 /// Builds the merged table from `inputs`, with regressions against `baseline` when given.
@@ -298,6 +343,7 @@ pub fn merge(inputs: &[PathBuf], baseline: Option<&[PathBuf]>, thresholds: Thres
         runs: runs.len(),
         regressions: Vec::new(),
         baseline: baseline.map(<[PathBuf]>::to_vec),
+        runtimes: runtimes(&runs),
     };
     if let Some(base) = baseline {
         let base_runs = find_runs(base)?;
@@ -393,8 +439,9 @@ impl MergedReport {
     fn counts_line(&self) -> String {
         let c = self.counts();
         format!(
-            "{} runs, {} cells: {} pass, {} fail, {} skip",
+            "{} runs{}, {} cells: {} pass, {} fail, {} skip",
             self.runs,
+            if self.runtimes.is_empty() { String::new() } else { format!(" (.NET {})", self.runtimes.join(", ")) },
             self.cells.len(),
             c.get("pass").unwrap_or(&0),
             c.get("fail").unwrap_or(&0),
@@ -572,11 +619,23 @@ mod tests {
         write_run(&d.path().join("nested"), "b", q);
         let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
         assert_eq!(r.rows, vec![("cpu-bound".to_string(), "perf-cpu".to_string())]);
-        assert_eq!(r.columns, vec!["host · k6.18 · .NET 10.0.12", "qemu 6.1 · .NET 10.0.12"]);
+        assert_eq!(r.columns, vec!["host · k6.18", "qemu 6.1"]);
+        assert!(r.html().contains("2 runs (.NET 10.0.12)"));
         let html = r.html();
         assert!(html.contains("<table id=\"matrix\">") && html.contains("share error 0.9 pts"), "{html}");
         let md = r.markdown();
         assert!(md.contains("| cpu-bound | perf-cpu | PASS · share error 0.9 pts | FAIL"), "{md}");
+    }
+
+    #[test]
+    fn a_second_runtime_becomes_its_own_column() {
+        let d = tempfile::tempdir().unwrap();
+        write_run(d.path(), "a", manifest("cpu-bound", "pass", "host", "6.18.0", 0.99));
+        let mut newer = manifest("cpu-bound", "pass", "host", "6.18.0", 0.99);
+        newer["environment"]["dotnet_runtimes"] = json!(["Microsoft.AspNetCore.App 11.0.1", "Microsoft.NETCore.App 11.0.1"]);
+        write_run(d.path(), "b", newer);
+        let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        assert_eq!(r.columns, vec!["host · k6.18 · .NET 10.0.12", "host · k6.18 · .NET 11.0.1"]);
     }
 
     #[test]

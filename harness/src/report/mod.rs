@@ -70,6 +70,20 @@ pub struct ShareRow {
     pub shares: Vec<f64>,
     /// |share − truth| in points, where truth is known.
     pub error_pts: Vec<Option<f64>>,
+    /// What this collector measures, in one line.
+    #[serde(default)]
+    pub measures: String,
+}
+
+/// One line per collector kind on what its samples mean.
+pub fn collector_measures(kind: &str) -> &'static str {
+    match kind {
+        "perf-cpu" => "on-CPU time: cpu-clock samples only threads that are running",
+        "perf-offcpu" => "off-CPU time: sched_switch, weighted by time from switch-out to switch-in",
+        "eventpipe" | "dotnet-trace" => "thread time: SampleProfiler samples every managed thread, running or blocked",
+        "lttng" => "runtime events (no stacks)",
+        _ => "",
+    }
 }
 
 /// A results folder being written.
@@ -187,17 +201,17 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     }
     for t in &m.share_tables {
         let _ = writeln!(s, "## Shares by collector\n");
-        let _ = writeln!(s, "| collector | samples | {} |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
-        let _ = writeln!(s, "|---|---|{}", "---|".repeat(t.columns.len()));
+        let _ = writeln!(s, "| collector | samples | {} | measures |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(t.columns.len()));
         if t.truth.iter().any(Option::is_some) {
-            let _ = writeln!(s, "| **truth** | | {} |", t.truth.iter().map(|v| v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default()).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(s, "| **truth** | | {} | the app's own measurement |", t.truth.iter().map(|v| v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default()).collect::<Vec<_>>().join(" | "));
         }
         for r in &t.rows {
             let cells: Vec<String> = r.shares.iter().zip(&r.error_pts).map(|(v, e)| match e {
                 Some(e) => format!("{:.1} % (error {e:.1} pts)", v * 100.0),
                 None => format!("{:.1} %", v * 100.0),
             }).collect();
-            let _ = writeln!(s, "| {} | {} | {} |", r.collector, r.samples, cells.join(" | "));
+            let _ = writeln!(s, "| {} | {} | {} | {} |", r.collector, r.samples, cells.join(" | "), r.measures);
         }
         s.push('\n');
     }

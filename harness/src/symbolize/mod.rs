@@ -13,6 +13,8 @@ pub mod table;
 mod malformed;
 #[cfg(test)]
 mod perf_fixtures;
+#[cfg(test)]
+mod split_debug;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -85,15 +87,6 @@ impl AddressSpace {
     pub fn mappings(&self) -> impl Iterator<Item = &Mapping> {
         self.by_start.values()
     }
-}
-
-/// What decoding needs, owned (a [`DecodeContext`] borrows; the unwinder keeps one of these).
-pub struct SymbolSources {
-    pub artifacts: PathBuf,
-    pub app_tmp_dir: PathBuf,
-    pub host_pid: u32,
-    pub target_pid: u32,
-    pub symbol_dirs: Vec<PathBuf>,
 }
 
 /// Names frames of one perf recording.

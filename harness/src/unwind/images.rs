@@ -115,17 +115,13 @@ impl Image {
         }
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut symbols = elf_symbols(file);
-        if let Some(id) = &build_id {
-            if let Some(debug) = find_debug_file(id, debug_dirs) {
-                if let Ok(debug_bytes) = std::fs::read(&debug) {
-                    if let Ok(debug_file) = object::File::parse(&*debug_bytes) {
-                        let more = elf_symbols(&debug_file);
-                        if more.len() > symbols.len() {
-                            symbols = more;
-                        }
-                    }
-                }
-            }
+        let debug_symbols = build_id
+            .as_deref()
+            .and_then(|id| find_debug_file(id, debug_dirs))
+            .and_then(|debug| std::fs::read(debug).ok())
+            .and_then(|bytes| object::File::parse(&*bytes).ok().map(|f| elf_symbols(&f)));
+        if let Some(more) = debug_symbols.filter(|more| more.len() > symbols.len()) {
+            symbols = more;
         }
         Ok(Image {
             path: path.to_path_buf(),

@@ -33,6 +33,9 @@ use names::{Kallsyms, RangeNames};
 
 const PROT_EXEC: u32 = 4;
 
+/// Names ReadyToRun code: (image as mapped, file offset) → method name.
+pub type R2rNamer<'a> = dyn Fn(&Path, u64) -> Option<String> + 'a;
+
 /// Where to find what the recording refers to.
 pub struct UnwindOptions<'a> {
     /// Unwind the samples of these processes only (pids as perf saw them); other samples are
@@ -49,7 +52,7 @@ pub struct UnwindOptions<'a> {
     /// Stop a stack after this many user frames (corrupt stacks must not run on).
     pub max_user_frames: usize,
     /// Names ReadyToRun code: (image as mapped, file offset) → method name.
-    pub r2r_namer: Option<&'a dyn Fn(&Path, u64) -> Option<String>>,
+    pub r2r_namer: Option<&'a R2rNamer<'a>>,
 }
 
 fn identity_path(p: &Path) -> Option<PathBuf> {
@@ -504,11 +507,12 @@ impl<'a> StackUnwinder<'a> {
 /// W^X's memfd alias, not the jitdump file the runtime maps executable only as a marker for perf.
 fn is_code_file(path: &str) -> bool {
     let file = path.rsplit('/').next().unwrap_or(path);
+    let jitdump = file.starts_with("jit-") && file.ends_with(".dump");
     path.starts_with('/')
         && !path.starts_with("//")
         && !path.starts_with("/memfd:")
         && !path.ends_with(" (deleted)")
-        && !(file.starts_with("jit-") && file.ends_with(".dump"))
+        && !jitdump
 }
 
 fn join_paths(paths: &[PathBuf]) -> String {

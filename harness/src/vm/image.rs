@@ -405,14 +405,14 @@ echo "TRACELAB-GUEST-START $(uname -r) paranoid=$(cat /proc/sys/kernel/perf_even
 rm -rf /opt/tracelab/job /opt/tracelab/out
 mkdir -p /opt/tracelab/out
 if tar xf /dev/vdc -C /; then
-  sh /opt/tracelab/job/run.sh > /opt/tracelab/out/job.log 2>&1
-  rc=$?
+  # The job's output goes to the console as well, so the host can follow a long run live.
+  { sh /opt/tracelab/job/run.sh 2>&1; echo $? > /tmp/job-rc; } | tee /opt/tracelab/out/job.log
+  rc=$(cat /tmp/job-rc)
 else
   echo "TRACELAB-GUEST: cannot unpack the job disk /dev/vdc"
   rc=125
 fi
 echo "$rc" > /opt/tracelab/out/exit-code
-tail -n 40 /opt/tracelab/out/job.log
 tar cf /dev/vdb -C /opt/tracelab/out .
 sync
 echo "TRACELAB-GUEST-EXIT $rc"

@@ -250,7 +250,7 @@ fn boot_and_run(
                 "suite": kernel.suite,
                 "release": prepared.release,
                 "package": prepared.package,
-                "accel": "tcg",
+                "accel": opts.boot.accel,
                 "cpu": opts.boot.cpu,
                 "boot_s": boot_s,
                 "attempt": attempt,

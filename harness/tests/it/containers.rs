@@ -301,7 +301,7 @@ fn capability_probes_match_this_engine() {
         return;
     }
     let options = harness::caps::MatrixOptions {
-        collectors: vec!["perf-cpu".into(), "lttng".into()],
+        collectors: vec!["perf-cpu".into(), "lttng".into(), "eventpipe".into()],
         cap_sets: vec!["none".into(), "SYS_ADMIN".into(), "PERFMON".into(), "privileged".into()],
         ..Default::default()
     };
@@ -323,6 +323,10 @@ fn capability_probes_match_this_engine() {
     let lttng = cell("lttng", "none");
     assert!(lttng.works, "{lttng:?}");
     assert!(lttng.detail.contains("gc_start="), "{}", lttng.detail);
+    // Our IPC client reaches into the container from the host through /proc/PID/root/tmp.
+    let eventpipe = cell("eventpipe", "none");
+    assert!(eventpipe.works, "{eventpipe:?}");
+    assert!(eventpipe.detail.contains("nettrace_bytes="), "{}", eventpipe.detail);
     for p in &matrix.probes {
         assert!(p.works || p.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "a failure without its error: {p:?}");
     }

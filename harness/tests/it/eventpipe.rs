@@ -247,3 +247,27 @@ fn dotnet_trace_exceptions_match_the_app() {
     assert_eq!(induced, 10);
     assert!(fx.artifacts().join("dotnet-trace.nettrace").is_file());
 }
+
+#[test]
+fn eventpipe_thread_time_samples_resolve_managed_frames() {
+    let Some(fx) = fixture("eventpipe::eventpipe_thread_time_samples_resolve_managed_frames") else { return };
+    let mut collector = harness::collect::from_spec(&spec("kind = \"eventpipe\"\nprofile = \"thread-time\"")).unwrap();
+    let coll = fx.run(collector.as_mut(), &["sleep,cpu", "2"]);
+    let leaf = |name: &str| {
+        coll.samples.iter().filter(|s| s.frames.first().and_then(|f| f.name.as_deref()) == Some(name)).count()
+    };
+    let (hot, cold) = (leaf("Fixture.Phases::CpuHot(int64)"), leaf("Fixture.Phases::CpuCold(int64)"));
+    // Truth is 75 / 25; the sampler stops threads at safe points, so only the order is asserted here
+    // (scenarios score the share with the design's tolerance).
+    assert!(hot > cold && cold > 0, "CpuHot {hot}, CpuCold {cold} leaf samples");
+    let external = coll.samples.iter().filter(|s| s.kind.as_deref() == Some("external")).count();
+    assert!(external > 0, "the main thread's Thread.Sleep shows as external samples");
+    let sleep = coll.samples.iter().filter(|s| s.frames.iter().any(|f| f.name.as_deref() == Some("Fixture.Phases::Sleep(float64)"))).count();
+    assert!(sleep > 0, "Sleep frames resolved");
+    let frames: Vec<_> = coll.samples.iter().flat_map(|s| s.frames.iter()).collect();
+    let named = frames.iter().filter(|f| f.name.is_some()).count();
+    assert!(named * 10 >= frames.len() * 9, "{named} of {} frames named", frames.len());
+    let hot_frame = coll.samples.iter().flat_map(|s| s.frames.first()).find(|f| f.name.as_deref() == Some("Fixture.Phases::CpuHot(int64)")).unwrap();
+    assert_eq!(hot_frame.class, harness::model::DsoClass::Jit);
+    assert_eq!(hot_frame.dso.as_deref(), Some("FixtureApp"));
+}

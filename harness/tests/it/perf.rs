@@ -76,18 +76,44 @@ fn perf_cpu_names_jit_frames_of_a_real_app() {
     eprintln!("{} samples; JIT leaves {} of {} named; commands: {:?}", coll.samples.len(), jit.leaf_resolved, jit.leaf_total, collector.commands());
     assert!(jit.leaf_ratio.unwrap_or(0.0) >= 0.95, "JIT leaf resolution {jit:?}");
 
-    let (mut hot, mut cold) = (0u64, 0u64);
+    // (time, is hot) of every CpuHot / CpuCold leaf.
+    let mut phase_samples: Vec<(u64, bool)> = Vec::new();
     for s in &coll.samples {
         match s.frames.first().and_then(|f| f.name.as_deref()).map(merge_code_version) {
-            Some(n) if n.ends_with("Fixture.Phases::CpuHot(int64)") => hot += 1,
-            Some(n) if n.ends_with("Fixture.Phases::CpuCold(int64)") => cold += 1,
+            Some(n) if n.ends_with("Fixture.Phases::CpuHot(int64)") => phase_samples.push((s.time_ns, true)),
+            Some(n) if n.ends_with("Fixture.Phases::CpuCold(int64)") => phase_samples.push((s.time_ns, false)),
             _ => {}
         }
     }
-    assert!(hot + cold >= 300, "only {} CpuHot + CpuCold leaves", hot + cold);
-    let share = 100.0 * hot as f64 / (hot + cold) as f64;
-    eprintln!("CpuHot {hot} / CpuCold {cold} = {share:.1} % (truth 75 %)");
-    assert!((share - 75.0).abs() <= 5.0, "CpuHot share {share:.1} % is not within 5 points of 75 %");
+    let hot = phase_samples.iter().filter(|(_, h)| *h).count() as f64;
+    let cold = phase_samples.len() as f64 - hot;
+    assert!(hot + cold >= 300.0, "only {} CpuHot + CpuCold leaves", hot + cold);
+    let share = 100.0 * hot / (hot + cold);
+
+    // FixtureApp splits *wall* time 75/25 while cpu-clock samples count the CPU time the app
+    // got. On a machine busy with other work (this one is shared) the two part ways, so the
+    // sample share is held to ±5 points only when the app had most of a CPU; otherwise the
+    // split is checked on the sample timestamps: where CpuHot gives way to CpuCold.
+    let first = phase_samples.first().unwrap().0;
+    let last = phase_samples.last().unwrap().0;
+    let seconds = (last - first) as f64 / 1e9;
+    let cpu_share = (hot + cold) / (seconds * 999.0);
+    let last_hot = phase_samples.iter().filter(|(_, h)| *h).map(|(t, _)| *t).max().unwrap_or(first);
+    let first_cold = phase_samples.iter().filter(|(_, h)| !*h).map(|(t, _)| *t).min().unwrap_or(last);
+    let switch = (last_hot + first_cold) / 2;
+    let time_share = 100.0 * (switch - first) as f64 / (last - first) as f64;
+    eprintln!(
+        "CpuHot {hot} / CpuCold {cold} samples = {share:.1} % (truth 75 %); by time {time_share:.1} %; \
+         the app had {:.0} % of a CPU over {seconds:.1} s",
+        cpu_share * 100.0
+    );
+    assert!(first_cold >= last_hot, "CpuCold samples before the last CpuHot one: phases are mixed up");
+    assert!((time_share - 75.0).abs() <= 5.0, "CpuHot wall-time share {time_share:.1} % is not within 5 points of 75 %");
+    if cpu_share >= 0.8 {
+        assert!((share - 75.0).abs() <= 5.0, "CpuHot sample share {share:.1} % is not within 5 points of 75 %");
+    } else {
+        eprintln!("sample share not held to ±5 points: the app got only {:.0} % of a CPU", cpu_share * 100.0);
+    }
 }
 
 /// perf attached to a process that is already gone fails at start with perf's own reason.

@@ -141,7 +141,7 @@ fn unwind_fixture_blocked_time_lands_on_sleep() {
         .map(|s| s.weight)
         .sum();
     eprintln!("main thread blocked {total} ns, {in_sleep} ns under Fixture.Phases::Sleep");
-    assert!(in_sleep >= 490_000_000 && in_sleep <= 520_000_000, "Thread.Sleep(500 ms) measured {in_sleep} ns");
+    assert!((490_000_000..=520_000_000).contains(&in_sleep), "Thread.Sleep(500 ms) measured {in_sleep} ns");
     for s in main.iter().filter(|s| s.weight > 50_000_000) {
         eprintln!("{} ns:{}", s.weight, show(&s.frames[..s.frames.len().min(14)]));
     }
@@ -258,4 +258,32 @@ mod robustness {
         let err = unwind::unwind_perf_data(&path, UnwindOptions::default()).unwrap_err();
         assert!(format!("{err:#}").contains("text.data"), "{err:#}");
     }
+}
+
+/// The real thing: scenario `off-cpu` on the host (the workload's blocked thread waits in
+/// SleepWait / LockWait / PipeReadWait while another spins), recorded by `perf-offcpu` with
+/// `--call-graph dwarf,16384`, unwound by us, judged against the workload's truth.
+#[test]
+fn unwind_offcpu_scenario_passes_on_host() {
+    use harness::assert::Verdict;
+    use harness::engine::{self, RunOptions};
+    use harness::testing::{prerequisites, require_root};
+    let perf = || harness::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string());
+    if !prerequisites("unwind::offcpu_scenario_passes_on_host", &[&require_root, &perf]) {
+        return;
+    }
+    let results = tempfile::tempdir().unwrap();
+    let scenario = harness::scenario::Scenario::find("off-cpu").unwrap();
+    let opts = RunOptions {
+        target: Some(harness::target::TargetKind::Host),
+        results_root: Some(results.path().to_path_buf()),
+        ..Default::default()
+    };
+    let o = engine::run(&scenario, &opts).expect("the off-cpu scenario runs");
+    let m = &o.manifest.metrics;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?} {:?}", o.reason, o.manifest.checks.iter().map(|c| (&c.name, &c.measured)).collect::<Vec<_>>());
+    // Completeness report in the manifest: nearly every switch-out unwinds to its thread's root.
+    assert!(m["perf-offcpu.unwind_root_ratio"] >= 0.9, "{m:?}");
+    assert!(m["perf-offcpu.unwind_with_managed_frame"] > 0.0, "{m:?}");
+    assert!(m["perf-offcpu.perf_data_bytes"] > 0.0, "{m:?}");
 }

@@ -16,8 +16,8 @@ use xshell::Shell;
 #[derive(Parser, Debug)]
 #[command(name = "cargo xtask bench perf")]
 struct Args {
-    /// Seconds the app burns CPU while recorded.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds the app burns CPU while recorded (on a shared machine it gets less than a CPU).
+    #[arg(long, default_value_t = 40)]
     seconds: u32,
     /// Sampling frequency.
     #[arg(long, default_value_t = 1999)]
