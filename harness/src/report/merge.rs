@@ -458,7 +458,7 @@ impl MergedReport {
              th,td{border:1px solid #bbb;padding:6px 8px;vertical-align:top;text-align:left}\n\
              th{background:#eee;position:sticky;top:0}\n\
              td.pass{background:#d7f5d7}td.fail{background:#f9d2d2}td.skip{background:#f3ecc8}td.none{background:#f7f7f7;color:#999}\n\
-             .v{font-weight:bold}.why{font-size:11px;color:#444;max-width:28em}.m{font-size:11px;color:#135}\n\
+             .v{font-weight:bold}.why{font-size:11px;color:#444;max-width:28em;overflow-wrap:anywhere}.m{font-size:11px;color:#135}\n\
              </style></head><body>\n<h1>tracelab matrix report</h1>\n",
         );
         let _ = writeln!(h, "<p id=\"counts\">{}</p>", esc(&self.counts_line()));

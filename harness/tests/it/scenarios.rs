@@ -98,3 +98,66 @@ fn a_failing_expectation_fails_the_scenario_with_its_reason() {
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(json["verdict"], "fail");
 }
+
+fn docker_available() -> Result<(), String> {
+    harness::docker::Docker::available()
+}
+
+fn run_on(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
+    let results = tempfile::tempdir().unwrap();
+    let scenario = Scenario::find(name).unwrap();
+    let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
+    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    (outcome, results)
+}
+
+/// One test per (scenario, target) that must PASS here, as `cargo xtask scenario NAME --target T`.
+macro_rules! passes {
+    ($test:ident, $scenario:literal, host) => {
+        #[test]
+        fn $test() {
+            if !prerequisites(concat!("scenarios::", stringify!($test)), &[&require_root, &perf_available]) {
+                return;
+            }
+            let (o, _dir) = run_on($scenario, TargetKind::Host);
+            assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+        }
+    };
+    ($test:ident, $scenario:literal, $target:ident) => {
+        #[test]
+        fn $test() {
+            if !prerequisites(concat!("scenarios::", stringify!($test)), &[&require_root, &docker_available]) {
+                return;
+            }
+            let (o, _dir) = run_on($scenario, TargetKind::$target);
+            assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+        }
+    };
+}
+
+passes!(gc_heavy_host, "gc-heavy", host);
+passes!(exceptions_host, "exceptions", host);
+passes!(cpu_bound_eventpipe_host, "cpu-bound-eventpipe", host);
+passes!(off_cpu_host, "off-cpu", host);
+passes!(cpu_bound_container, "cpu-bound", Container);
+passes!(cpu_bound_sidecar, "cpu-bound", Sidecar);
+passes!(off_cpu_container, "off-cpu", Container);
+passes!(on_vs_off_cpu_container, "on-vs-off-cpu", Container);
+
+#[test]
+fn on_vs_off_cpu_host_with_each_collectors_view() {
+    if !prerequisites("scenarios::on_vs_off_cpu_host", &[&require_root, &perf_available]) {
+        return;
+    }
+    let (o, _dir) = run_on("on-vs-off-cpu", TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let table = o.manifest.share_tables.first().expect("a share table");
+    let row = |name: &str| table.rows.iter().find(|r| r.collector.starts_with(name)).unwrap_or_else(|| panic!("no row {name}"));
+    // cpu-clock sees the CPU route, off-CPU the blocked route, SampleProfiler both.
+    assert!(row("perf-cpu").shares[0] >= 0.9, "{table:?}");
+    assert!(row("perf-offcpu").shares[1] >= 0.9, "{table:?}");
+    let ep = row("eventpipe");
+    assert!(ep.shares[0] > 0.25 && ep.shares[1] > 0.25, "{table:?}");
+    let summary = std::fs::read_to_string(o.dir.join("summary.md")).unwrap();
+    assert!(summary.contains("## Shares by collector") && summary.contains("thread time"), "{summary}");
+}

@@ -287,3 +287,15 @@ fn unwind_offcpu_scenario_passes_on_host() {
     assert!(m["perf-offcpu.unwind_with_managed_frame"] > 0.0, "{m:?}");
     assert!(m["perf-offcpu.perf_data_bytes"] > 0.0, "{m:?}");
 }
+
+#[test]
+#[ignore]
+fn tmp_inspect() {
+    let dir = PathBuf::from(std::env::var("RUN").unwrap());
+    let tid: u32 = std::env::var("TID").unwrap().parse().unwrap();
+    let data = dir.join("artifacts/perf-offcpu.data");
+    let u = unwind::unwind_perf_data(&data, UnwindOptions { path_map: &|p: &Path| Some(p.to_path_buf()), ..Default::default() }).unwrap();
+    for s in u.samples.iter().filter(|s| s.tid == tid && !s.frames.iter().any(|f| f.display_name().contains("Wait("))) {
+        if s.user_frames == 23 { eprintln!("X {:?} {} {}", s.end, s.time_ns, show(&s.frames[s.frames.len()-s.user_frames..])); }
+    }
+}

@@ -120,7 +120,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     let bt_events: u64 = counted
         .lines()
         .filter_map(|l| l.trim().strip_suffix(" Event messages").and_then(|n| n.trim().parse().ok()))
-        .last()
+        .next_back()
         .unwrap_or(0);
 
     sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "ctf", "--example", "ctfdump"]).run()?;

@@ -353,6 +353,60 @@ fn model_value(v: ctf::Value) -> Value {
     }
 }
 
+/// Records a large CTF trace for `cargo xtask bench ctf`: every `DotNETRuntime` tracepoint of
+/// `runs` FixtureApp runs (`gc,exceptions 1`, ≈ 2 MB and 22 k events each) in a container of the
+/// bullseye runtime image, into `out` (host path; replaced). The image must exist (`cargo xtask
+/// images`). Returns the trace folder.
+pub fn record_bench_trace(out: &Path, runs: u32) -> Result<PathBuf> {
+    let build = out.parent().context("the output folder has no parent")?.join("fixture-app");
+    let src = build.join("src");
+    std::fs::create_dir_all(&src)?;
+    // ../shared is read-only; the build writes obj/ beside the project.
+    for f in ["FixtureApp.csproj", "Program.cs"] {
+        std::fs::copy(crate::shared_dir().join("fixtures/FixtureApp").join(f), src.join(f))
+            .with_context(|| format!("copying FixtureApp/{f} from ../shared/fixtures"))?;
+    }
+    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
+    let app = build.join("app");
+    let status = dotnet
+        .command()
+        .args(["build", "-c", "Release", "-v", "q", "-o"])
+        .arg(&app)
+        .arg(src.join("FixtureApp.csproj"))
+        .status()
+        .context("running dotnet build")?;
+    if !status.success() {
+        bail!("dotnet build of FixtureApp failed ({status})");
+    }
+    if out.exists() {
+        std::fs::remove_dir_all(out)?;
+    }
+    std::fs::create_dir_all(out)?;
+    let image = crate::image::runtime_tag(crate::image::suite("bullseye")?);
+    // Per-CPU buffers of 8 × 2 MiB keep up with every tracepoint; docker's default 64 MiB
+    // /dev/shm is too small for them (the session then records nothing), hence --shm-size.
+    let script = format!(
+        "set -e; lttng-sessiond --daemonize --no-kernel; lttng create bench --output=/out/trace >/dev/null; \
+         lttng enable-channel -u bench --subbuf-size=2M --num-subbuf=8 >/dev/null; \
+         lttng enable-event -u -c bench 'DotNETRuntime:*' >/dev/null; \
+         lttng add-context -u -c bench -t vpid -t vtid -t procname >/dev/null; lttng start >/dev/null; \
+         for i in $(seq {runs}); do DOTNET_EnableEventLog=1 dotnet /app/FixtureApp.dll gc,exceptions 1 >/dev/null; done; \
+         lttng stop >/dev/null; lttng destroy >/dev/null"
+    );
+    let status = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--shm-size=256m", "-v"])
+        .arg(format!("{}:/app:ro", app.display()))
+        .arg("-v")
+        .arg(format!("{}:/out", out.display()))
+        .args([&image, "sh", "-c", &script])
+        .status()
+        .context("running docker")?;
+    if !status.success() {
+        bail!("recording the bench trace in {image} failed ({status})");
+    }
+    Ok(out.join("trace"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,58 +493,4 @@ mod tests {
             path.display()
         );
     }
-}
-
-/// Records a large CTF trace for `cargo xtask bench ctf`: every `DotNETRuntime` tracepoint of
-/// `runs` FixtureApp runs (`gc,exceptions 1`, ≈ 2 MB and 22 k events each) in a container of the
-/// bullseye runtime image, into `out` (host path; replaced). The image must exist (`cargo xtask
-/// images`). Returns the trace folder.
-pub fn record_bench_trace(out: &Path, runs: u32) -> Result<PathBuf> {
-    let build = out.parent().context("the output folder has no parent")?.join("fixture-app");
-    let src = build.join("src");
-    std::fs::create_dir_all(&src)?;
-    // ../shared is read-only; the build writes obj/ beside the project.
-    for f in ["FixtureApp.csproj", "Program.cs"] {
-        std::fs::copy(crate::shared_dir().join("fixtures/FixtureApp").join(f), src.join(f))
-            .with_context(|| format!("copying FixtureApp/{f} from ../shared/fixtures"))?;
-    }
-    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
-    let app = build.join("app");
-    let status = dotnet
-        .command()
-        .args(["build", "-c", "Release", "-v", "q", "-o"])
-        .arg(&app)
-        .arg(src.join("FixtureApp.csproj"))
-        .status()
-        .context("running dotnet build")?;
-    if !status.success() {
-        bail!("dotnet build of FixtureApp failed ({status})");
-    }
-    if out.exists() {
-        std::fs::remove_dir_all(out)?;
-    }
-    std::fs::create_dir_all(out)?;
-    let image = crate::image::runtime_tag(crate::image::suite("bullseye")?);
-    // Per-CPU buffers of 8 × 2 MiB keep up with every tracepoint; docker's default 64 MiB
-    // /dev/shm is too small for them (the session then records nothing), hence --shm-size.
-    let script = format!(
-        "set -e; lttng-sessiond --daemonize --no-kernel; lttng create bench --output=/out/trace >/dev/null; \
-         lttng enable-channel -u bench --subbuf-size=2M --num-subbuf=8 >/dev/null; \
-         lttng enable-event -u -c bench 'DotNETRuntime:*' >/dev/null; \
-         lttng add-context -u -c bench -t vpid -t vtid -t procname >/dev/null; lttng start >/dev/null; \
-         for i in $(seq {runs}); do DOTNET_EnableEventLog=1 dotnet /app/FixtureApp.dll gc,exceptions 1 >/dev/null; done; \
-         lttng stop >/dev/null; lttng destroy >/dev/null"
-    );
-    let status = std::process::Command::new("docker")
-        .args(["run", "--rm", "--network", "none", "--shm-size=256m", "-v"])
-        .arg(format!("{}:/app:ro", app.display()))
-        .arg("-v")
-        .arg(format!("{}:/out", out.display()))
-        .args([&image, "sh", "-c", &script])
-        .status()
-        .context("running docker")?;
-    if !status.success() {
-        bail!("recording the bench trace in {image} failed ({status})");
-    }
-    Ok(out.join("trace"))
 }
