@@ -262,12 +262,13 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
         ev.collection(c).ok_or_else(|| format!("no data from collector `{}`", c.unwrap_or("(first)")))
     };
     Ok(match exp {
-        Expectation::Frame { collector, pattern, present, leaf_only, min_share, tid_truth, .. } => {
+        Expectation::Frame { collector, pattern, present, leaf_only, min_share, tid_truth, sample_kind, .. } => {
             let c = coll(collector.as_deref())?;
             let re = Regex::new(pattern).map_err(|e| e.to_string())?;
             let tid = tid_truth.as_deref().map(|p| truth_f64(ev.truth_for(&c.collector), p)).transpose()?.map(|t| t as u32);
             let (mut hit, mut total) = (0u64, 0u64);
-            for s in c.samples.iter().filter(|s| tid.is_none_or(|t| s.tid == t)) {
+            let kind_ok = |s: &Sample| sample_kind.as_deref().is_none_or(|k| s.kind.as_deref() == Some(k));
+            for s in c.samples.iter().filter(|s| tid.is_none_or(|t| s.tid == t) && kind_ok(s)) {
                 total += s.weight;
                 let frames = if *leaf_only { s.frames.get(..1).unwrap_or(&[]) } else { &s.frames[..] };
                 if frames.iter().any(|f| re.is_match(&frame_key(f))) {
@@ -287,6 +288,9 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
             };
             if let Some(t) = tid {
                 expected.push_str(&format!(" (thread {t} only)"));
+            }
+            if let Some(k) = sample_kind {
+                expected.push_str(&format!(" ({k} samples only)"));
             }
             Check::new(name, collector.as_deref().or(Some(&c.collector)), pass, expected,
                 format!("in {hit} of {total} sample weight ({:.1} %)", share * 100.0))

@@ -363,7 +363,12 @@ fn run_app(
         symbol_dirs: &opts.symbol_dirs,
     };
     for c in collectors.iter_mut() {
-        let collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        if !collection.samples.is_empty() {
+            let report = crate::unwind::completeness_of_collection(&collection);
+            report.add_metrics_if_absent(&mut collection.metrics);
+            state.completeness.insert(collection.collector.clone(), serde_json::to_value(&report)?);
+        }
         state.collections.push(collection);
     }
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());

@@ -152,6 +152,10 @@ pub enum Expectation {
         /// thread of the off-CPU workload). Tids are as the collector's pid namespace sees them.
         #[serde(default)]
         tid_truth: Option<String>,
+        /// Only samples of this kind (`blocked` / `preempted` off-CPU samples, `managed` /
+        /// `external` SampleProfiler samples).
+        #[serde(default)]
+        sample_kind: Option<String>,
     },
     /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
     /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.

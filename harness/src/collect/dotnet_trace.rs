@@ -180,11 +180,11 @@ impl Collector for DotnetTrace {
         while child.try_wait()?.is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        if child.try_wait()?.is_none() {
-            if let Some(mut stdin) = self.stdin.take() {
-                use std::io::Write;
-                let _ = stdin.write_all(b"\n");
-            }
+        if child.try_wait()?.is_none()
+            && let Some(mut stdin) = self.stdin.take()
+        {
+            use std::io::Write;
+            let _ = stdin.write_all(b"\n");
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {

@@ -256,13 +256,10 @@ impl Collector for EventPipeCollector {
             std::thread::sleep(Duration::from_millis(20));
         }
         if !drain.is_finished() {
-            match DiagnosticsClient::for_pid(self.host_pid) {
-                Ok(client) => {
-                    client.stop_tracing(self.session_id).with_context(|| format!("StopTracing {}", self.session_id))?;
-                    self.commands.push(format!("eventpipe StopTracing {}", self.session_id));
-                }
-                // The process is gone: the stream ends on its own.
-                Err(_) => {}
+            // When the process is gone there is no socket, and the stream ends on its own.
+            if let Ok(client) = DiagnosticsClient::for_pid(self.host_pid) {
+                client.stop_tracing(self.session_id).with_context(|| format!("StopTracing {}", self.session_id))?;
+                self.commands.push(format!("eventpipe StopTracing {}", self.session_id));
             }
         }
         let bytes = drain.wait(Duration::from_secs(60)).context("draining the EventPipe stream")?;

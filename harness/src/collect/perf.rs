@@ -236,10 +236,26 @@ fn first_bad_record(bytes: &[u8], data: Section) -> Option<(u64, String)> {
         if at + size > end {
             return Some((at, format!("record of {size} bytes runs past the data section's end at {end}")));
         }
+        let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
+        if ty == PERF_RECORD_AUXTRACE {
+            // AUX data follows the record; the reader allocates whatever size the record claims.
+            if size < 16 {
+                return Some((at, "AUXTRACE record too short for its size field".into()));
+            }
+            let aux = le_u64(bytes, at as usize + 8);
+            match (at + size).checked_add(aux) {
+                Some(next) if next <= end => at = next,
+                _ => return Some((at, format!("AUXTRACE record claims {aux} bytes of data beyond the data section"))),
+            }
+            continue;
+        }
         at += size;
     }
     None
 }
+
+/// PERF_RECORD_AUXTRACE (tools/perf/util/event.h): a user record followed by its AUX data.
+const PERF_RECORD_AUXTRACE: u32 = 71;
 
 /// Offsets of records whose type and body equal the given ones (for naming a record that
 /// parsed badly: the reader hands us copies in time order, not file positions).
@@ -326,6 +342,9 @@ impl PerfRecording {
                 ),
             }
         };
+        if let Some((offset, why)) = first_bad_record(bytes, data) {
+            bail!("{file}: bad record at byte offset {offset}: {why}; the file is truncated or corrupt");
+        }
         let PerfFileReader { mut perf_file, mut record_iter } =
             PerfFileReader::parse_file(Cursor::new(bytes)).map_err(|e| {
                 anyhow::anyhow!("{file}: cannot read the perf.data header and attributes (byte offsets 0..{}): {e}", data.offset)

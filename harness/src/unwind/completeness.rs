@@ -66,11 +66,53 @@ impl Completeness {
         metrics.insert("unwind_with_managed_frame".into(), self.with_managed_frame as f64);
         for (class, c) in &self.by_leaf_class {
             metrics.insert(format!("unwind_stacks_leaf_{class}"), c.stacks as f64);
+            metrics.insert(format!("unwind_reached_root_leaf_{class}"), c.reached_root as f64);
             let ratio = if c.stacks == 0 { 0.0 } else { c.reached_root as f64 / c.stacks as f64 };
             metrics.insert(format!("unwind_root_ratio_leaf_{class}"), ratio);
         }
         for (class, n) in &self.stopped_in_class {
             metrics.insert(format!("unwind_stopped_in_{class}"), *n as f64);
+        }
+        for (dso, n) in &self.stopped_in_dso {
+            metrics.insert(format!("unwind_stopped_in_dso_{dso}"), *n as f64);
+        }
+    }
+
+    /// Rebuilds the report a collector put into its metrics with [`Completeness::add_metrics`].
+    pub fn from_metrics(metrics: &BTreeMap<String, f64>) -> Option<Completeness> {
+        let n = |k: &str| metrics.get(k).map(|v| *v as u64);
+        let mut c = Completeness {
+            stacks: n("unwind_stacks")?,
+            reached_root: n("unwind_reached_root")?,
+            with_managed_frame: n("unwind_with_managed_frame").unwrap_or(0),
+            ..Default::default()
+        };
+        for (k, v) in metrics {
+            if let Some(class) = k.strip_prefix("unwind_stacks_leaf_") {
+                let reached = n(&format!("unwind_reached_root_leaf_{class}")).unwrap_or(0);
+                c.by_leaf_class.insert(class.to_string(), ClassCompleteness { stacks: *v as u64, reached_root: reached });
+            } else if let Some(dso) = k.strip_prefix("unwind_stopped_in_dso_") {
+                c.stopped_in_dso.insert(dso.to_string(), *v as u64);
+            } else if let Some(class) = k.strip_prefix("unwind_stopped_in_") {
+                c.stopped_in_class.insert(class.to_string(), *v as u64);
+            }
+        }
+        Some(c)
+    }
+}
+
+/// The completeness report of any collection, for the manifest. A collector that unwound its
+/// own stacks (perf-offcpu) knows where each one ended and leaves that in its metrics; for the
+/// others it is judged from frame names ([`completeness`]).
+pub fn completeness_of_collection(c: &crate::model::Collection) -> Completeness {
+    Completeness::from_metrics(&c.metrics).unwrap_or_else(|| completeness(&c.samples))
+}
+
+impl Completeness {
+    /// Adds the figures to `metrics` unless the collector already put its own there.
+    pub fn add_metrics_if_absent(&self, metrics: &mut BTreeMap<String, f64>) {
+        if !metrics.contains_key("unwind_stacks") {
+            self.add_metrics(metrics);
         }
     }
 }
@@ -155,5 +197,6 @@ mod tests {
         c.add_metrics(&mut m);
         assert_eq!(m["unwind_root_ratio"], 0.5);
         assert_eq!(m["unwind_root_ratio_leaf_libc"], 0.5);
+        assert_eq!(Completeness::from_metrics(&m), Some(c));
     }
 }

@@ -27,7 +27,7 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use crate::model::{DsoClass, Frame};
-pub use completeness::{Completeness, completeness, completeness_of_unwound};
+pub use completeness::{Completeness, completeness, completeness_of_collection, completeness_of_unwound};
 use images::{Bytes, Image, ImageFormat};
 use names::{Kallsyms, RangeNames};
 

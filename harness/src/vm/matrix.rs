@@ -214,7 +214,11 @@ fn boot_and_run(
     let job = scenario_job(scenarios, runner)?;
     let work = super::image::cache_dir().join("runs").join(format!("{}-{}", kernel.label, crate::report::utc_stamp()));
     let started = Instant::now();
-    let (prepared, outcome) = super::run_job(kernel, &job, &opts.boot, &work)?;
+    // Under emulation a scenario takes minutes (decoding and flame graphs included): the boot's
+    // limit grows with the scenarios it runs.
+    let mut boot = opts.boot.clone();
+    boot.timeout = boot.timeout.max(std::time::Duration::from_secs(300 + 900 * scenarios.len() as u64));
+    let (prepared, outcome) = super::run_job(kernel, &job, &boot, &work)?;
     let boot_s = started.elapsed().as_secs_f64();
     let Some(code) = outcome.exit_code else {
         bail!(

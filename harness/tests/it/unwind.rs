@@ -40,7 +40,10 @@ fn no_path(_: &Path) -> Option<PathBuf> {
 
 fn unwind_fixture(data: &Path, dotnet_root: &Path) -> Unwound {
     let dir = fixture_dir();
+    let r2r = std::cell::RefCell::new(harness::symbolize::r2r::R2rResolver::new());
+    let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
     let opts = UnwindOptions {
+        r2r_namer: Some(&r2r_namer),
         pids: Some([APP_PID].into_iter().collect()),
         perf_maps: [(APP_PID, dir.join("perf-offcpu-dwarf.perf-28884.map"))].into_iter().collect(),
         // The recording host's libc and ld.so first, then the SDK's runtime and host; nothing
@@ -116,6 +119,9 @@ fn unwind_fixture_sleep_reaches_managed_caller() {
         );
         assert_eq!(s.frames[libc].name.as_deref(), Some("__futex_abstimed_wait_common"), "{}", show(&s.frames));
         assert_eq!(s.end, StackEnd::Root, "{}", show(&s.frames));
+        // ReadyToRun code named from the image's own metadata (symbolize::r2r).
+        let corelib_name = s.frames[corelib].name.as_deref().unwrap_or("");
+        assert!(corelib_name.contains("System.Threading.Thread::Sleep"), "{}", show(&s.frames));
         let last = s.frames.last().and_then(|f| f.dso.as_deref()).unwrap_or("");
         assert!(last.ends_with("/dotnet"), "the root is the host's _start:{}", show(&s.frames));
     }
@@ -286,16 +292,4 @@ fn unwind_offcpu_scenario_passes_on_host() {
     assert!(m["perf-offcpu.unwind_root_ratio"] >= 0.9, "{m:?}");
     assert!(m["perf-offcpu.unwind_with_managed_frame"] > 0.0, "{m:?}");
     assert!(m["perf-offcpu.perf_data_bytes"] > 0.0, "{m:?}");
-}
-
-#[test]
-#[ignore]
-fn tmp_inspect() {
-    let dir = PathBuf::from(std::env::var("RUN").unwrap());
-    let tid: u32 = std::env::var("TID").unwrap().parse().unwrap();
-    let data = dir.join("artifacts/perf-offcpu.data");
-    let u = unwind::unwind_perf_data(&data, UnwindOptions { path_map: &|p: &Path| Some(p.to_path_buf()), ..Default::default() }).unwrap();
-    for s in u.samples.iter().filter(|s| s.tid == tid && !s.frames.iter().any(|f| f.display_name().contains("Wait("))) {
-        if s.user_frames == 23 { eprintln!("X {:?} {} {}", s.end, s.time_ns, show(&s.frames[s.frames.len()-s.user_frames..])); }
-    }
 }

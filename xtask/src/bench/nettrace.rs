@@ -56,7 +56,7 @@ fn warm(runs: &[(u64, f64)]) -> f64 {
 fn record(dotnet: &Dotnet, out: &Path) -> Result<()> {
     let work = out.parent().unwrap().join("fixture-app");
     let dll = fixture_app::build(dotnet, &work)?;
-    let phases = vec!["cpu,gc,exceptions"; 8].join(",");
+    let phases = ["cpu,gc,exceptions"; 8].join(",");
     let config = SessionConfig {
         providers: vec![
             Provider::new(SAMPLE_PROFILER, 0xF000_0000_0000, 5),
