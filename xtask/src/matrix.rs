@@ -16,7 +16,40 @@ const AXES: &[(&str, &str, AxisFn)] = &[
         run_caps,
     ),
     ("kernels", "Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel", run_kernels),
+    (
+        "lttng",
+        "Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason",
+        run_lttng,
+    ),
 ];
+
+#[derive(Parser)]
+#[command(name = "cargo xtask matrix lttng")]
+struct LttngArgs {
+    /// Debian suites (comma-separated); default bullseye,bookworm,trixie.
+    #[arg(long, value_delimiter = ',')]
+    suites: Vec<String>,
+    /// Scenarios to run in each suite; default the LTTng scenarios.
+    #[arg(long)]
+    scenario: Vec<String>,
+}
+
+fn run_lttng(args: &[String]) -> Result<()> {
+    let a = LttngArgs::try_parse_from(std::iter::once("lttng".to_string()).chain(args.iter().cloned()))?;
+    let mut o = harness::collect::lttng::matrix::MatrixOptions::default();
+    if !a.suites.is_empty() {
+        o.suites = a.suites;
+    }
+    if !a.scenario.is_empty() {
+        o.scenarios = a.scenario;
+    }
+    let report = harness::collect::lttng::matrix::run(&o)?;
+    let dir = harness::project_root().join("results").join(format!("{}-matrix-lttng", harness::report::utc_stamp()));
+    let (md, json) = harness::collect::lttng::matrix::write(&report, &dir)?;
+    print!("{}", harness::collect::lttng::matrix::markdown(&report));
+    println!("written: {} and {}", md.display(), json.display());
+    Ok(())
+}
 
 pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     let Some(first) = args.first() else {
