@@ -352,8 +352,10 @@ fn run_app(
 
     step("decoding");
     let t_decode = Instant::now();
-    let identity = |p: &Path| Some(p.to_path_buf());
-    let path_map: &dyn Fn(&Path) -> Option<PathBuf> = &identity;
+    // Container runs record paths as the container saw them; the target maps them to host files.
+    let target_ref: &dyn Target = &*target;
+    let map_fn = |p: &Path| target_ref.path_map(p);
+    let path_map: &dyn Fn(&Path) -> Option<PathBuf> = &map_fn;
     let ctx = DecodeContext {
         artifacts: &artifacts,
         app_tmp_dir: &app.tmp_dir_host,

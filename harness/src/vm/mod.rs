@@ -28,13 +28,19 @@ pub struct KernelSpec {
     /// The axis value users type (`--kernels 5.10,6.1`).
     pub label: &'static str,
     pub suite: &'static str,
+    /// Extra kernel command line for this kernel under emulation.
+    pub cmdline: &'static str,
 }
 
 /// The kernels of the matrix: one per supported Debian release.
 pub const KERNELS: &[KernelSpec] = &[
-    KernelSpec { label: "5.10", suite: "bullseye" },
-    KernelSpec { label: "6.1", suite: "bookworm" },
-    KernelSpec { label: "6.12", suite: "trixie" },
+    KernelSpec { label: "5.10", suite: "bullseye", cmdline: "" },
+    KernelSpec { label: "6.1", suite: "bookworm", cmdline: "" },
+    // 6.12's SLUB allocator takes its per-CPU fast path with `cmpxchg16b %gs:…`, and under TCG
+    // that path oopsed (`__kmalloc_noprof`, double faults, corrupted state elsewhere) in about
+    // half the boots; `clearcpuid=cx16` hides the instruction from the kernel only (user space,
+    // which .NET needs it in, still sees it), and SLUB takes its locked path.
+    KernelSpec { label: "6.12", suite: "trixie", cmdline: "clearcpuid=cx16" },
 ];
 
 /// Looks a kernel up by its label (`6.1`) or suite (`bookworm`).
@@ -194,7 +200,12 @@ pub fn boot(kernel: &PreparedKernel, root_disk: &Path, job: &GuestJob, opts: &Bo
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(&kernel.initramfs)
-        .args(["-append", "console=ttyS0 panic=1 oops=panic quiet loglevel=3 rw"])
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 panic=1 oops=panic quiet loglevel=3 rw {} {}",
+            kernel.spec.cmdline,
+            std::env::var("TRACELAB_QEMU_APPEND").unwrap_or_default()
+        ))
         .arg("-drive")
         .arg(drive(root_disk, "snapshot=on"))
         .arg("-drive")
