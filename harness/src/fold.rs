@@ -13,11 +13,7 @@ use crate::model::{Collection, DsoClass, Frame, merge_code_version};
 /// A frame's label in folded stacks: its name with the code version merged, else
 /// `[unknown] (dso)`. Separators of the folded format are replaced.
 pub fn frame_label(frame: &Frame) -> String {
-    let name = match &frame.name {
-        Some(n) => merge_code_version(n).to_string(),
-        None => frame.display_name(),
-    };
-    sanitize(name)
+    label_of(frame.name.as_deref(), frame.dso.as_deref())
 }
 
 fn sanitize(mut s: String) -> String {
@@ -30,16 +26,30 @@ fn sanitize(mut s: String) -> String {
 /// Label of a sample with no frames at all.
 pub const NO_STACK: &str = "[no stack]";
 
-/// Folds a collection's samples: stack (root first, `;`-joined) → summed weight.
+/// The label of a frame given as (name, dso): as [`frame_label`].
+fn label_of(name: Option<&str>, dso: Option<&str>) -> String {
+    sanitize(match (name, dso) {
+        (Some(n), _) => merge_code_version(n).to_string(),
+        (None, Some(d)) => format!("[unknown] ({d})"),
+        (None, None) => "[unknown]".to_string(),
+    })
+}
+
+/// Folds a collection's samples: stack (root first, `;`-joined) → summed weight. Equal stacks
+/// are counted by borrowed names first, so labels are built once per distinct stack.
 pub fn fold(coll: &Collection) -> BTreeMap<String, u64> {
-    let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    let mut by_stack: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut by_stack: HashMap<Vec<(Option<&str>, Option<&str>)>, u64> = HashMap::new();
     for s in &coll.samples {
-        let labels: Vec<String> = s.frames.iter().rev().map(frame_label).collect();
-        *by_stack.entry(labels).or_default() += s.weight;
+        let key: Vec<_> = s.frames.iter().rev().map(|f| (f.name.as_deref(), f.dso.as_deref())).collect();
+        *by_stack.entry(key).or_default() += s.weight;
     }
-    for (labels, weight) in by_stack {
-        let key = if labels.is_empty() { NO_STACK.to_string() } else { labels.join(";") };
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, weight) in by_stack {
+        let key = if frames.is_empty() {
+            NO_STACK.to_string()
+        } else {
+            frames.iter().map(|(n, d)| label_of(*n, *d)).collect::<Vec<_>>().join(";")
+        };
         *out.entry(key).or_default() += weight;
     }
     out

@@ -93,7 +93,7 @@ impl AddressSpace {
 pub struct Symbolizer<'a> {
     spaces: HashMap<u32, AddressSpace>,
     jit: HashMap<u32, SymbolTable>,
-    kernel: Option<SymbolTable>,
+    kernel: Option<std::sync::Arc<SymbolTable>>,
     elf: HashMap<String, Option<ElfSymbols>>,
     r2r: r2r::R2rResolver,
     path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
@@ -157,7 +157,7 @@ impl<'a> Symbolizer<'a> {
         Ok(s)
     }
 
-    fn load_kallsyms(&mut self, rec: &PerfRecording) -> Result<Option<SymbolTable>> {
+    fn load_kallsyms(&mut self, rec: &PerfRecording) -> Result<Option<std::sync::Arc<SymbolTable>>> {
         for dir in &self.symbol_dirs {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
             let mut files: Vec<PathBuf> = entries
@@ -169,13 +169,22 @@ impl<'a> Symbolizer<'a> {
             if let Some(file) = files.first() {
                 let table = elf::read_kallsyms(file)?;
                 self.sources.push(format!("kernel: {} symbols from {}", table.len(), file.display()));
-                return Ok(Some(table));
+                return Ok(Some(std::sync::Arc::new(table)));
             }
         }
         let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if rec.os_release.as_deref().is_some_and(|r| r == running.trim()) {
-            match elf::read_kallsyms(Path::new("/proc/kallsyms")) {
+            // The kernel formats /proc/kallsyms anew on every read (~100 k lines): read it once
+            // per process; it only changes when modules load, which does not rename text.
+            static RUNNING: std::sync::Mutex<Option<std::sync::Arc<SymbolTable>>> = std::sync::Mutex::new(None);
+            let mut cached = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+            let read = match cached.as_ref() {
+                Some(t) => Ok(t.clone()),
+                None => elf::read_kallsyms(Path::new("/proc/kallsyms")).map(std::sync::Arc::new),
+            };
+            match read {
                 Ok(table) => {
+                    *cached = Some(table.clone());
                     self.sources.push(format!("kernel: {} symbols from /proc/kallsyms", table.len()));
                     return Ok(Some(table));
                 }
