@@ -227,7 +227,7 @@ impl Default for Thresholds {
 pub struct MergedReport {
     pub columns: Vec<String>,
     pub rows: Vec<(String, String)>,
-    pub cells: BTreeMap<(String, String, String), Cell>,
+    pub cells: Cells,
     pub regressions: Vec<Regression>,
     pub inputs: Vec<PathBuf>,
     pub runs: usize,
@@ -302,7 +302,10 @@ fn runtimes(runs: &[Run]) -> Vec<String> {
     v.into_iter().collect()
 }
 
-fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, BTreeMap<(String, String, String), Cell>) {
+/// (scenario, collector, environment) → cell.
+type Cells = BTreeMap<(String, String, String), Cell>;
+
+fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, Cells) {
     let runs = &relabel(runs)[..];
     let mut columns = BTreeSet::new();
     let mut rows = BTreeSet::new();

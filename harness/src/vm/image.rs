@@ -267,10 +267,10 @@ fn boot_modules(modules_dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
             let p = e?.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
-                if let Some(stem) = name.split(".ko").next().filter(|_| name.contains(".ko")) {
-                    index.insert(stem.replace('-', "_"), p.clone());
-                }
+            } else if let Some(name) = p.file_name().and_then(|n| n.to_str())
+                && let Some(stem) = name.split(".ko").next().filter(|_| name.contains(".ko"))
+            {
+                index.insert(stem.replace('-', "_"), p.clone());
             }
         }
     }
@@ -332,10 +332,10 @@ exec switch_root /newroot /opt/tracelab/guest-init
 fn busybox_static() -> Result<Vec<u8>> {
     for p in ["/bin/busybox", "/usr/bin/busybox"] {
         // Only a static busybox runs in an initramfs without libc.
-        if let Ok(bytes) = std::fs::read(p) {
-            if !bytes.windows(11).any(|w| w == b"ld-linux-x8") {
-                return Ok(bytes);
-            }
+        if let Ok(bytes) = std::fs::read(p)
+            && !bytes.windows(11).any(|w| w == b"ld-linux-x8")
+        {
+            return Ok(bytes);
         }
     }
     let apt = SuiteApt::new(&host_suite())?;
@@ -451,13 +451,13 @@ pub fn prepare_rootfs() -> Result<PathBuf> {
 /// The .NET installation copied into the guest at the same path as on the host, so the paths
 /// harness code computes on the host hold in the guest.
 pub fn dotnet_root() -> Result<PathBuf> {
-    if let Ok(root) = std::env::var("DOTNET_ROOT") {
-        if Path::new(&root).join("dotnet").is_file() {
-            return Ok(root.into());
-        }
+    if let Ok(root) = std::env::var("DOTNET_ROOT")
+        && Path::new(&root).join("dotnet").is_file()
+    {
+        return Ok(root.into());
     }
     let script = crate::shared_dir().join("toolchains/install-dotnet.sh");
-    let out = run(&mut Command::new("bash").arg(&script), "install-dotnet.sh")?;
+    let out = run(Command::new("bash").arg(&script), "install-dotnet.sh")?;
     let root = PathBuf::from(out.lines().last().unwrap_or("").trim());
     if !root.join("dotnet").is_file() {
         bail!("{} printed `{}`, which holds no `dotnet`", script.display(), root.display());

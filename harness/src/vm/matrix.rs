@@ -242,7 +242,9 @@ fn boot_and_run(
             let dir = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let manifest_path = dir.join("manifest.json");
-            if name.starts_with('.') || !manifest_path.is_file() {
+            // The guest's `latest` link points at a run folder found on its own.
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            if name.starts_with('.') || is_link || !manifest_path.is_file() {
                 continue;
             }
             let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path)?)
@@ -252,6 +254,7 @@ fn boot_and_run(
             manifest["vm"] = serde_json::json!({
                 "kernel": kernel.label,
                 "suite": kernel.suite,
+                "cmdline": kernel.cmdline,
                 "release": prepared.release,
                 "package": prepared.package,
                 "accel": opts.boot.accel,
@@ -302,10 +305,10 @@ fn runner_binary(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
-    if let Ok(exe) = std::env::current_exe() {
-        if exe.file_name().is_some_and(|n| n == "xtask") {
-            return Ok(exe);
-        }
+    if let Ok(exe) = std::env::current_exe()
+        && exe.file_name().is_some_and(|n| n == "xtask")
+    {
+        return Ok(exe);
     }
     let built = crate::project_root().join("target/debug/xtask");
     if built.is_file() {
