@@ -117,11 +117,11 @@ pub fn generate(axes: &Axes) -> String {
     job(
         &mut y,
         "caps",
-        "capabilities · ${{ matrix.scenario }}",
-        &[("scenario", scenarios.clone())],
+        "capabilities · ${{ matrix.distro }}",
+        &[("distro", list(&axes.distros))],
         60,
-        "matrix caps --scenario ${{ matrix.scenario }}",
-        "results-caps-${{ matrix.scenario }}",
+        "matrix caps --suite ${{ matrix.distro }}",
+        "results-caps-${{ matrix.distro }}",
     );
     job(
         &mut y,

@@ -17,6 +17,11 @@ const AXES: &[(&str, &str, AxisFn)] = &[
     ),
     ("kernels", "Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel", run_kernels),
     (
+        "dotnet",
+        ".NET runtimes × scenarios on the host: each scenario's verdict per installed runtime",
+        run_dotnet,
+    ),
+    (
         "lttng",
         "Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason",
         run_lttng,
@@ -55,6 +60,13 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     let Some(first) = args.first() else {
         bail!("which axis? `cargo xtask matrix --list` shows them");
     };
+    // `cargo xtask matrix --kernels 5.10,6.1 --scenario gc-heavy`: the axis named by its flag.
+    if first.starts_with("--kernels") {
+        return run_kernels(args);
+    }
+    if first.starts_with("--dotnet") {
+        return run_dotnet(args);
+    }
     match first.as_str() {
         "--list" => {
             for (name, what, _) in AXES {
@@ -152,6 +164,56 @@ fn run_kernels(args: &[String]) -> Result<()> {
     }
     if cells.iter().any(|c| c.verdict == "fail") {
         bail!("some cells failed");
+    }
+    Ok(())
+}
+
+#[derive(Parser)]
+#[command(name = "cargo xtask matrix dotnet", about = "Run scenarios on the host per installed .NET runtime")]
+struct DotnetArgs {
+    /// Runtime versions or prefixes (comma-separated, e.g. 10.0); default every installed one.
+    #[arg(long, value_delimiter = ',')]
+    dotnet: Vec<String>,
+    /// Scenarios (comma-separated or repeated); default all.
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<String>,
+}
+
+fn run_dotnet(args: &[String]) -> Result<()> {
+    let args = DotnetArgs::try_parse_from(std::iter::once("dotnet".to_string()).chain(args.iter().cloned()))?;
+    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
+    let installed: Vec<String> = dotnet
+        .runtime_versions()?
+        .into_iter()
+        .filter(|r| r.name == "Microsoft.NETCore.App")
+        .map(|r| r.version)
+        .collect();
+    let wanted = if args.dotnet.is_empty() { installed.clone() } else { args.dotnet.clone() };
+    let scenarios = if args.scenario.is_empty() { harness::scenario::list_names()? } else { args.scenario.clone() };
+    let mut failed = false;
+    for version in &wanted {
+        let Some(runtime) = installed.iter().find(|v| v.starts_with(version.as_str())) else {
+            // Not a skip of the scenario: the matrix cell cannot exist on this machine.
+            println!(".NET {version}: not installed (installed: {}); ../shared/toolchains provides only these", installed.join(", "));
+            failed = true;
+            continue;
+        };
+        for name in &scenarios {
+            let scenario = harness::scenario::Scenario::find(name)?;
+            let opts = harness::engine::RunOptions { target: Some(harness::target::TargetKind::Host), ..Default::default() };
+            let outcome = harness::engine::run(&scenario, &opts)?;
+            // The runtime the app itself reported: a cell is only labelled with what really ran.
+            let ran = outcome.manifest.environment.dotnet_runtimes.join("; ");
+            println!(
+                ".NET {runtime:<10} {name:<22} {} {} (runtimes present: {ran})",
+                outcome.verdict.upper(),
+                outcome.reason.as_deref().unwrap_or("")
+            );
+            failed |= outcome.verdict == harness::assert::Verdict::Fail;
+        }
+    }
+    if failed {
+        anyhow::bail!("the .NET matrix has failures");
     }
     Ok(())
 }

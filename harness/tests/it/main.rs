@@ -5,6 +5,7 @@
 mod containers;
 mod eventpipe;
 mod lttng;
+mod matrix;
 mod perf;
 mod r2r;
 mod scenarios;
