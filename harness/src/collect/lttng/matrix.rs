@@ -140,7 +140,11 @@ pub fn markdown(report: &MatrixReport) -> String {
 pub fn image_versions(suite: &str) -> (Option<String>, Option<String>, Option<String>) {
     let Ok(s) = crate::image::suite(suite) else { return (None, None, None) };
     let root = crate::image::rootfs_dir(s);
-    let status = std::fs::read_to_string(root.join("var/lib/dpkg/status")).unwrap_or_default();
+    let mut status = std::fs::read_to_string(root.join("var/lib/dpkg/status")).unwrap_or_default();
+    if status.is_empty() {
+        // The image can come from the daemon's cache with no rootfs in this checkout: ask it.
+        status = dpkg_status_from_image(&crate::image::runtime_tag(s)).unwrap_or_default();
+    }
     let versions = dpkg_versions(&status);
     let tools = versions.get("lttng-tools").cloned();
     let ust = versions
@@ -149,6 +153,22 @@ pub fn image_versions(suite: &str) -> (Option<String>, Option<String>, Option<St
         .map(|(k, v)| format!("{k} {v}"));
     let soname = super::preflight::ust_sonames(&root).join(", ");
     (tools, ust, (!soname.is_empty()).then_some(soname).or(Some(s.lttng_ust.to_string())))
+}
+
+/// /var/lib/dpkg/status of an image, read by a short-lived labelled container (no network).
+fn dpkg_status_from_image(image: &str) -> Result<String> {
+    let docker = crate::docker::Docker::connect()?;
+    let spec = crate::docker::ContainerSpec::new(image, "dpkg-status", vec!["cat".into(), "/var/lib/dpkg/status".into()]);
+    let id = docker.create(&spec)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let result = docker
+        .forward_output(&id, tx)
+        .and_then(|()| docker.start(&id))
+        .and_then(|()| docker.wait(&id, std::time::Duration::from_secs(60)));
+    let lines: Vec<String> = rx.iter().collect();
+    let _ = docker.remove(&id);
+    result?;
+    Ok(lines.join("\n"))
 }
 
 /// Installed package → version, from a dpkg `status` file.
