@@ -139,6 +139,8 @@ passes!(gc_heavy_host, "gc-heavy", host);
 passes!(exceptions_host, "exceptions", host);
 passes!(cpu_bound_eventpipe_host, "cpu-bound-eventpipe", host);
 passes!(off_cpu_host, "off-cpu", host);
+passes!(framework_frames_host, "framework-frames", host);
+passes!(cpu_bound_r2r_host, "cpu-bound-r2r", host);
 passes!(cpu_bound_container, "cpu-bound", Container);
 passes!(cpu_bound_sidecar, "cpu-bound", Sidecar);
 passes!(off_cpu_container, "off-cpu", Container);
