@@ -159,7 +159,15 @@ impl ContainerTarget {
             {
                 let _ = std::fs::remove_file(pid_file);
                 // The app may have exited already: its container's init holds the namespace.
-                return host_pid_in_namespace_of(self.init_pid, ns_pid);
+                return match host_pid_in_namespace_of(self.init_pid, ns_pid) {
+                    Ok(pid) => Ok(pid),
+                    Err(e) => {
+                        // A short tool (a mount, a one-shot lttng command) can be done before we
+                        // look it up: that is no failure; 0 says there is nothing left to signal.
+                        std::thread::sleep(Duration::from_millis(100));
+                        if child.try_wait()?.is_some() { Ok(0) } else { Err(e) }
+                    }
+                };
             }
             if let Some(status) = child.try_wait()? {
                 let mut err = String::new();
@@ -336,7 +344,7 @@ impl Target for ContainerTarget {
             .with_context(|| format!("starting {description}"))?;
         Ok(ToolProcess {
             child,
-            signal_via: Some(vec!["kill".into(), "-INT".into(), host_pid.to_string()]),
+            signal_via: (host_pid != 0).then(|| vec!["kill".into(), "-INT".into(), host_pid.to_string()]),
             description,
         })
     }
