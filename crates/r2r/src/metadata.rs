@@ -8,7 +8,6 @@ pub const MODULE: usize = 0x00;
 pub const TYPE_REF: usize = 0x01;
 pub const TYPE_DEF: usize = 0x02;
 pub const METHOD_DEF: usize = 0x06;
-pub const MEMBER_REF: usize = 0x0a;
 pub const TYPE_SPEC: usize = 0x1b;
 pub const ASSEMBLY: usize = 0x20;
 pub const ASSEMBLY_REF: usize = 0x23;
