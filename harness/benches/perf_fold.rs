@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use harness::collect::DecodeContext;
-use harness::collect::perf::{PerfRecording, decode_recording, fold_recording};
+use harness::collect::perf::{PerfRecording, decode_recording, fold_perf_file, fold_recording};
 use harness::symbolize::Symbolizer;
 
 struct Input {
@@ -27,6 +27,7 @@ fn input() -> Input {
     let fixtures = harness::shared_dir().join("fixtures/perf");
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixtures.join("perf-container.perf-1.map"), dir.path().join("perf-1.map")).unwrap();
+    std::fs::copy(fixtures.join("perf-container.data"), dir.path().join("perf.data")).unwrap();
     let pids = std::fs::read_to_string(fixtures.join("perf-container.pids.txt")).unwrap();
     let host_pid = pids.split_whitespace().find_map(|w| w.strip_prefix("host_pid=")).unwrap().parse().unwrap();
     Input {
@@ -61,6 +62,8 @@ fn bench(c: &mut Criterion) {
             fold_recording(&rec, &mut sym)
         })
     });
+    // What `cargo xtask trace fold` and `cargo xtask bench perf` run: streaming, no samples built.
+    group.bench_function("fold_perf_file", |b| b.iter(|| fold_perf_file(&path, &ctx).unwrap()));
     group.bench_function("decode+model+fold", |b| {
         b.iter(|| {
             let rec = PerfRecording::from_bytes(&input.data, &path).unwrap();

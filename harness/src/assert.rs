@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Collection, DsoClass, Frame, Sample, merge_code_version};
-use crate::scenario::{Expectation, ShareMode};
+use crate::model::{Collection, DsoClass, Frame, MethodName, Sample, frame_assembly, merge_code_version};
+use crate::scenario::{Expectation, NameMatch, ShareMode};
 
 /// Default tolerances (shared/DESIGN.md §4).
 pub const SHARE_TOLERANCE_PTS: f64 = 5.0;
@@ -52,6 +52,10 @@ pub struct Check {
     /// Extra numbers (share error in points, sample counts …) the metrics and reports use.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub values: BTreeMap<String, f64>,
+    /// Lines a reader needs to see why the check came out as it did (the compared top lists …),
+    /// too long for `measured`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
 }
 
 impl Check {
@@ -63,6 +67,7 @@ impl Check {
             measured,
             collector: collector.map(String::from),
             values: BTreeMap::new(),
+            details: Vec::new(),
         }
     }
     fn value(mut self, key: &str, v: f64) -> Check {
@@ -192,6 +197,97 @@ pub fn exceptions_by_type_message(collection: &Collection) -> BTreeMap<String, u
     map
 }
 
+/// One method of a collector's ranking (see [`rank_methods`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankedMethod {
+    /// The name it is compared by (code versions merged; see [`NameMatch`]).
+    pub key: String,
+    /// Sample weight counted for it.
+    pub weight: u64,
+    /// Of that, the weight of frames named from a ReadyToRun image.
+    pub r2r_weight: u64,
+}
+
+impl RankedMethod {
+    /// Named mostly from ReadyToRun images (at least half its weight).
+    pub fn is_r2r(&self) -> bool {
+        self.r2r_weight * 2 >= self.weight && self.r2r_weight > 0
+    }
+}
+
+/// The comparison key of a managed frame, or `None` when it is unnamed or not a method.
+fn method_key(frame: &Frame, names: NameMatch) -> Option<String> {
+    let name = merge_code_version(frame.name.as_deref()?);
+    match names {
+        NameMatch::Exact => Some(name.to_string()),
+        NameMatch::MethodAndArity => MethodName::parse(name).map(|m| m.spelling_free_key()),
+    }
+}
+
+/// Managed methods of assemblies matching `assembly`, by sample weight, heaviest first (ties by
+/// name, so a ranking is reproducible). Returns the ranking and the weight of the samples counted.
+pub fn rank_methods(
+    collection: &Collection,
+    assembly: &Regex,
+    mode: ShareMode,
+    names: NameMatch,
+    sample_kind: Option<&str>,
+) -> (Vec<RankedMethod>, u64) {
+    let mut by_key: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut counted = 0u64;
+    // Frames of managed methods, leaf first. Named JIT-class frames that are no method (the
+    // runtime's stubs and write barriers in the perf map) are passed over like native helpers,
+    // and so are the GC-suspension poll's (where a sampler stops a thread); an unnamed managed
+    // frame stays, so a frame nothing could name is never replaced by its caller.
+    let method_frame = |f: &&Frame| {
+        matches!(f.class, DsoClass::Jit | DsoClass::R2r)
+            && f.name.as_deref().is_none_or(|n| {
+                MethodName::parse(merge_code_version(n)).is_some_and(|m| !m.is_gc_suspension_poll())
+            })
+    };
+    let wanted = |f: &Frame| frame_assembly(f).is_some_and(|a| assembly.is_match(&a));
+    for s in &collection.samples {
+        if sample_kind.is_some_and(|k| s.kind.as_deref() != Some(k)) {
+            continue;
+        }
+        let frames: Vec<&Frame> = match mode {
+            ShareMode::Leaf => s.frames.iter().find(method_frame).filter(|f| wanted(f)).into_iter().collect(),
+            ShareMode::Inclusive => s.frames.iter().filter(method_frame).filter(|f| wanted(f)).collect(),
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for f in frames {
+            let Some(key) = method_key(f, names) else { continue };
+            // A recursive method counts once per sample in inclusive mode.
+            if seen.contains(&key) {
+                continue;
+            }
+            let e = by_key.entry(key.clone()).or_default();
+            e.0 += s.weight;
+            if f.class == DsoClass::R2r {
+                e.1 += s.weight;
+            }
+            seen.push(key);
+        }
+        if !seen.is_empty() {
+            counted += s.weight;
+        }
+    }
+    let mut ranked: Vec<RankedMethod> =
+        by_key.into_iter().map(|(key, (weight, r2r_weight))| RankedMethod { key, weight, r2r_weight }).collect();
+    ranked.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.key.cmp(&b.key)));
+    (ranked, counted)
+}
+
+/// Every method key a collection knows: its frames' (any position, any sample kind) and those of
+/// the names its symbol source listed without a sample ([`Collection::method_names`]).
+fn known_method_keys(collection: &Collection, names: NameMatch) -> std::collections::HashSet<String> {
+    let listed = collection.method_names.iter().filter_map(|n| match names {
+        NameMatch::Exact => Some(n.clone()),
+        NameMatch::MethodAndArity => MethodName::parse(n).map(|m| m.spelling_free_key()),
+    });
+    collection.samples.iter().flat_map(|s| &s.frames).filter_map(|f| method_key(f, names)).chain(listed).collect()
+}
+
 /// Everything an expectation may read.
 pub struct Evidence<'a> {
     pub collections: &'a [Collection],
@@ -239,6 +335,9 @@ fn default_name(exp: &Expectation) -> String {
         Expectation::Metric { name, metric, .. } => name.clone().unwrap_or_else(|| format!("metric {metric}")),
         Expectation::AgreeCount { name, event, collectors, .. } => {
             name.clone().unwrap_or_else(|| format!("{event} count agrees across {}", collectors.join(", ")))
+        }
+        Expectation::AgreeFrames { name, collectors, top, .. } => {
+            name.clone().unwrap_or_else(|| format!("top {top} methods agree across {}", collectors.join(", ")))
         }
     }
 }
@@ -424,6 +523,85 @@ fn evaluate_inner(exp: &Expectation, ev: &Evidence) -> Result<Check, String> {
                 counts.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "),
             )
         }
+        Expectation::AgreeFrames { collectors, assembly, mode, names, top, min_common, min_r2r, sample_kinds, .. } => {
+            let re = Regex::new(assembly).map_err(|e| e.to_string())?;
+            let [a, b] = collectors.as_slice() else {
+                return Err(format!("agree_frames compares exactly two collectors, got {collectors:?}"));
+            };
+            let (ca, cb) = (coll(Some(a))?, coll(Some(b))?);
+            let rank = |c: &Collection| {
+                let (ranked, counted) = rank_methods(c, &re, *mode, *names, sample_kinds.get(&c.collector).map(String::as_str));
+                (ranked.into_iter().take(*top).collect::<Vec<_>>(), counted)
+            };
+            let ((ta, na), (tb, nb)) = (rank(ca), rank(cb));
+            let keys = |t: &[RankedMethod]| t.iter().map(|m| m.key.clone()).collect::<std::collections::BTreeSet<_>>();
+            let (ka, kb) = (keys(&ta), keys(&tb));
+            let common = ka.intersection(&kb).count();
+            // The first collector's precompiled methods must be named the way the second names
+            // them, wherever they rank there (a top list alone would forgive a misspelt name
+            // that ranks low). One way only: the second may hold frames the first cannot see
+            // (perf's frame-pointer walk skips the caller of a method that keeps no frame
+            // pointer; EventPipe's unwinder does not), which is no naming fault of either.
+            let known_b = known_method_keys(cb, *names);
+            let unmatched_r2r: Vec<String> = ta
+                .iter()
+                .filter(|m| m.is_r2r() && !known_b.contains(&m.key))
+                .map(|m| format!("`{}`", m.key))
+                .collect();
+            let r2r_in_a = ta.iter().filter(|m| m.is_r2r()).count();
+            let r2r_in_b = tb.iter().filter(|m| m.is_r2r()).count();
+            let pass = na > 0
+                && nb > 0
+                && common >= *min_common
+                && unmatched_r2r.is_empty()
+                && min_r2r.is_none_or(|m| r2r_in_a >= m);
+            let mode_text = match mode {
+                ShareMode::Leaf => "nearest-leaf managed frame",
+                ShareMode::Inclusive => "inclusive",
+            };
+            let names_text = match names {
+                NameMatch::Exact => "exact names",
+                NameMatch::MethodAndArity => "Type::Method/arity",
+            };
+            let mut expected = format!(
+                "≥ {min_common} of each top {top} in common ({mode_text}, {names_text}, assemblies `{assembly}`); \
+                 every R2R-named method of {a}'s top {top} known to {b} by that name"
+            );
+            if let Some(m) = min_r2r {
+                expected.push_str(&format!("; ≥ {m} of {a}'s top {top} R2R-named"));
+            }
+            let only = |x: &std::collections::BTreeSet<String>, y: &std::collections::BTreeSet<String>| {
+                x.difference(y).map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+            };
+            let mut measured = format!(
+                "{common} of top {top} in common; R2R-named in top: {a} {r2r_in_a}, {b} {r2r_in_b}; samples counted: {a} {na}, {b} {nb}"
+            );
+            if common < ka.len().max(kb.len()) {
+                measured.push_str(&format!("; only {a}: {}; only {b}: {}", only(&ka, &kb), only(&kb, &ka)));
+            }
+            if !unmatched_r2r.is_empty() {
+                measured.push_str(&format!("; R2R-named but unknown to {b}: {}", unmatched_r2r.join(", ")));
+            }
+            let mut check = Check::new(name, None, pass, expected, measured)
+                .value("common", common as f64)
+                .value("top", *top as f64)
+                .value("r2r_in_top_first", r2r_in_a as f64)
+                .value("r2r_in_top_second", r2r_in_b as f64)
+                .value("r2r_unmatched", unmatched_r2r.len() as f64);
+            for (cname, list, total) in [(a, &ta, na), (b, &tb, nb)] {
+                check.details.push(format!("{cname} top {top} ({mode_text}, of {total} samples counted):"));
+                for (i, m) in list.iter().enumerate() {
+                    let marks = match (m.is_r2r(), kb.contains(&m.key) && ka.contains(&m.key)) {
+                        (true, true) => " [R2R, common]",
+                        (true, false) => " [R2R]",
+                        (false, true) => " [common]",
+                        (false, false) => "",
+                    };
+                    check.details.push(format!("  {:>2}. {:>6}  {}{marks}", i + 1, m.weight, m.key));
+                }
+            }
+            check
+        }
     })
 }
 
@@ -510,5 +688,141 @@ mod tests {
         let t = serde_json::json!({"gc": {"induced": 10}});
         assert_eq!(truth_value(&t, "gc.induced").and_then(|v| v.as_u64()), Some(10));
         assert!(truth_value(&t, "gc.missing").is_none());
+    }
+    fn framed(name: &str, class: DsoClass, dso: &str) -> Frame {
+        Frame { name: Some(name.into()), dso: Some(dso.into()), class, addr: 0 }
+    }
+
+    /// `n` samples whose stacks are `frames` (leaf first).
+    fn push(c: &mut Collection, n: usize, frames: Vec<Frame>) {
+        for _ in 0..n {
+            c.samples.push(sample(frames.clone()));
+        }
+    }
+
+    const CORELIB: &str = "/d/System.Private.CoreLib.dll";
+
+    fn perf_name(method: &str) -> String {
+        format!("void [System.Private.CoreLib] System.Demo::{method}(int32)")
+    }
+
+    #[test]
+    fn ranking_takes_the_managed_method_nearest_the_leaf() {
+        let mut c = Collection::new("perf-cpu");
+        let native = framed("memmove", DsoClass::Libc, "/lib/libc.so.6");
+        let stub = framed("stub JIT_WriteBarrier", DsoClass::Jit, "//anon");
+        let poll = framed("System.Threading.Thread::<PollGC>g__PollGCWorker|67_0()", DsoClass::R2r, "System.Private.CoreLib");
+        let hot = framed(&perf_name("Hot"), DsoClass::R2r, CORELIB);
+        let hot_jit = framed(&format!("{}[OptimizedTier1]", perf_name("Hot")), DsoClass::Jit, "//anon");
+        let app = framed("void [app] App::Main()", DsoClass::Jit, "//anon");
+        // Native helpers, stubs and the GC poll below a framework method count for it.
+        push(&mut c, 3, vec![native.clone(), stub.clone(), poll.clone(), hot.clone(), app.clone()]);
+        // Code versions merge; R2R weight is tracked per method.
+        push(&mut c, 1, vec![hot_jit, app.clone()]);
+        // App code nearest the leaf: the sample is not the framework's.
+        push(&mut c, 5, vec![app.clone(), hot.clone()]);
+        // An unnamed managed frame is not replaced by its caller.
+        push(&mut c, 2, vec![Frame { name: None, dso: Some(CORELIB.into()), class: DsoClass::R2r, addr: 1 }, hot.clone()]);
+        let re = Regex::new(crate::scenario::FRAMEWORK_ASSEMBLIES).unwrap();
+        let (ranked, counted) = rank_methods(&c, &re, ShareMode::Leaf, NameMatch::Exact, None);
+        assert_eq!(counted, 4);
+        assert_eq!(ranked, vec![RankedMethod { key: perf_name("Hot"), weight: 4, r2r_weight: 3 }]);
+        assert!(ranked[0].is_r2r());
+        // Inclusive: a method counts once per sample, however often it recurses.
+        let mut r = Collection::new("perf-cpu");
+        push(&mut r, 2, vec![hot.clone(), hot.clone(), framed(&perf_name("Outer"), DsoClass::Jit, "//anon")]);
+        let (ranked, counted) = rank_methods(&r, &re, ShareMode::Inclusive, NameMatch::Exact, None);
+        assert_eq!(counted, 2);
+        assert_eq!(ranked.iter().map(|m| (m.key.as_str(), m.weight)).collect::<Vec<_>>(), vec![
+            (perf_name("Hot").as_str(), 2),
+            (perf_name("Outer").as_str(), 2)
+        ]);
+    }
+
+    fn agree(min_common: usize, min_r2r: Option<usize>, names: NameMatch) -> Expectation {
+        Expectation::AgreeFrames {
+            name: None,
+            collectors: vec!["a".into(), "b".into()],
+            assembly: crate::scenario::FRAMEWORK_ASSEMBLIES.into(),
+            mode: ShareMode::Leaf,
+            names,
+            top: 3,
+            min_common,
+            min_r2r,
+            sample_kinds: [("b".to_string(), "managed".to_string())].into(),
+        }
+    }
+
+    fn judge_agree(exp: &Expectation, a: Collection, b: Collection) -> Check {
+        let metrics = BTreeMap::new();
+        let truth = serde_json::json!({});
+        evaluate(exp, &Evidence { collections: &[a, b], truth: &truth, truths: &BTreeMap::new(), metrics: &metrics })
+    }
+
+    #[test]
+    fn agree_frames_compares_top_lists_and_checks_r2r_names_against_the_other() {
+        // a: precompiled frames named by the R2R resolver; b: the same methods from a perf map.
+        let mut a = Collection::new("a");
+        for (i, m) in ["One", "Two", "Three", "Four"].iter().enumerate() {
+            push(&mut a, 10 - i, vec![framed(&perf_name(m), DsoClass::R2r, CORELIB)]);
+        }
+        let mut b = Collection::new("b");
+        for (i, m) in ["Two", "One", "Four", "Three"].iter().enumerate() {
+            let mut s = sample(vec![framed(&format!("{}[OptimizedTier1]", perf_name(m)), DsoClass::Jit, "//anon")]);
+            s.kind = Some("managed".into());
+            for _ in 0..(10 - i) {
+                b.samples.push(s.clone());
+            }
+        }
+        // Blocked samples are not counted for b: they would put `Wait` on top.
+        let mut blocked = sample(vec![framed(&perf_name("Wait"), DsoClass::Jit, "//anon")]);
+        blocked.kind = Some("external".into());
+        b.samples.extend(std::iter::repeat_n(blocked, 50));
+        let check = judge_agree(&agree(2, Some(3), NameMatch::Exact), a.clone(), b.clone());
+        assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+        assert_eq!(check.values["common"], 2.0);
+        assert_eq!(check.values["r2r_in_top_first"], 3.0);
+        assert!(check.details.iter().any(|d| d.contains("System.Demo::One") && d.contains("[R2R, common]")), "{:?}", check.details);
+        // Fewer in common than asked: FAIL, naming what differs.
+        let check = judge_agree(&agree(3, None, NameMatch::Exact), a.clone(), b.clone());
+        assert_eq!(check.verdict, Verdict::Fail);
+        assert!(check.measured.contains("only a: `") && check.measured.contains("Three"), "{}", check.measured);
+        // Too few precompiled methods in a's top list.
+        let check = judge_agree(&agree(2, Some(4), NameMatch::Exact), a.clone(), b.clone());
+        assert_eq!(check.verdict, Verdict::Fail);
+        // An R2R name b does not know (a misspelling) fails even though it ranks alike …
+        let mut misspelt = a.clone();
+        push(&mut misspelt, 20, vec![framed("void [System.Private.CoreLib] System.Demo::Five(int)", DsoClass::R2r, CORELIB)]);
+        let check = judge_agree(&agree(1, None, NameMatch::Exact), misspelt.clone(), b.clone());
+        assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
+        assert!(check.measured.contains("unknown to b: `void [System.Private.CoreLib] System.Demo::Five(int)`"), "{}", check.measured);
+        // … and passes once b's perf map lists that exact name, sampled or not.
+        let mut b_map = b.clone();
+        b_map.method_names.insert("void [System.Private.CoreLib] System.Demo::Five(int)".into());
+        assert_eq!(judge_agree(&agree(1, None, NameMatch::Exact), misspelt, b_map).verdict, Verdict::Pass);
+        // Never on zero samples.
+        let check = judge_agree(&agree(0, None, NameMatch::Exact), a, Collection::new("b"));
+        assert_eq!(check.verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn agree_frames_across_spellings_by_method_and_arity() {
+        let mut perf = Collection::new("a");
+        push(&mut perf, 5, vec![framed(
+            "instance bool [System.Text.RegularExpressions] System.Text.RegularExpressions.RegexInterpreter::TryMatchAtCurrentPosition(valuetype [System.Runtime]System.ReadOnlySpan`1<char>)",
+            DsoClass::R2r,
+            "/d/System.Text.RegularExpressions.dll",
+        )]);
+        let mut ep = Collection::new("b");
+        let mut s = sample(vec![framed(
+            "System.Text.RegularExpressions.RegexInterpreter::TryMatchAtCurrentPosition(value class System.ReadOnlySpan`1<wchar>)",
+            DsoClass::R2r,
+            "System.Text.RegularExpressions",
+        )]);
+        s.kind = Some("managed".into());
+        ep.samples.extend(std::iter::repeat_n(s, 4));
+        assert_eq!(judge_agree(&agree(1, Some(1), NameMatch::Exact), perf.clone(), ep.clone()).verdict, Verdict::Fail);
+        let check = judge_agree(&agree(1, Some(1), NameMatch::MethodAndArity), perf, ep);
+        assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
     }
 }

@@ -270,7 +270,9 @@ fn run_app(
     for c in collectors.iter() {
         env.extend(c.app_env());
     }
-    env.extend(scenario.env.clone());
+    // The scenario's and this run's collectors' own `env` override what collectors ask for.
+    let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
+    env.extend(scenario.run_env(&names)?);
     let mut args = vec![
         "--truth".to_string(),
         truth_path.display().to_string(),
@@ -364,8 +366,21 @@ fn run_app(
         path_map,
         symbol_dirs: &opts.symbol_dirs,
     };
+    // The perf map the runtime wrote in this run (a perf collector copies it into the artifacts)
+    // lists every method the JIT compiled, sampled or not: the ground truth of JIT names.
+    let perf_map = artifacts.join(format!("perf-{}.map", app.target_pid));
+    let perf_map_names = if perf_map.is_file() {
+        let bytes = std::fs::read(&perf_map).with_context(|| format!("cannot read {}", perf_map.display()))?;
+        let table = crate::symbolize::jit::parse_perf_map(&bytes, &perf_map)?;
+        table.names().map(|n| crate::model::merge_code_version(n).to_string()).collect()
+    } else {
+        std::collections::BTreeSet::new()
+    };
     for c in collectors.iter_mut() {
         let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        if collection.method_names.is_empty() {
+            collection.method_names = perf_map_names.clone();
+        }
         if !collection.samples.is_empty() {
             let report = crate::unwind::completeness_of_collection(&collection);
             report.add_metrics_if_absent(&mut collection.metrics);
@@ -427,6 +442,7 @@ fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec
             measured: format!("{} samples, {} events", c.samples.len(), c.events.len()),
             collector: Some(c.collector.clone()),
             values: BTreeMap::new(),
+            details: Vec::new(),
         });
     }
     checks.extend(scenario.expectations.iter().map(|e| assert::evaluate(e, &ev)));

@@ -31,6 +31,7 @@ pub mod report;
 pub mod environment;
 pub mod engine;
 pub mod overhead;
+pub mod r2r_cost;
 
 pub mod progress;
 pub mod testing;

@@ -177,6 +177,11 @@ pub struct Collection {
     pub lost_events: u64,
     /// Extra numbers the collector measured (sampling interval, bytes written …), name → value.
     pub metrics: BTreeMap<String, f64>,
+    /// Every method name the collector's symbol source listed for the app, sampled or not (the
+    /// run's perf map; EventPipe's method load and rundown events), code versions merged: what a
+    /// name found in another collector's stacks can be looked up in.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub method_names: std::collections::BTreeSet<String>,
 }
 
 impl Collection {
@@ -198,6 +203,96 @@ pub fn merge_code_version(name: &str) -> &str {
         }
     }
     trimmed
+}
+
+/// The parts of a managed method's name, in either spelling tracelab produces:
+/// the perf-map spelling `[instance ]RET [Assembly] Namespace.Type::Method(PARAMS)` (perf maps and
+/// our ReadyToRun resolver) or EventPipe's `Namespace.Type::Method(PARAMS)` (module in the frame's
+/// dso). Code-version tags must already be merged away ([`merge_code_version`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MethodName<'a> {
+    /// The assembly from the `[Assembly]` token, when the spelling carries one.
+    pub assembly: Option<&'a str>,
+    /// `Namespace.Type::Method` (nested types with `+`, instantiations in `[…]`).
+    pub qualified: &'a str,
+    /// The parameter list without its parentheses, as spelled.
+    pub params: &'a str,
+}
+
+impl<'a> MethodName<'a> {
+    /// Parses a method name; `None` for anything that is not `…Type::Method(…)` (stubs, native
+    /// symbols, `[unknown]`).
+    pub fn parse(name: &'a str) -> Option<MethodName<'a>> {
+        let open = name.find('(')?;
+        let close = name.rfind(')')?;
+        if close < open {
+            return None;
+        }
+        let head = &name[..open];
+        let sep = head.find("::")?;
+        // Type names carry no spaces (instantiations are `[A,B]`), so the type starts after the
+        // last space before `::`; what precedes it is `[instance ]RET [Assembly]` or nothing.
+        let type_start = head[..sep].rfind(' ').map_or(0, |i| i + 1);
+        let prefix = head[..type_start].trim_end();
+        let assembly = prefix
+            .strip_suffix(']')
+            .and_then(|p| p.rfind(" [").map(|i| &p[i + 2..]).or_else(|| p.strip_prefix('[')))
+            .filter(|a| !a.is_empty() && !a.contains(['[', ']', ' ']));
+        Some(MethodName { assembly, qualified: &head[type_start..], params: &name[open + 1..close] })
+    }
+
+    /// How many parameters the list holds (commas inside `<…>`, `[…]` and `(…)` do not separate).
+    pub fn arity(&self) -> usize {
+        if self.params.trim().is_empty() {
+            return 0;
+        }
+        let mut depth = 0i32;
+        let mut n = 1;
+        for c in self.params.chars() {
+            match c {
+                '<' | '[' | '(' => depth += 1,
+                '>' | ']' | ')' => depth -= 1,
+                ',' if depth == 0 => n += 1,
+                _ => {}
+            }
+        }
+        n
+    }
+
+    /// The runtime's GC-suspension poll (`Thread.PollGC` and its worker, .NET 9+): a thread that
+    /// is asked to stop for a GC or for EventPipe's SampleProfiler parks there, so its frames
+    /// say where the thread was stopped, not what it was doing.
+    pub fn is_gc_suspension_poll(&self) -> bool {
+        match self.qualified.strip_prefix("System.Threading.Thread::") {
+            Some(m) => m == "PollGC" || m == "FastPollGC" || m.starts_with("<PollGC>"),
+            None => false,
+        }
+    }
+
+    /// `Namespace.Type::Method/ARITY`: the same method in the perf-map spelling and in EventPipe's,
+    /// whose parameter spellings differ (`valuetype [System.Runtime]System.ReadOnlySpan`1<char>`
+    /// vs `value class System.ReadOnlySpan`1<wchar>`). Overloads of equal arity share a key.
+    pub fn spelling_free_key(&self) -> String {
+        format!("{}/{}", self.qualified, self.arity())
+    }
+}
+
+/// The assembly a managed frame's code belongs to: the `[Assembly]` of a perf-map-spelled name,
+/// else the file stem of the frame's dso (EventPipe names the module there; perf names the file).
+pub fn frame_assembly(frame: &Frame) -> Option<String> {
+    if !matches!(frame.class, DsoClass::Jit | DsoClass::R2r) {
+        return None;
+    }
+    let name = frame.name.as_deref()?;
+    if let Some(a) = MethodName::parse(merge_code_version(name)).and_then(|m| m.assembly) {
+        return Some(a.to_string());
+    }
+    let dso = frame.dso.as_deref()?;
+    let file = dso.rsplit('/').next().unwrap_or(dso);
+    if file.starts_with('[') || file.starts_with("perf-") || file.contains("memfd:") {
+        return None;
+    }
+    Some(file.strip_suffix(".dll").or_else(|| file.strip_suffix(".exe")).unwrap_or(file).to_string())
 }
 
 #[cfg(test)]
@@ -229,5 +324,38 @@ mod tests {
         assert_eq!(DsoClass::of_mapping("/memfd:doublemapper (deleted)"), DsoClass::Jit);
         assert_eq!(DsoClass::of_mapping("[kernel.kallsyms]"), DsoClass::Kernel);
         assert_eq!(DsoClass::of_mapping("/usr/lib/libfoo.so"), DsoClass::OtherNative);
+    }
+    #[test]
+    fn method_names_parse_in_both_spellings() {
+        let perf = "instance bool [System.Text.RegularExpressions] System.Text.RegularExpressions.RegexInterpreter::TryMatchAtCurrentPosition(valuetype [System.Runtime]System.ReadOnlySpan`1<char>)";
+        let ep = "System.Text.RegularExpressions.RegexInterpreter::TryMatchAtCurrentPosition(value class System.ReadOnlySpan`1<wchar>)";
+        let (a, b) = (MethodName::parse(perf).unwrap(), MethodName::parse(ep).unwrap());
+        assert_eq!(a.assembly, Some("System.Text.RegularExpressions"));
+        assert_eq!(b.assembly, None);
+        assert_eq!(a.spelling_free_key(), b.spelling_free_key());
+        assert_eq!(a.spelling_free_key(), "System.Text.RegularExpressions.RegexInterpreter::TryMatchAtCurrentPosition/1");
+        // A return type with its own assembly token, generic instantiations and nested commas.
+        let sum = "int32 [System.Linq] System.Linq.Enumerable::Sum(class [System.Runtime]System.Collections.Generic.IEnumerable`1<!!0>,class [System.Runtime]System.Func`2<!!0,int32>)";
+        let m = MethodName::parse(sum).unwrap();
+        assert_eq!((m.assembly, m.qualified, m.arity()), (Some("System.Linq"), "System.Linq.Enumerable::Sum", 2));
+        let ret = "valuetype [System.Runtime]System.ReadOnlySpan`1<char> [System.Private.CoreLib] System.Collections.Generic.ArraySortHelper`1[System.Int32,System.Int64]::Get()";
+        let m = MethodName::parse(ret).unwrap();
+        assert_eq!((m.assembly, m.qualified, m.arity()), (Some("System.Private.CoreLib"), "System.Collections.Generic.ArraySortHelper`1[System.Int32,System.Int64]::Get", 0));
+        assert_eq!(MethodName::parse("stub InitThreadManagerPerfMapData<JIT_CopiedWriteBarriers>"), None);
+        let poll = MethodName::parse("System.Threading.Thread::<PollGC>g__PollGCWorker|67_0()").unwrap();
+        assert!(poll.is_gc_suspension_poll());
+        assert!(!m.is_gc_suspension_poll());
+        assert_eq!(MethodName::parse("[unknown] (/usr/lib/libc.so.6)"), None);
+    }
+
+    #[test]
+    fn frame_assembly_from_name_or_module() {
+        let f = |name: &str, dso: &str, class| Frame { name: Some(name.into()), dso: Some(dso.into()), class, addr: 0 };
+        let perf = f("int64 [framework] Tracelab.Workloads.Framework::LinqPhase(float64)[OptimizedTier1]", "//anon", DsoClass::Jit);
+        assert_eq!(frame_assembly(&perf).as_deref(), Some("framework"));
+        let ep = f("System.Number::FormatFloat(!!0)", "System.Private.CoreLib", DsoClass::R2r);
+        assert_eq!(frame_assembly(&ep).as_deref(), Some("System.Private.CoreLib"));
+        let native = f("malloc", "/usr/lib/x86_64-linux-gnu/libc.so.6", DsoClass::Libc);
+        assert_eq!(frame_assembly(&native), None);
     }
 }

@@ -24,7 +24,7 @@ pub fn collector(kind: &str, options: &[(&str, toml::Value)]) -> CollectorSpec {
     for (k, v) in options {
         table.insert(k.to_string(), v.clone());
     }
-    CollectorSpec { kind: kind.to_string(), name: None, options: table }
+    CollectorSpec { kind: kind.to_string(), name: None, env: Default::default(), options: table }
 }
 
 /// The default configurations: baseline plus every collector that runs on the host.

@@ -95,6 +95,11 @@ pub struct CollectorSpec {
     /// Name in results; defaults to the kind.
     #[serde(default)]
     pub name: Option<String>,
+    /// Environment of the app in the run this collector observes, over the scenario's `env`
+    /// (e.g. `{ DOTNET_ReadyToRun = "0" }` for a ground-truth run in which the JIT compiles every
+    /// framework method). Collectors sharing a run must not disagree on a variable.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
     #[serde(flatten)]
     pub options: toml::Table,
 }
@@ -271,6 +276,67 @@ pub enum Expectation {
         #[serde(default = "two")]
         tolerance: u64,
     },
+    /// Two collectors name the same hot methods: each ranks the managed methods of assemblies
+    /// matching `assembly` by sample weight, and their top `top` lists share at least
+    /// `min_common` names. Besides, every method of the first collector's top list that was
+    /// named mostly from a ReadyToRun image must be known to the second under the same name —
+    /// among its frames or the names its symbol source listed (a perf map lists every method the
+    /// JIT compiled, sampled or not) — so precompiled frames are not merely ranked alike but
+    /// spelled as the runtime spells them.
+    AgreeFrames {
+        #[serde(default)]
+        name: Option<String>,
+        /// Exactly two collectors.
+        collectors: Vec<String>,
+        /// Regex over a frame's assembly (`System.Private.CoreLib`, `framework` …); the default
+        /// is the shared framework's assemblies.
+        #[serde(default = "framework_assemblies")]
+        assembly: String,
+        /// `leaf`: a sample counts for the managed frame nearest its leaf (native helpers below it
+        /// count for it, as EventPipe stacks hold managed frames only); `inclusive`: for every
+        /// managed method on its stack, once.
+        #[serde(default = "leaf")]
+        mode: ShareMode,
+        /// How names compare (code versions are merged either way).
+        #[serde(default)]
+        names: NameMatch,
+        #[serde(default = "ten")]
+        top: usize,
+        min_common: usize,
+        /// At least this many of the first collector's top methods must be named mostly from
+        /// ReadyToRun images: a comparison meant to check precompiled frames must see some.
+        #[serde(default)]
+        min_r2r: Option<usize>,
+        /// Collector → sample kind to count (e.g. `{ eventpipe = "managed" }`: SampleProfiler
+        /// samples blocked threads too, which on-CPU perf never sees).
+        #[serde(default)]
+        sample_kinds: BTreeMap<String, String>,
+    },
+}
+
+/// How [`Expectation::AgreeFrames`] compares method names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NameMatch {
+    /// The full name as the collector spells it (perf map and ReadyToRun resolver alike).
+    #[default]
+    Exact,
+    /// `Namespace.Type::Method/ARITY`: across spellings (EventPipe's parameter types are spelled
+    /// differently from the perf map's).
+    MethodAndArity,
+}
+
+/// The assemblies of the .NET shared framework (Microsoft.NETCore.App, Microsoft.AspNetCore.App).
+pub const FRAMEWORK_ASSEMBLIES: &str = r"^(System|Microsoft)(\.|$)|^(mscorlib|netstandard)$";
+
+fn framework_assemblies() -> String {
+    FRAMEWORK_ASSEMBLIES.to_string()
+}
+fn leaf() -> ShareMode {
+    ShareMode::Leaf
+}
+fn ten() -> usize {
+    10
 }
 
 fn yes() -> bool {
@@ -332,12 +398,15 @@ impl Scenario {
             bail!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>());
         }
         for e in &self.expectations {
-            if let Some(c) = e.collector() {
+            for c in e.collectors() {
                 if !names.contains(c) {
                     bail!("an expectation reads collector `{c}`, which the scenario does not have");
                 }
             }
             e.compile_patterns()?;
+        }
+        for group in self.run_groups() {
+            self.run_env(&group)?;
         }
         if let Some(t) = &self.target {
             crate::target::TargetKind::parse(t)?;
@@ -347,6 +416,29 @@ impl Scenario {
 }
 
 impl Scenario {
+    /// The app's environment for the run of `group` (collector names): the scenario's `env`,
+    /// then the collectors' own `env`. Collectors of one run that disagree on a variable are an
+    /// error: one app cannot run both ways.
+    pub fn run_env(&self, group: &[String]) -> Result<BTreeMap<String, String>> {
+        let mut env = self.env.clone();
+        let mut set_by: BTreeMap<&str, &str> = BTreeMap::new();
+        for spec in self.collectors.iter().filter(|c| group.iter().any(|g| g == c.name())) {
+            for (k, v) in &spec.env {
+                if let Some(other) = set_by.get(k.as_str())
+                    && env.get(k) != Some(v)
+                {
+                    bail!(
+                        "collectors `{other}` and `{}` share a run but set {k} differently: put them in separate `runs`",
+                        spec.name()
+                    );
+                }
+                set_by.insert(k, spec.name());
+                env.insert(k.clone(), v.clone());
+            }
+        }
+        Ok(env)
+    }
+
     /// The collectors of each run, by name.
     pub fn run_groups(&self) -> Vec<Vec<String>> {
         if self.runs.is_empty() {
@@ -367,7 +459,17 @@ impl Expectation {
             | Expectation::EventCount { collector, .. }
             | Expectation::EventBalance { collector, .. }
             | Expectation::Exceptions { collector, .. } => collector.as_deref(),
-            Expectation::Metric { .. } | Expectation::AgreeCount { .. } => None,
+            Expectation::Metric { .. } | Expectation::AgreeCount { .. } | Expectation::AgreeFrames { .. } => None,
+        }
+    }
+
+    /// Every collector the expectation reads.
+    pub fn collectors(&self) -> Vec<&str> {
+        match self {
+            Expectation::AgreeCount { collectors, .. } | Expectation::AgreeFrames { collectors, .. } => {
+                collectors.iter().map(String::as_str).collect()
+            }
+            other => other.collector().into_iter().collect(),
         }
     }
 
@@ -378,10 +480,22 @@ impl Expectation {
                 std::iter::once(method).chain(among.iter()).collect()
             }
             Expectation::Exceptions { type_pattern: Some(p), .. } => vec![p],
+            Expectation::AgreeFrames { assembly, .. } => vec![assembly],
             _ => vec![],
         };
         for p in pats {
             regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
+        }
+        if let Expectation::AgreeFrames { collectors, top, min_common, min_r2r, sample_kinds, .. } = self {
+            if collectors.len() != 2 {
+                bail!("agree_frames compares exactly two collectors, got {collectors:?}");
+            }
+            if *top == 0 || *min_common > *top || min_r2r.is_some_and(|m| m > *top) {
+                bail!("agree_frames needs 0 < top, min_common ≤ top and min_r2r ≤ top (top {top}, min_common {min_common}, min_r2r {min_r2r:?})");
+            }
+            if let Some(c) = sample_kinds.keys().find(|k| !collectors.contains(k)) {
+                bail!("agree_frames `sample_kinds` names `{c}`, which is not one of its collectors {collectors:?}");
+            }
         }
         Ok(())
     }
@@ -427,6 +541,71 @@ mod tests {
         "#;
         let err = Scenario::from_toml(text, Path::new("x.toml")).unwrap_err();
         assert!(format!("{err:#}").contains("collector `eventpipe`"), "{err:#}");
+    }
+
+    #[test]
+    fn collector_env_applies_to_its_run_and_conflicts_are_rejected() {
+        let text = r#"
+            name = "x"
+            workload = "framework"
+            env = { A = "1", B = "scenario" }
+            runs = [["perf-cpu"], ["jit-only"]]
+            [[collector]]
+            kind = "perf-cpu"
+            [[collector]]
+            kind = "perf-cpu"
+            name = "jit-only"
+            env = { DOTNET_ReadyToRun = "0", B = "collector" }
+        "#;
+        let s = Scenario::from_toml(text, Path::new("x.toml")).unwrap();
+        // `env` is the collector's, not a perf option (perf-cpu rejects unknown options).
+        assert!(s.collectors[1].options.get("env").is_none());
+        let first = s.run_env(&["perf-cpu".into()]).unwrap();
+        assert_eq!(first.get("DOTNET_ReadyToRun"), None);
+        let second = s.run_env(&["jit-only".into()]).unwrap();
+        assert_eq!(second["DOTNET_ReadyToRun"], "0");
+        assert_eq!((second["A"].as_str(), second["B"].as_str()), ("1", "collector"));
+        // Without `runs`, both collectors would watch one app that cannot run both ways.
+        let one_run = text.replace(r#"runs = [["perf-cpu"], ["jit-only"]]"#, "").replace(
+            "[[collector]]\n            kind = \"perf-cpu\"\n            [[collector]]",
+            "[[collector]]\n            kind = \"perf-cpu\"\n            env = { B = \"other\" }\n            [[collector]]",
+        );
+        let err = Scenario::from_toml(&one_run, Path::new("x.toml")).unwrap_err();
+        assert!(format!("{err:#}").contains("set B differently"), "{err:#}");
+    }
+
+    #[test]
+    fn agree_frames_is_checked_when_loaded() {
+        let base = r#"
+            name = "x"
+            workload = "framework"
+            [[collector]]
+            kind = "perf-cpu"
+            [[collector]]
+            kind = "eventpipe"
+            profile = "thread-time"
+            [[expect]]
+            kind = "agree_frames"
+        "#;
+        let ok = format!("{base}collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 8\nsample_kinds = {{ eventpipe = \"managed\" }}\n");
+        let s = Scenario::from_toml(&ok, Path::new("x.toml")).unwrap();
+        match &s.expectations[0] {
+            Expectation::AgreeFrames { top, mode, names, assembly, .. } => {
+                assert_eq!((*top, *mode, *names), (10, ShareMode::Leaf, NameMatch::Exact));
+                assert!(regex::Regex::new(assembly).unwrap().is_match("System.Private.CoreLib"));
+                assert!(!regex::Regex::new(assembly).unwrap().is_match("framework"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for (bad, why) in [
+            ("collectors = [\"perf-cpu\", \"lttng\"]\nmin_common = 8\n", "collector `lttng`"),
+            ("collectors = [\"perf-cpu\"]\nmin_common = 8\n", "exactly two"),
+            ("collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 11\n", "min_common ≤ top"),
+            ("collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 8\nsample_kinds = { dotnet-trace = \"managed\" }\n", "not one of its collectors"),
+        ] {
+            let err = Scenario::from_toml(&format!("{base}{bad}"), Path::new("x.toml")).unwrap_err();
+            assert!(format!("{err:#}").contains(why), "{bad}: {err:#}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A ReadyToRun image: where its methods' code lies and what they are called.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -13,18 +13,56 @@ use crate::sig::{self, MethodSig, SigReader, Ty};
 const READYTORUN_SIGNATURE: u32 = 0x0052_5452; // "RTR"
 const SECTION_RUNTIME_FUNCTIONS: u32 = 102;
 const SECTION_METHODDEF_ENTRY_POINTS: u32 = 103;
+const SECTION_EXCEPTION_INFO: u32 = 104;
 const SECTION_INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
 const SECTION_MANIFEST_METADATA: u32 = 112;
+const SECTION_HOT_COLD_MAP: u32 = 120;
 
 const SIG_UPDATE_CONTEXT: u32 = 0x80;
 const SIG_OWNER_TYPE: u32 = 0x40;
 const SIG_CONSTRAINED: u32 = 0x20;
+const SIG_MEMBER_REF_TOKEN: u32 = 0x10;
 const SIG_SLOT_INSTEAD_OF_TOKEN: u32 = 0x08;
 const SIG_METHOD_INSTANTIATION: u32 = 0x04;
+/// Flags known to add nothing to the signature's bytes: unboxing stub 0x01, instantiating stub 0x02,
+/// async variant 0x100. A flag outside this set and the ones above may carry data we cannot skip.
+const SIG_KNOWN_FLAGS: u32 = 0x1ff;
+
+/// EH clause flag: the clause has a filter funclet (at the clause's last field) before its handler.
+const EH_CLAUSE_FILTER: u32 = 0x1;
+
+const NO_METHOD: u32 = u32::MAX;
 
 /// An assembly's file and metadata, shared by every image that needs its names.
+/// An image's bytes: read into memory, or mapped from its file. Mapping saves copying a 15 MB
+/// System.Private.CoreLib to name a handful of its methods: only the pages the tables and the
+/// looked-up names lie on are ever read.
+pub(crate) enum Data {
+    Owned(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Owned(v) => v,
+            Data::Mapped(m) => m,
+        }
+    }
+}
+
+impl Data {
+    fn map(path: &Path) -> std::io::Result<Data> {
+        let file = std::fs::File::open(path)?;
+        // SAFETY: the map is only read. Assemblies of an installed runtime are not rewritten in
+        // place; a file truncated under us would fault, as it would for the runtime that maps it.
+        Ok(Data::Mapped(unsafe { memmap2::Mmap::map(&file)? }))
+    }
+}
+
 pub struct Module {
-    pub(crate) data: Vec<u8>,
+    pub(crate) data: Data,
     pub(crate) metadata: Metadata,
     pub assembly: String,
 }
@@ -32,6 +70,10 @@ pub struct Module {
 impl Module {
     /// Reads just the metadata of a .NET assembly (ReadyToRun or not).
     pub fn parse(data: Vec<u8>) -> Result<Module> {
+        Module::parse_data(Data::Owned(data))
+    }
+
+    fn parse_data(data: Data) -> Result<Module> {
         let pe = pe::parse(&data)?;
         let metadata = parse_metadata(&data, &pe)?;
         let assembly = assembly_name(Bytes(&data), &metadata)?;
@@ -80,7 +122,7 @@ impl ModuleCache {
     pub fn get(&self, path: &Path) -> Option<Arc<Module>> {
         let mut map = self.modules.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(path.to_path_buf())
-            .or_insert_with(|| std::fs::read(path).ok().and_then(|d| Module::parse(d).ok()).map(Arc::new))
+            .or_insert_with(|| Data::map(path).ok().and_then(|d| Module::parse_data(d).ok()).map(Arc::new))
             .clone()
     }
 }
@@ -116,8 +158,13 @@ pub struct Stats {
     pub runtime_functions: usize,
     pub methoddef_entries: usize,
     pub instance_entries: usize,
-    /// Instance entries whose signature this reader could not decode (their code stays unnamed).
+    /// Instance entries whose signature this reader could not decode: their entry point is not
+    /// known, so runtime functions are then tied to a method only where the EH table proves it.
     pub instance_entries_skipped: usize,
+    /// Runtime functions other than entries (funclets, cold parts) tied to a method.
+    pub funclets: usize,
+    /// Runtime functions no method is known to own (lookups there give None).
+    pub unowned_functions: usize,
 }
 
 /// A parsed ReadyToRun image.
@@ -127,7 +174,7 @@ pub struct R2rImage {
     machine_has_end: bool,
     /// (begin RVA, end RVA) of each runtime function, sorted.
     funcs: Vec<(u32, u32)>,
-    /// The method (index into `methods`) each runtime function belongs to; u32::MAX = none.
+    /// The method (index into `methods`) each runtime function belongs to; NO_METHOD = none.
     owner: Vec<u32>,
     methods: Vec<MethodEntry>,
     names: Vec<OnceLock<Arc<str>>>,
@@ -147,17 +194,28 @@ impl R2rImage {
     /// Parses an image held in memory. Types of other assemblies in generic instantiations are
     /// named only when the image is opened from a file ([`R2rImage::open`]), from its directory.
     pub fn parse(data: Vec<u8>) -> Result<R2rImage> {
-        R2rImage::parse_in(data, None, Arc::new(ModuleCache::default()))
+        R2rImage::parse_in(Data::Owned(data), None, Arc::new(ModuleCache::default()))
     }
 
     /// Reads and parses the image at `path`; other assemblies are looked up beside it.
     /// I/O errors come back as `Err(io)`, format errors as `Ok(Err(..))` so callers can name both.
     pub fn open(path: &Path, cache: Arc<ModuleCache>) -> std::io::Result<Result<R2rImage>> {
-        let data = std::fs::read(path)?;
+        let data = Data::map(path)?;
         Ok(R2rImage::parse_in(data, path.parent().map(Path::to_path_buf), cache))
     }
 
-    fn parse_in(data: Vec<u8>, dir: Option<PathBuf>, cache: Arc<ModuleCache>) -> Result<R2rImage> {
+    fn parse_in(data: Data, dir: Option<PathBuf>, cache: Arc<ModuleCache>) -> Result<R2rImage> {
+        R2rImage::parse_forgetting(data, dir, cache, &|_| false)
+    }
+
+    /// `forget_instance(i)` treats the i-th InstanceMethodEntryPoints entry as undecodable, so
+    /// tests can check what a reader that meets a signature it cannot skip still gets right.
+    fn parse_forgetting(
+        data: Data,
+        dir: Option<PathBuf>,
+        cache: Arc<ModuleCache>,
+        forget_instance: &dyn Fn(usize) -> bool,
+    ) -> Result<R2rImage> {
         let pe = pe::parse(&data)?;
         let metadata = parse_metadata(&data, &pe)?;
         let b = Bytes(&data);
@@ -195,7 +253,8 @@ impl R2rImage {
         let Some((rf_at, rf_size)) = section(SECTION_RUNTIME_FUNCTIONS, "RuntimeFunctions")? else {
             return bad(header as u64, "ReadyToRun header has no RuntimeFunctions section (a component of a composite image?)");
         };
-        let machine_has_end = pe.machine == pe::MACHINE_AMD64 || pe.machine == pe::MACHINE_I386;
+        // Only amd64's RUNTIME_FUNCTION has an end field; x86, arm and arm64 have (begin, unwind).
+        let machine_has_end = pe.machine == pe::MACHINE_AMD64;
         let entry_size = if machine_has_end { 12 } else { 8 };
         let n = rf_size / entry_size;
         let mut funcs = Vec::with_capacity(n);
@@ -228,14 +287,14 @@ impl R2rImage {
             }
         }
         if let Some((at, size)) = section(SECTION_INSTANCE_METHOD_ENTRY_POINTS, "InstanceMethodEntryPoints")? {
-            for entry in native::hashtable_entries(b, at, at + size)? {
+            for (i, entry) in native::hashtable_entries(b, at, at + size)?.into_iter().enumerate() {
                 match skip_method_signature(&data, entry) {
-                    Ok(after) => {
+                    Ok(after) if !forget_instance(i) => {
                         let rf = native::entry_point(b, after)?;
                         methods.push(MethodEntry { kind: MethodKind::Instance(entry), first: rf, last: rf });
                         stats.instance_entries += 1;
                     }
-                    Err(_) => stats.instance_entries_skipped += 1,
+                    _ => stats.instance_entries_skipped += 1,
                 }
             }
         }
@@ -243,25 +302,28 @@ impl R2rImage {
             Some((at, size)) => Some(Metadata::parse(b, at, size)?),
             None => None,
         };
+        let cold = match section(SECTION_HOT_COLD_MAP, "HotColdMap")? {
+            Some((at, size)) => hot_cold_map(b, at, size, funcs.len())?,
+            None => Vec::new(),
+        };
+        // With an entry point missing, "up to the next entry" can run into the unknown method's
+        // code: only the EH table's funclet starts then tie a function to the method before it.
+        // Unreadable EH data proves nothing, which leaves those functions unnamed, not misnamed.
+        let proofs = if stats.instance_entries_skipped > 0 {
+            Some(match section(SECTION_EXCEPTION_INFO, "ExceptionInfo") {
+                Ok(Some((at, size))) => funclet_starts(b, &pe, at, size).unwrap_or_default(),
+                _ => HashSet::new(),
+            })
+        } else {
+            None
+        };
 
-        // Funclets and cold parts follow their method's entry: each function belongs to the
-        // nearest entry at or before it.
-        let mut owner = vec![u32::MAX; funcs.len()];
         methods.retain(|m| (m.first as usize) < funcs.len());
         methods.sort_by_key(|m| m.first);
         methods.dedup_by_key(|m| m.first);
-        for (i, m) in methods.iter().enumerate() {
-            owner[m.first as usize] = i as u32;
-        }
-        let mut current = u32::MAX;
-        for (rf, o) in owner.iter_mut().enumerate() {
-            if *o != u32::MAX {
-                current = *o;
-            } else if current != u32::MAX {
-                *o = current;
-                methods[current as usize].last = rf as u32;
-            }
-        }
+        let owner = assign_owners(&funcs, &mut methods, &cold, proofs.as_ref());
+        stats.unowned_functions = owner.iter().filter(|&&o| o == NO_METHOD).count();
+        stats.funclets = funcs.len() - stats.unowned_functions - methods.len();
         let names = (0..methods.len()).map(|_| OnceLock::new()).collect();
         let assembly = assembly_name(b, &metadata)?;
         let module = Arc::new(Module { data, metadata, assembly });
@@ -289,7 +351,7 @@ impl R2rImage {
             return None;
         }
         let m = *self.owner.get(i)?;
-        if m == u32::MAX {
+        if m == NO_METHOD {
             return None;
         }
         Some(self.info(m as usize))
@@ -353,6 +415,13 @@ impl R2rImage {
                     r.set_module(Some(index));
                 }
                 let owner = if flags & SIG_OWNER_TYPE != 0 { Some(r.ty()?) } else { None };
+                // A slot or a MemberRef row read as a MethodDef row would name some other method.
+                if flags & SIG_SLOT_INSTEAD_OF_TOKEN != 0 {
+                    return Err(r.err("method given by a vtable slot, not a token"));
+                }
+                if flags & SIG_MEMBER_REF_TOKEN != 0 {
+                    return Err(r.err("method given by a MemberRef token"));
+                }
                 let rid = r.uint()?;
                 name_method(&module, rid, owner.as_ref(), &|i| self.module_at(i))
             }
@@ -364,8 +433,8 @@ impl R2rImage {
 fn skip_method_signature(data: &[u8], at: usize) -> Result<usize> {
     let mut r = SigReader::new(data, at, 0);
     let flags = r.uint()?;
-    if flags & SIG_SLOT_INSTEAD_OF_TOKEN != 0 {
-        return Err(r.err("method signature with a slot instead of a token"));
+    if flags & !SIG_KNOWN_FLAGS != 0 {
+        return Err(r.err(format!("method signature flags {flags:#x} include ones this reader does not know")));
     }
     if flags & SIG_UPDATE_CONTEXT != 0 {
         r.uint()?;
@@ -373,7 +442,7 @@ fn skip_method_signature(data: &[u8], at: usize) -> Result<usize> {
     if flags & SIG_OWNER_TYPE != 0 {
         r.ty()?;
     }
-    r.uint()?;
+    r.uint()?; // the token's row, or the slot: both one compressed integer
     if flags & SIG_METHOD_INSTANTIATION != 0 {
         let n = r.uint()?;
         if n as usize > data.len() - r.pos {
@@ -387,6 +456,102 @@ fn skip_method_signature(data: &[u8], at: usize) -> Result<usize> {
         r.ty()?;
     }
     Ok(r.pos)
+}
+
+/// The HotColdMap: (first runtime function of a cold part, the method's hot entry), sorted by the
+/// cold part; each cold part runs up to the next one's start (the last to the table's end).
+fn hot_cold_map(b: Bytes, at: usize, size: usize, funcs: usize) -> Result<Vec<(u32, u32)>> {
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(size / 8);
+    for i in 0..size / 8 {
+        let off = at + i * 8;
+        let cold = b.u32(off, "HotColdMap entry")?;
+        let hot = b.u32(off + 4, "HotColdMap entry")?;
+        if cold as usize >= funcs || hot as usize >= funcs {
+            return bad(off as u64, format!("HotColdMap entry ({cold}, {hot}) names a runtime function past the {funcs} there are"));
+        }
+        if out.last().is_some_and(|&(prev, _)| prev >= cold) {
+            return bad(off as u64, format!("HotColdMap entry {i} (cold part {cold}) is out of order"));
+        }
+        out.push((cold, hot));
+    }
+    Ok(out)
+}
+
+/// Every (method start RVA, funclet start RVA) the ExceptionInfo section implies: a handler's (and
+/// a filter's) code is a funclet of its own, starting at the clause's offset from the method start.
+fn funclet_starts(b: Bytes, pe: &PeInfo, at: usize, size: usize) -> Result<HashSet<(u32, u32)>> {
+    const CLAUSE: u32 = 24;
+    let mut out = HashSet::new();
+    let rows = size / 8;
+    // The last row only closes the one before it (its EH info RVA ends that row's clauses).
+    for i in 0..rows.saturating_sub(1) {
+        let row = at + i * 8;
+        let method = b.u32(row, "ExceptionInfo row")?;
+        let info = b.u32(row + 4, "ExceptionInfo row")?;
+        let next = b.u32(row + 12, "ExceptionInfo row")?;
+        let Some(len) = next.checked_sub(info) else {
+            return bad(row as u64 + 12, "ExceptionInfo rows are out of order");
+        };
+        if len < CLAUSE {
+            continue;
+        }
+        let clauses = pe.rva_to_offset(info, len, "EH clauses", b.len())?;
+        for c in 0..(len / CLAUSE) as usize {
+            let clause = clauses + c * CLAUSE as usize;
+            let flags = b.u32(clause, "EH clause")?;
+            let handler = b.u32(clause + 12, "EH clause")?;
+            out.insert((method, method.wrapping_add(handler)));
+            if flags & EH_CLAUSE_FILTER != 0 {
+                out.insert((method, method.wrapping_add(b.u32(clause + 20, "EH clause")?)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Which method each runtime function belongs to (NO_METHOD: none known), extending each
+/// method's `last` over the funclets that follow its entry.
+///
+/// The format puts a method's funclets right after its entry, up to the next method's entry
+/// (R2RDump reads it so), and cold parts where the HotColdMap says. That rule is only sound when
+/// every entry point is known; `proofs` (see [`funclet_starts`]) is given when some are not, and
+/// then a function after an entry is that method's only if it starts one of its funclets.
+fn assign_owners(funcs: &[(u32, u32)], methods: &mut [MethodEntry], cold: &[(u32, u32)], proofs: Option<&HashSet<(u32, u32)>>) -> Vec<u32> {
+    let n = funcs.len();
+    let mut owner = vec![NO_METHOD; n];
+    let mut is_entry = vec![false; n];
+    for (i, m) in methods.iter().enumerate() {
+        owner[m.first as usize] = i as u32;
+        is_entry[m.first as usize] = true;
+    }
+    let first_cold = cold.first().map_or(n, |c| c.0 as usize);
+    let mut current = NO_METHOD;
+    for rf in 0..first_cold {
+        if is_entry[rf] {
+            current = owner[rf];
+            continue;
+        }
+        if current == NO_METHOD {
+            continue;
+        }
+        let m = &mut methods[current as usize];
+        let proven = proofs.is_none_or(|p| p.contains(&(funcs[m.first as usize].0, funcs[rf].0)));
+        if proven {
+            owner[rf] = current;
+            m.last = rf as u32;
+        }
+    }
+    for (i, &(start, hot)) in cold.iter().enumerate() {
+        let end = cold.get(i + 1).map_or(n, |c| c.0 as usize);
+        // The hot index must be a known entry: anything else would borrow an unrelated name.
+        let m = if is_entry[hot as usize] { owner[hot as usize] } else { NO_METHOD };
+        for rf in start as usize..end {
+            if !is_entry[rf] {
+                owner[rf] = m;
+            }
+        }
+    }
+    owner
 }
 
 type Resolve<'a> = dyn Fn(u32) -> Option<Arc<Module>> + 'a;
@@ -430,9 +595,12 @@ fn name_method(m: &Module, rid: u32, owner: Option<&Ty>, resolve: &Resolve) -> R
 }
 
 const MAX_NAME_DEPTH: u32 = 32;
+/// Real names stay under 1 KiB; TypeSpecs that name themselves several times over would otherwise
+/// grow a name exponentially within the depth limit.
+const MAX_NAME_BYTES: usize = 16 * 1024;
 
 fn too_deep(m: &Module) -> Error {
-    Error { offset: 0, what: format!("{}: type names nest more than {MAX_NAME_DEPTH} deep", m.assembly) }
+    Error { offset: 0, what: format!("{}: type names nest more than {MAX_NAME_DEPTH} deep or exceed {MAX_NAME_BYTES} bytes", m.assembly) }
 }
 
 /// `Namespace.Outer+Inner` (sep '+') or `Namespace.Outer/Inner` (sep '/').
@@ -493,7 +661,7 @@ fn type_spec(m: &Module, row: u32) -> Result<Ty> {
 
 /// IL-style spelling used for signatures: `valuetype System.Span`1<uint8>`, `class [System.Runtime]System.Type`.
 fn il_type(ty: &Ty, m: &Module, out: &mut String, depth: u32) -> Result<()> {
-    if depth > MAX_NAME_DEPTH {
+    if depth > MAX_NAME_DEPTH || out.len() > MAX_NAME_BYTES {
         return Err(too_deep(m));
     }
     let d = depth + 1;
@@ -545,6 +713,10 @@ fn il_type(ty: &Ty, m: &Module, out: &mut String, depth: u32) -> Result<()> {
             out.push_str("!!");
             out.push_str(&n.to_string());
         }
+        Ty::GenericParam(row) => {
+            out.push_str("!GenericParam#");
+            out.push_str(&row.to_string());
+        }
         Ty::Canon => out.push_str("System.__Canon"),
         Ty::FnPtr => out.push_str("method *"),
         Ty::Modified { ty, modifier, required } => {
@@ -577,7 +749,7 @@ fn il_type_name(m: &Module, table: usize, row: u32, out: &mut String) -> Result<
 
 /// Reflection-style spelling used for the owning type: `System.Collections.Generic.List`1[System.Int32]`.
 fn clr_type(ty: &Ty, m: &Module, resolve: &Resolve, out: &mut String, depth: u32) -> Result<()> {
-    if depth > MAX_NAME_DEPTH {
+    if depth > MAX_NAME_DEPTH || out.len() > MAX_NAME_BYTES {
         return Err(too_deep(m));
     }
     let d = depth + 1;
@@ -643,9 +815,128 @@ fn clr_type(ty: &Ty, m: &Module, resolve: &Resolve, out: &mut String, depth: u32
             out.push_str("!!");
             out.push_str(&n.to_string());
         }
+        Ty::GenericParam(row) => {
+            out.push_str("!GenericParam#");
+            out.push_str(&row.to_string());
+        }
         Ty::Canon => out.push_str("System.__Canon"),
         Ty::FnPtr => out.push_str("method *"),
         Ty::Modified { ty, .. } => clr_type(ty, m, resolve, out, d)?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(first: u32) -> MethodEntry {
+        MethodEntry { kind: MethodKind::Def(first + 1), first, last: first }
+    }
+
+    /// Five functions: a method with a funclet, an unknown method's entry and funclet, a method.
+    const FUNCS: [(u32, u32); 5] = [(0x100, 0x180), (0x180, 0x190), (0x200, 0x280), (0x280, 0x290), (0x300, 0x380)];
+
+    #[test]
+    fn with_every_entry_known_functions_belong_to_the_entry_before_them() {
+        let mut methods = [entry(0), entry(2), entry(4)];
+        let owner = assign_owners(&FUNCS, &mut methods, &[], None);
+        assert_eq!(owner, [0, 0, 1, 1, 2]);
+        assert_eq!((methods[0].last, methods[1].last, methods[2].last), (1, 3, 4));
+    }
+
+    #[test]
+    fn with_an_entry_missing_only_proven_funclets_are_named() {
+        // Function 2 is the entry of a method we could not decode; 3 is its funclet.
+        let mut methods = [entry(0), entry(4)];
+        let proofs = HashSet::from([(0x100, 0x180), (0x200, 0x280)]);
+        let owner = assign_owners(&FUNCS, &mut methods, &[], Some(&proofs));
+        assert_eq!(owner, [0, 0, NO_METHOD, NO_METHOD, 1]);
+        assert_eq!(methods[0].last, 1);
+    }
+
+    #[test]
+    fn cold_parts_follow_the_hot_cold_map_not_the_entry_before_them() {
+        // Functions 3 and 4 are cold parts of the methods at 0 and 2 (in that order).
+        let mut methods = [entry(0), entry(2)];
+        let owner = assign_owners(&FUNCS, &mut methods, &[(3, 0), (4, 2)], None);
+        assert_eq!(owner, [0, 0, 1, 0, 1]);
+        // A cold part whose hot index is not a known entry stays unnamed.
+        let mut methods = [entry(0), entry(2)];
+        let owner = assign_owners(&FUNCS, &mut methods, &[(3, 1), (4, 2)], None);
+        assert_eq!(owner, [0, 0, 1, NO_METHOD, 1]);
+    }
+
+    fn corelib() -> Vec<u8> {
+        std::fs::read(crate::test_common::corelib()).unwrap()
+    }
+
+    /// A chain of TypeSpecs, each a generic instantiation over four copies of the next, is small
+    /// in the file and 4^15 leaves deep in a name: it must be cut off, not spelled out.
+    #[test]
+    fn type_specs_that_multiply_are_cut_off_not_spelled_out() {
+        let mut data = corelib();
+        let module = Module::parse(data.clone()).unwrap();
+        let (b, meta) = (module.b(), &module.metadata);
+        let rows: Vec<(u32, usize)> = (1..=meta.rows(md::TYPE_SPEC).min(0x1000))
+            .filter_map(|row| {
+                let (bytes, at) = meta.blob(b, meta.cell(b, md::TYPE_SPEC, row, 0).ok()?).ok()?;
+                (bytes.len() >= 16).then_some((row, at))
+            })
+            .take(15)
+            .collect();
+        assert_eq!(rows.len(), 15);
+        for pair in rows.windows(2) {
+            let token = (pair[1].0 << 2) | 2; // TypeSpec coded index, in the two-byte form
+            let next = [0x12, 0x80 | (token >> 8) as u8, token as u8];
+            // GENERICINST CLASS TypeDef#2, four arguments, each the next TypeSpec.
+            let blob = [&[0x15, 0x12, 0x08, 0x04][..], &next, &next, &next, &next].concat();
+            data[pair[0].1..pair[0].1 + blob.len()].copy_from_slice(&blob);
+        }
+        let module = Module::parse(data).unwrap();
+        let ty = Ty::Named { module: None, table: md::TYPE_SPEC, row: rows[0].0, value_type: false };
+        let started = std::time::Instant::now();
+        let mut out = String::new();
+        assert!(il_type(&ty, &module, &mut out, 0).is_err());
+        let mut out = String::new();
+        assert!(clr_type(&ty, &module, &|_| None, &mut out, 0).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    /// The entry RVA of the method owning each runtime function.
+    fn owners(image: &R2rImage) -> Vec<Option<u32>> {
+        image
+            .owner
+            .iter()
+            .map(|&o| (o != NO_METHOD).then(|| image.funcs[image.methods[o as usize].first as usize].0))
+            .collect()
+    }
+
+    #[test]
+    fn corelib_with_undecodable_instance_entries_loses_names_but_never_misnames() {
+        let data = corelib();
+        let full = R2rImage::parse(data.clone()).unwrap();
+        assert_eq!(full.stats.instance_entries_skipped, 0);
+        let cache = Arc::new(ModuleCache::default());
+        let partial = R2rImage::parse_forgetting(Data::Owned(data), None, cache, &|i| i % 5 == 0).unwrap();
+        assert!(partial.stats.instance_entries_skipped > 5_000, "{:?}", partial.stats);
+
+        let known: HashSet<u32> = partial.methods().map(|m| m.rva).collect();
+        let (full_owner, partial_owner) = (owners(&full), owners(&partial));
+        let mut lost_funclets = 0;
+        for (rf, (f, p)) in full_owner.iter().zip(&partial_owner).enumerate() {
+            let f = f.expect("every CoreLib runtime function has an owner");
+            match p {
+                Some(p) => assert_eq!(*p, f, "runtime function {rf} at {:#x} moved to another method", full.funcs[rf].0),
+                // Only the forgotten methods' code may lose its name.
+                None => assert!(!known.contains(&f), "runtime function {rf} of a known method lost its name"),
+            }
+            if p.is_none() && full.funcs[rf].0 != f {
+                lost_funclets += 1;
+            }
+        }
+        // The forgotten methods' funclets did exist and were left unnamed, not given to a neighbour.
+        assert!(lost_funclets > 0);
+        assert_eq!(partial.stats.unowned_functions, full.stats.runtime_functions - known.len() - partial.stats.funclets);
+    }
 }

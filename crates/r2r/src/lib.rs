@@ -22,3 +22,7 @@ mod sig;
 
 pub use error::{Error, Result};
 pub use image::{MethodInfo, Module, ModuleCache, R2rImage, Stats};
+
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_common;

@@ -119,8 +119,16 @@ pub fn hashtable_entries(b: Bytes, off: usize, end: usize) -> Result<Vec<usize>>
             })
     };
     let mut out = Vec::new();
+    let mut next_start = bucket_start(0)?;
     for i in 0..buckets {
-        let (mut at, stop) = (bucket_start(i)?, bucket_start(i + 1)?.min(end));
+        let mut at = next_start;
+        next_start = bucket_start(i + 1)?;
+        // Buckets follow each other; one that starts before its predecessor would make entries
+        // be read again for every bucket, a quadratic blow-up from two bytes.
+        if next_start < at {
+            return bad((base + (i + 1) * entry_size) as u64, format!("NativeHashtable bucket {} starts before bucket {i}", i + 1));
+        }
+        let stop = next_start.min(end);
         while at < stop {
             let entry_at = at + 1; // after the low hash byte
             let (delta, next) = decode_signed(b, entry_at)?;
@@ -139,4 +147,22 @@ pub fn hashtable_entries(b: Bytes, off: usize, end: usize) -> Result<Vec<usize>>
 pub fn entry_point(b: Bytes, off: usize) -> Result<u32> {
     let (id, _) = decode_unsigned(b, off)?;
     Ok(if id & 1 != 0 { id >> 2 } else { id >> 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashtable_buckets_out_of_order_are_an_error() {
+        // Two one-byte buckets: the second starts before the first, which would have every bucket
+        // reread the entries between them.
+        let data = [0x04, 4, 2, 4, 0, 0, 0, 0];
+        let e = hashtable_entries(Bytes(&data), 0, data.len()).unwrap_err();
+        assert!(e.what.contains("starts before"), "{e}");
+        // In order, the table reads its one entry: low hash byte at 4, then a relative offset of 0
+        // from byte 5.
+        let data = [0x04, 3, 5, 5, 0, 0];
+        assert_eq!(hashtable_entries(Bytes(&data), 0, data.len()).unwrap(), vec![5]);
+    }
 }

@@ -76,14 +76,14 @@ impl PeInfo {
     /// The file offset of `rva`, checking that `len` bytes from there lie in one section and the file.
     pub fn rva_to_offset(&self, rva: u32, len: u32, what: &str, file_len: usize) -> Result<usize> {
         for s in &self.sections {
-            if let Some(delta) = rva.checked_sub(s.rva) {
-                if delta < s.len {
-                    let off = s.raw as u64 + delta as u64;
-                    if delta as u64 + len as u64 > s.len as u64 || off + len as u64 > file_len as u64 {
-                        return bad(off, format!("{what} (RVA {rva:#x}, {len} bytes) runs past the end of its section"));
-                    }
-                    return Ok(off as usize);
+            if let Some(delta) = rva.checked_sub(s.rva)
+                && delta < s.len
+            {
+                let off = s.raw as u64 + delta as u64;
+                if delta as u64 + len as u64 > s.len as u64 || off + len as u64 > file_len as u64 {
+                    return bad(off, format!("{what} (RVA {rva:#x}, {len} bytes) runs past the end of its section"));
                 }
+                return Ok(off as usize);
             }
         }
         bad(0, format!("{what}: RVA {rva:#x} lies in no section"))

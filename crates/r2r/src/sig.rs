@@ -33,6 +33,8 @@ pub enum Ty {
     GenericInst(Box<Ty>, Vec<Ty>),
     Var(u32),
     MVar(u32),
+    /// ELEMENT_TYPE_VAR_ZAPSIG: a type variable given by its GenericParam row, not its index.
+    GenericParam(u32),
     /// `System.__Canon`, the shared instantiation of reference types.
     Canon,
     FnPtr,
@@ -150,6 +152,9 @@ impl<'a> SigReader<'a> {
                 Ty::Modified { ty: Box::new(ty), modifier: Box::new(modifier), required: code == 0x1f }
             }
             0x45 => self.ty_at(d)?, // pinned
+            0x3b => Ty::GenericParam(self.uint()?),
+            // ELEMENT_TYPE_NATIVE_VALUETYPE_ZAPSIG: the unmanaged view of the value type that follows.
+            0x3d => self.ty_at(d)?,
             0x3e => Ty::Canon,
             0x3f => {
                 let index = self.uint()?;

@@ -1,13 +1,13 @@
-//! `perf-fold PERF.DATA PID [OUT]`: perf.data → folded stacks, the way tracelab decodes a
-//! perf-cpu run (perf map of PID beside PERF.DATA). Built in release by `cargo xtask bench perf`
-//! to time it against `perf script | inferno-collapse-perf`; prints a stage breakdown on stderr.
+//! `perf-fold PERF.DATA PID [OUT]`: perf.data → folded stacks through
+//! [`harness::collect::perf::fold_perf_file`] (perf map of PID beside PERF.DATA or in /tmp).
+//! Built in release by `cargo xtask bench perf` to time it against
+//! `perf script | inferno-collapse-perf`; prints what it did on stderr.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use harness::collect::DecodeContext;
-use harness::collect::perf::{PerfRecording, fold_recording};
-use harness::symbolize::Symbolizer;
+use harness::collect::perf::fold_perf_file;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,24 +28,20 @@ fn main() -> anyhow::Result<()> {
         symbol_dirs: &[],
     };
     let t0 = Instant::now();
-    let rec = PerfRecording::read(&data)?;
+    let fold = fold_perf_file(&data, &ctx)?;
     let t1 = Instant::now();
-    let mut symbolizer = Symbolizer::new(&ctx, &rec)?;
-    let t2 = Instant::now();
-    let folded = fold_recording(&rec, &mut symbolizer);
-    let t3 = Instant::now();
-    let text = harness::fold::folded_text(&folded);
+    let text = harness::fold::folded_text(&fold.folded);
     match args.get(2) {
         Some(out) => std::fs::write(out, text)?,
         None => print!("{text}"),
     }
     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
     eprintln!(
-        "{} samples: read {:.1} ms, symbol sources {:.1} ms, symbolize+fold {:.1} ms, total {:.1} ms",
-        rec.samples.len(),
+        "{} samples, {} distinct callchains, {} stacks: read+symbolize+fold {:.1} ms, total {:.1} ms",
+        fold.samples,
+        fold.distinct_callchains,
+        fold.folded.len(),
         ms(t0, t1),
-        ms(t1, t2),
-        ms(t2, t3),
         ms(t0, Instant::now())
     );
     Ok(())

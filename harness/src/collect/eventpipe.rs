@@ -378,6 +378,7 @@ pub fn to_collection(d: eventpipe::Decoded, collector: &str) -> Collection {
     m.insert("trace_bytes".into(), d.stats.bytes as f64);
     m.insert("events_total".into(), d.stats.events as f64);
     m.insert("methods_known".into(), d.methods.len() as f64);
+    coll.method_names = d.methods.methods().iter().map(|m| m.qualified_name()).collect();
     m.insert("payload_errors".into(), d.payload_error_count as f64);
     coll
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, RawData, RecordType};
-use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use linux_perf_data::PerfFileReader;
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
@@ -44,6 +44,9 @@ pub struct PerfRecording {
     /// Event name per attribute index (`cpu-clock`, `sched:sched_switch` …).
     pub event_names: Vec<String>,
     pub samples: Vec<PerfSample>,
+    /// Every sample's raw callchain, one after another (see [`PerfRecording::callchain`]): one
+    /// allocation for a recording instead of one per sample, which cost more than parsing.
+    pub callchains: Vec<u64>,
     /// MMAP and MMAP2 records in time order (kernel ones have `pid == KERNEL_PID`).
     pub mmaps: Vec<PerfMmap>,
     pub comms: Vec<PerfComm>,
@@ -58,7 +61,8 @@ pub struct PerfRecording {
     pub sample_regs_user: u64,
 }
 
-/// One PERF_RECORD_SAMPLE.
+/// One PERF_RECORD_SAMPLE. Fields that only some recordings have are boxed: a profile holds
+/// hundreds of thousands of these, and decoding one is mostly moving it.
 #[derive(Clone, Debug, Default)]
 pub struct PerfSample {
     pub attr_index: usize,
@@ -68,13 +72,14 @@ pub struct PerfSample {
     pub cpu: Option<u32>,
     pub period: u64,
     pub ip: Option<u64>,
-    /// The raw callchain, context markers included (see [`PerfSample::frames`]).
-    pub callchain: Vec<u64>,
+    /// Where the raw callchain (context markers included) lies in
+    /// [`PerfRecording::callchains`]; see [`PerfRecording::frames`].
+    pub callchain: ChainRange,
     /// PERF_SAMPLE_RAW payload (tracepoint fields).
-    pub raw: Option<Vec<u8>>,
-    pub user_regs: Option<UserRegs>,
+    pub raw: Option<Box<[u8]>>,
+    pub user_regs: Option<Box<UserRegs>>,
     /// PERF_SAMPLE_STACK_USER bytes, cut to the dynamic size the kernel reported.
-    pub user_stack: Option<Vec<u8>>,
+    pub user_stack: Option<Box<[u8]>>,
     /// Whether the sampled IP was in the kernel (`misc` cpu mode).
     pub in_kernel: bool,
 }
@@ -86,23 +91,42 @@ pub struct ChainFrame {
     pub in_kernel: bool,
 }
 
-impl PerfSample {
-    /// Callchain addresses, leaf first, context markers removed and each address tagged kernel
-    /// or user. Entries of guest or hypervisor context are dropped.
-    pub fn frames(&self) -> impl Iterator<Item = ChainFrame> + '_ {
-        let mut context = if self.in_kernel { PERF_CONTEXT_KERNEL } else { PERF_CONTEXT_USER };
-        self.callchain.iter().filter_map(move |&addr| {
-            if addr >= PERF_CONTEXT_MAX {
-                context = addr;
-                return None;
-            }
-            match context {
-                PERF_CONTEXT_KERNEL => Some(ChainFrame { addr, in_kernel: true }),
-                PERF_CONTEXT_USER => Some(ChainFrame { addr, in_kernel: false }),
-                _ => None,
-            }
-        })
+/// A stretch of [`PerfRecording::callchains`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ChainRange {
+    pub start: u32,
+    pub len: u32,
+}
+
+impl PerfRecording {
+    /// A sample's raw callchain, context markers included.
+    pub fn callchain(&self, sample: &PerfSample) -> &[u64] {
+        let start = sample.callchain.start as usize;
+        &self.callchains[start..start + sample.callchain.len as usize]
     }
+
+    /// A sample's callchain addresses, leaf first, context markers removed and each address
+    /// tagged kernel or user. Entries of guest or hypervisor context are dropped.
+    pub fn frames<'r>(&'r self, sample: &PerfSample) -> impl Iterator<Item = ChainFrame> + 'r {
+        chain_frames(self.callchain(sample), sample.in_kernel)
+    }
+}
+
+/// The frames of a raw callchain taken with the sampled IP in the kernel (`in_kernel`) or not:
+/// see [`PerfRecording::frames`].
+pub fn chain_frames(callchain: &[u64], in_kernel: bool) -> impl Iterator<Item = ChainFrame> + '_ {
+    let mut context = if in_kernel { PERF_CONTEXT_KERNEL } else { PERF_CONTEXT_USER };
+    callchain.iter().filter_map(move |&addr| {
+        if addr >= PERF_CONTEXT_MAX {
+            context = addr;
+            return None;
+        }
+        match context {
+            PERF_CONTEXT_KERNEL => Some(ChainFrame { addr, in_kernel: true }),
+            PERF_CONTEXT_USER => Some(ChainFrame { addr, in_kernel: false }),
+            _ => None,
+        }
+    })
 }
 
 /// Sampled user registers: `values` hold the registers whose bits are set in `mask`, in bit order.
@@ -256,33 +280,19 @@ fn first_bad_record(bytes: &[u8], data: Section) -> Option<(u64, String)> {
 
 /// PERF_RECORD_AUXTRACE (tools/perf/util/event.h): a user record followed by its AUX data.
 const PERF_RECORD_AUXTRACE: u32 = 71;
+/// perf's own record types start here (PERF_RECORD_USER_TYPE_START, tools/lib/perf/include/perf/event.h).
+const PERF_RECORD_USER_TYPE_START: u32 = 64;
+/// PERF_RECORD_COMPRESSED and PERF_RECORD_COMPRESSED2 (`perf record -z`).
+const PERF_RECORD_COMPRESSED: u32 = 81;
+const PERF_RECORD_COMPRESSED2: u32 = 83;
 
-/// Offsets of records whose type and body equal the given ones (for naming a record that
-/// parsed badly: the reader hands us copies in time order, not file positions).
-fn offset_of_record(bytes: &[u8], data: Section, record_type: u32, body: &[u8]) -> Option<u64> {
-    let end = data.offset + data.size;
-    let mut at = data.offset;
-    while at + 8 <= end {
-        let i = at as usize;
-        let ty = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
-        let size = u16::from_le_bytes([bytes[i + 6], bytes[i + 7]]) as u64;
-        if size < 8 || at + size > end {
-            return None;
-        }
-        if ty == record_type && size as usize - 8 == body.len() && &bytes[i + 8..i + size as usize] == body {
-            return Some(at);
-        }
-        at += size;
-    }
-    None
-}
-
-/// Whether a SAMPLE record's callchain length fits inside the record.
-fn callchain_fits(record: &linux_perf_data::linux_perf_event_reader::RawEventRecord) -> Result<(), String> {
+/// Where a SAMPLE record's callchain entries lie in its body (`None` when it has none), after
+/// checking that the length fits inside the record.
+fn callchain_range(record: &linux_perf_data::linux_perf_event_reader::RawEventRecord) -> Result<Option<std::ops::Range<usize>>, String> {
     use linux_perf_data::linux_perf_event_reader::{Endianness, SampleFormat};
     let format = record.parse_info.sample_format;
     if record.record_type != RecordType::SAMPLE || !format.contains(SampleFormat::CALLCHAIN) || format.contains(SampleFormat::READ) {
-        return Ok(());
+        return Ok(None);
     }
     let before = [
         SampleFormat::IDENTIFIER,
@@ -308,8 +318,445 @@ fn callchain_fits(record: &linux_perf_data::linux_perf_event_reader::RawEventRec
     if nr > ((body.len() - at - 8) / 8) as u64 {
         return Err(format!("a callchain of {nr} entries does not fit the {}-byte sample", body.len()));
     }
+    Ok(Some(at + 8..at + 8 + 8 * nr as usize))
+}
+
+/// Checks a recording's framing and reads its header, attributes and feature sections (with
+/// linux-perf-data): the data section, the recording's metadata (no records yet), and how to
+/// read its records.
+fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, RecordLayout)> {
+    use linux_perf_data::linux_perf_event_reader::{Endianness, RecordParseInfo};
+    let data = check_header(bytes, path)?;
+    let file = path.display();
+    if let Some((offset, why)) = first_bad_record(bytes, data) {
+        bail!("{file}: bad record at byte offset {offset}: {why}; the file is truncated or corrupt");
+    }
+    let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(bytes)).map_err(|e| {
+        anyhow::anyhow!("{file}: cannot read the perf.data header and attributes (byte offsets 0..{}): {e}", data.offset)
+    })?;
+    if perf_file.endian() != Endianness::LittleEndian {
+        bail!("{file}: a big-endian recording; tracelab reads perf.data written on little-endian machines");
+    }
+
+    let mut rec = PerfRecording { path: path.to_path_buf(), ..Default::default() };
+    let attributes = perf_file.event_attributes();
+    rec.event_names = attributes.iter().map(|a| a.name().unwrap_or("unknown").to_string()).collect();
+    rec.sample_regs_user = attributes.first().map(|a| a.attributes().sample_regs_user).unwrap_or(0);
+    rec.os_release = perf_file.os_release().ok().flatten().map(str::to_string);
+    rec.perf_version = perf_file.perf_version().ok().flatten().map(str::to_string);
+    if let Ok(ids) = perf_file.build_ids() {
+        for info in ids.into_values() {
+            rec.build_ids.insert(String::from_utf8_lossy(&info.path).into_owned(), info.build_id);
+        }
+    }
+    let parse_infos: Vec<RecordParseInfo> =
+        attributes.iter().map(|a| RecordParseInfo::new(a.attributes(), Endianness::LittleEndian)).collect();
+    if parse_infos.is_empty() {
+        bail!("{file}: the recording describes no event (no attributes)");
+    }
+    // With several events a record's id says whose it is. perf places it where every
+    // attribute's layout agrees (or in PERF_SAMPLE_IDENTIFIER), so the first attribute's
+    // layout finds it.
+    let mut attr_of_id: rustc_hash::FxHashMap<u64, usize> = Default::default();
+    for (index, a) in attributes.iter().enumerate() {
+        for id in &a.event_ids {
+            attr_of_id.insert(*id, index);
+        }
+    }
+
+    let layout = RecordLayout { parse_infos, attr_of_id, sample_regs_user: rec.sample_regs_user };
+    Ok((data, rec, layout))
+}
+
+/// One record of the data section as it lies in the file.
+struct RawRecord<'b> {
+    offset: usize,
+    ty: u32,
+    misc: u16,
+    body: &'b [u8],
+}
+
+/// The records of `bytes[start..end]`, whose framing [`first_bad_record`] has checked; an
+/// AUXTRACE record's trailing AUX data is stepped over.
+fn raw_records(bytes: &[u8], start: usize, end: usize) -> impl Iterator<Item = RawRecord<'_>> {
+    let mut at = start;
+    std::iter::from_fn(move || {
+        if at + 8 > end {
+            return None;
+        }
+        let offset = at;
+        let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let misc = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]);
+        let size = u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
+        at += size;
+        if ty == PERF_RECORD_AUXTRACE {
+            at += le_u64(bytes, offset + 8) as usize;
+        }
+        Some(RawRecord { offset, ty, misc, body: &bytes[offset + 8..offset + size] })
+    })
+}
+
+fn refuse_compressed(ty: u32, offset: usize, path: &Path) -> Result<()> {
+    if ty == PERF_RECORD_COMPRESSED || ty == PERF_RECORD_COMPRESSED2 {
+        bail!(
+            "{}: compressed record at byte offset {offset}: recordings made with `perf record -z` are not supported; \
+             record without -z",
+            path.display()
+        );
+    }
     Ok(())
 }
+
+/// Samples counted by (pid, sampled in the kernel, raw callchain bytes).
+type ChainCounts<'b> = rustc_hash::FxHashMap<(u32, bool, &'b [u8]), u64>;
+
+/// Counts the samples of `bytes[start..end]` by callchain, reading each sample's pid and chain
+/// where its attribute's format puts them, without decoding the rest of the record.
+fn count_chains<'b>(bytes: &'b [u8], start: usize, end: usize, layout: &RecordLayout, path: &Path) -> Result<ChainCounts<'b>> {
+    use linux_perf_data::linux_perf_event_reader::{RawEventRecord, SampleFormat};
+    let mut counts = ChainCounts::default();
+    for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
+        refuse_compressed(ty, offset, path)?;
+        if ty != RecordType::SAMPLE.0 {
+            continue;
+        }
+        let mut record = RawEventRecord::new(RecordType::SAMPLE, misc, RawData::Single(body), layout.parse_infos[0]);
+        if layout.parse_infos.len() > 1 {
+            let attr_index = record.id().and_then(|id| layout.attr_of_id.get(&id).copied()).unwrap_or(0);
+            record.parse_info = layout.parse_infos[attr_index];
+        }
+        let format = record.parse_info.sample_format;
+        let chain = callchain_range(&record)
+            .map_err(|why| anyhow::anyhow!("{}: bad SAMPLE record at byte offset {offset}: {why}; the file is corrupt", path.display()))?
+            .map_or(&body[..0], |range| &body[range]);
+        let pid = if format.contains(SampleFormat::TID) {
+            let tid_at = 8 * [SampleFormat::IDENTIFIER, SampleFormat::IP].iter().filter(|f| format.contains(**f)).count();
+            body.get(tid_at..tid_at + 4).map_or(u32::MAX, |b| u32::from_le_bytes(b.try_into().unwrap()))
+        } else {
+            u32::MAX
+        };
+        let in_kernel = cpu_mode_is_kernel(CpuMode::from_misc(misc));
+        *counts.entry((pid, in_kernel, chain)).or_default() += 1;
+    }
+    Ok(counts)
+}
+
+/// Folded stacks of a perf.data file, with what named them.
+pub struct PerfFold {
+    pub folded: std::collections::BTreeMap<String, u64>,
+    pub samples: u64,
+    pub distinct_callchains: usize,
+    pub sources: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// perf.data → folded stacks, streaming: samples are counted by raw callchain straight from the
+/// mapped file (two threads, one per half of the data section), the slow symbol sources are read
+/// meanwhile on a third ([`crate::symbolize::prefetch_job`]), and each distinct chain is named
+/// once. No per-sample structure is built: for folding, that was most of the cost. What
+/// `cargo xtask trace fold` and `cargo xtask bench perf` run.
+pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
+    let bytes = crate::symbolize::map_file(path).with_context(|| format!("cannot read perf data {}", path.display()))?;
+    let (data, mut rec, layout) = open_recording(&bytes, path)?;
+    rec.mmaps = scan_mmaps(&bytes, data, &layout);
+    for m in &mut rec.mmaps {
+        if m.build_id.is_none() {
+            m.build_id = rec.build_ids.get(&m.path).cloned();
+        }
+    }
+    let job = crate::symbolize::prefetch_job(ctx, &rec.mmaps, rec.os_release.as_deref());
+    let end = (data.offset + data.size) as usize;
+    let middle = middle_record_boundary(&bytes, data);
+    let (first, second) = std::thread::scope(|scope| {
+        if let Some(job) = job {
+            scope.spawn(job);
+        }
+        let second = scope.spawn(|| count_chains(&bytes, middle, end, &layout, path));
+        let first = count_chains(&bytes, data.offset as usize, middle, &layout, path);
+        (first, second.join().unwrap_or_else(|_| Err(anyhow::anyhow!("{}: the decoding thread panicked", path.display()))))
+    });
+    let (mut counts, second) = (first?, second?);
+    for (key, n) in second {
+        *counts.entry(key).or_default() += n;
+    }
+    // (pid, sampled in the kernel, callchain) and how many samples took it.
+    type Counted = ((u32, bool, Vec<u64>), u64);
+    let chains: Vec<Counted> = counts
+        .into_iter()
+        .map(|((pid, in_kernel, raw), n)| {
+            ((pid, in_kernel, raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect()), n)
+        })
+        .collect();
+    let mut pids: Vec<u32> = chains.iter().map(|((pid, _, _), _)| *pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let kernel_frames = chains.iter().any(|((_, in_kernel, chain), _)| chain_frames(chain, *in_kernel).any(|f| f.in_kernel));
+    let mut symbolizer = Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
+    let samples = chains.iter().map(|(_, n)| n).sum();
+    let distinct_callchains = chains.len();
+    let folded = fold_chains(chains.iter().map(|((pid, in_kernel, chain), n)| (*pid, *in_kernel, chain.as_slice(), *n)), &mut symbolizer);
+    Ok(PerfFold { folded, samples, distinct_callchains, sources: symbolizer.sources.clone(), warnings: symbolizer.warnings.clone() })
+}
+
+/// How to read the records of one recording: each attribute's layout, and which attribute an
+/// event id belongs to.
+struct RecordLayout {
+    parse_infos: Vec<linux_perf_data::linux_perf_event_reader::RecordParseInfo>,
+    attr_of_id: rustc_hash::FxHashMap<u64, usize>,
+    sample_regs_user: u64,
+}
+
+/// What one stretch of the data section holds, each list in time order.
+#[derive(Default)]
+struct RecordsPart {
+    /// In file order; their callchains index `callchains`.
+    samples: Vec<PerfSample>,
+    callchains: Vec<u64>,
+    mmaps: Vec<(u64, PerfMmap)>,
+    comms: Vec<(u64, PerfComm)>,
+    lost: u64,
+}
+
+/// The byte offset of the first record header at or after the middle of `data`, walking the
+/// (already checked) framing from its start.
+fn middle_record_boundary(bytes: &[u8], data: Section) -> usize {
+    let end = (data.offset + data.size) as usize;
+    let middle = data.offset as usize + data.size as usize / 2;
+    raw_records(bytes, data.offset as usize, end).map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end)
+}
+
+/// Decodes the records in `bytes[start..end]` (whole records, framing checked by
+/// [`first_bad_record`]); samples stay in file order, the other lists are sorted by time
+/// (stable: records of equal time keep their file order). The capacities size the sample list
+/// and the callchain pool: an upper bound only reserves address space, pages are touched as
+/// they fill.
+fn decode_records(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+    (sample_capacity, chain_capacity): (usize, usize),
+    layout: &RecordLayout,
+    path: &Path,
+) -> Result<RecordsPart> {
+    use linux_perf_data::linux_perf_event_reader::RawEventRecord;
+    let file = path.display();
+    let mut part = RecordsPart {
+        samples: Vec::with_capacity(sample_capacity),
+        callchains: Vec::with_capacity(chain_capacity),
+        ..RecordsPart::default()
+    };
+    for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
+        refuse_compressed(ty, offset, path)?;
+        if ty >= PERF_RECORD_USER_TYPE_START {
+            continue;
+        }
+        let record_type = RecordType(ty);
+        let mut record = RawEventRecord::new(record_type, misc, RawData::Single(body), layout.parse_infos[0]);
+        let attr_index = if layout.parse_infos.len() == 1 {
+            0
+        } else {
+            record.id().and_then(|id| layout.attr_of_id.get(&id).copied()).unwrap_or(0)
+        };
+        record.parse_info = layout.parse_infos[attr_index];
+        // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
+        // overflow panic on a corrupt length): check the length against the record first.
+        let chain_at = callchain_range(&record);
+        let parsed = match &chain_at {
+            Err(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why.clone())),
+            Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse())).unwrap_or_else(|_| {
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the record's fields do not fit its size"))
+            }),
+        };
+        let parsed = parsed
+            .map_err(|e| anyhow::anyhow!("{file}: bad {record_type:?} record at byte offset {offset}: {e}; the file is corrupt"))?;
+        let time = record.timestamp();
+        match parsed {
+            EventRecord::Sample(s) => {
+                // Read in one pass from the body: the reader's per-entry accessor re-walks
+                // the record for every entry.
+                let start = part.callchains.len();
+                if let Ok(Some(range)) = chain_at {
+                    part.callchains.extend(body[range].chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())));
+                }
+                let callchain = ChainRange { start: start as u32, len: (part.callchains.len() - start) as u32 };
+                part.samples.push(PerfSample {
+                    attr_index,
+                    pid: s.pid.unwrap_or(-1) as u32,
+                    tid: s.tid.unwrap_or(-1) as u32,
+                    time_ns: s.timestamp.unwrap_or(0),
+                    cpu: s.cpu,
+                    period: s.period.unwrap_or(1),
+                    ip: s.ip,
+                    callchain,
+                    raw: s.raw.map(|r| r.as_slice().into_owned().into_boxed_slice()),
+                    user_regs: s.user_regs.map(|r| {
+                        let mask = layout.sample_regs_user;
+                        let values = (0..64u64).filter(|b| mask & (1 << b) != 0).filter_map(|b| r.get(b)).collect();
+                        Box::new(UserRegs { mask, values })
+                    }),
+                    user_stack: s.user_stack.map(|(stack, dyn_size)| {
+                        let mut bytes = stack.as_slice().into_owned();
+                        bytes.truncate(dyn_size.min(bytes.len() as u64) as usize);
+                        bytes.into_boxed_slice()
+                    }),
+                    in_kernel: cpu_mode_is_kernel(s.cpu_mode),
+                });
+            }
+            EventRecord::Mmap(_) | EventRecord::Mmap2(_) => {
+                if let Some(m) = mmap_of(parsed, time) {
+                    part.mmaps.push((time.unwrap_or(0), m));
+                }
+            }
+            EventRecord::Comm(c) => part.comms.push((
+                time.unwrap_or(0),
+                PerfComm { pid: c.pid as u32, tid: c.tid as u32, time_ns: time, name: lossy(c.name), exec: c.is_execve },
+            )),
+            EventRecord::Lost(l) => part.lost += l.count,
+            EventRecord::Raw(r) if r.record_type == RecordType::LOST_SAMPLES => {
+                // PERF_RECORD_LOST_SAMPLES: u64 lost, then sample_id.
+                let body = r.data.as_slice();
+                if body.len() >= 8 {
+                    part.lost += le_u64(&body, 0);
+                }
+            }
+            _ => {}
+        }
+    }
+    part.mmaps.sort_by_key(|(t, _)| *t);
+    part.comms.sort_by_key(|(t, _)| *t);
+    Ok(part)
+}
+
+/// The order of [`PerfRecording::samples`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleOrder {
+    /// By timestamp, ties in file order: what a timeline needs (perf writes each CPU's buffer
+    /// in turn, so the file interleaves stretches of time).
+    Time,
+    /// As perf wrote them: enough for anything that only counts, such as folded stacks, and
+    /// saves sorting (a quarter of decoding a cpu-clock recording).
+    File,
+}
+
+/// Both halves' samples one after the other; the second half's callchains move by
+/// `chain_offset` (its pool follows the first's).
+fn file_order(mut first: Vec<PerfSample>, second: Vec<PerfSample>, chain_offset: u32) -> Vec<PerfSample> {
+    let split = first.len();
+    first.extend(second);
+    for s in &mut first[split..] {
+        s.callchain.start += chain_offset;
+    }
+    first
+}
+
+/// The samples of both halves (each in file order) in time order, ties in file order; the
+/// second half's callchains move by `chain_offset` (its pool follows the first's).
+///
+/// Sorts (time, position) keys and then permutes the samples in place, cycle by cycle: sorting
+/// the samples themselves, or gathering them into a new vector, moved or newly touched more
+/// memory than decoding them did.
+fn time_order(first: Vec<PerfSample>, second: Vec<PerfSample>, chain_offset: u32) -> Vec<PerfSample> {
+    let mut samples = file_order(first, second, chain_offset);
+    let mut order: Vec<(u64, u32)> = samples.iter().enumerate().map(|(i, s)| (s.time_ns, i as u32)).collect();
+    if order.is_sorted() {
+        return samples;
+    }
+    // Keys are distinct (positions are), so an unstable sort orders exactly as a stable one.
+    order.sort_unstable();
+    // `from[k]`: the position whose sample belongs at k. Each cycle is walked once; a finished
+    // slot is marked by pointing at itself.
+    let mut from: Vec<u32> = order.into_iter().map(|(_, i)| i).collect();
+    for start in 0..from.len() {
+        let mut k = start;
+        while from[k] as usize != k {
+            let source = from[k] as usize;
+            from[k] = k as u32;
+            if source == start {
+                break;
+            }
+            samples.swap(k, source);
+            k = source;
+        }
+    }
+    samples
+}
+
+/// Merges lists sorted by `key`; on equal keys `first`'s items come first (they are earlier in
+/// the file).
+fn merge_sorted<T>(first: Vec<T>, second: Vec<T>, key: impl Fn(&T) -> u64) -> Vec<T> {
+    if second.is_empty() {
+        return first;
+    }
+    let mut out = Vec::with_capacity(first.len() + second.len());
+    let mut second = second.into_iter().peekable();
+    for item in first {
+        while let Some(next) = second.next_if(|n| key(n) < key(&item)) {
+            out.push(next);
+        }
+        out.push(item);
+    }
+    out.extend(second);
+    out
+}
+
+/// An MMAP or MMAP2 record as a [`PerfMmap`] (`None` for any other record).
+fn mmap_of(record: EventRecord, time: Option<u64>) -> Option<PerfMmap> {
+    Some(match record {
+        EventRecord::Mmap(m) => PerfMmap {
+            pid: m.pid as u32,
+            tid: m.tid as u32,
+            time_ns: time,
+            start: m.address,
+            len: m.length,
+            pgoff: m.page_offset,
+            path: lossy(m.path),
+            build_id: None,
+            executable: m.is_executable,
+            in_kernel: cpu_mode_is_kernel(m.cpu_mode),
+        },
+        EventRecord::Mmap2(m) => PerfMmap {
+            pid: m.pid as u32,
+            tid: m.tid as u32,
+            time_ns: time,
+            start: m.address,
+            len: m.length,
+            pgoff: m.page_offset,
+            path: lossy(m.path),
+            build_id: match m.file_id {
+                Mmap2FileId::BuildId(id) => Some(id),
+                Mmap2FileId::InodeAndVersion(_) => None,
+            },
+            executable: m.protection & 4 != 0,
+            in_kernel: cpu_mode_is_kernel(m.cpu_mode),
+        },
+        _ => return None,
+    })
+}
+
+/// The MMAP and MMAP2 records of the data section, in file order: a walk of record headers
+/// that parses only those (a few hundred among the samples), so that symbol sources can be
+/// read while the samples are still being decoded. Records that do not parse are left to the
+/// full decode to report.
+fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> Vec<PerfMmap> {
+    use linux_perf_data::linux_perf_event_reader::RawEventRecord;
+    let end = (data.offset + data.size) as usize;
+    let mut found = Vec::new();
+    for RawRecord { ty, misc, body, .. } in raw_records(bytes, data.offset as usize, end) {
+        if ty != RecordType::MMAP.0 && ty != RecordType::MMAP2.0 {
+            continue;
+        }
+        let record = RawEventRecord::new(RecordType(ty), misc, RawData::Single(body), layout.parse_infos[0]);
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse()));
+        if let Ok(Ok(parsed)) = parsed {
+            found.extend(mmap_of(parsed, None));
+        }
+    }
+    found
+}
+
+/// Work to run beside the decode of a recording, prepared from the recording's mappings and
+/// kernel release before any sample is decoded (see [`PerfRecording::read_with`]).
+pub type PrefetchJob = Box<dyn FnOnce() + Send>;
 
 fn cpu_mode_is_kernel(mode: CpuMode) -> bool {
     matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
@@ -322,152 +769,83 @@ fn lossy(raw: RawData) -> String {
 impl PerfRecording {
     /// Reads and decodes a whole perf.data file (`perf record -o FILE`, any event, `-p` or `-a`).
     pub fn read(path: &Path) -> Result<PerfRecording> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read perf data {}", path.display()))?;
-        Self::from_bytes(&bytes, path)
+        Self::read_in(path, SampleOrder::Time)
+    }
+
+    /// As [`PerfRecording::read`], with the samples in the order asked for.
+    pub fn read_in(path: &Path, order: SampleOrder) -> Result<PerfRecording> {
+        Self::read_with(path, order, |_, _| None)
+    }
+
+    /// As [`PerfRecording::read_in`]; `prefetch` sees the recording's MMAP records and kernel
+    /// release before the samples are decoded, and the job it returns runs on a thread of its
+    /// own meanwhile (reading the symbol sources those mappings will need:
+    /// [`crate::symbolize::prefetch_job`]).
+    pub fn read_with(
+        path: &Path,
+        order: SampleOrder,
+        prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
+    ) -> Result<PerfRecording> {
+        let bytes = crate::symbolize::map_file(path).with_context(|| format!("cannot read perf data {}", path.display()))?;
+        Self::from_bytes_with(&bytes, path, order, prefetch)
     }
 
     /// Decodes perf.data held in memory; `path` only names it in messages.
+    ///
+    /// linux-perf-data reads the header, attributes and feature sections; the data section is
+    /// walked here in file order over the borrowed bytes, each record parsed by
+    /// linux-perf-event-reader, and the results sorted by time at the end. The crate's own
+    /// iterator copies every record into a buffer and sorts through a heap, which was most of the
+    /// time of turning a recording into folded stacks; a stable sort by timestamp gives the same
+    /// order as its (timestamp, file offset) key.
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<PerfRecording> {
-        let data = check_header(bytes, path)?;
+        Self::from_bytes_in(bytes, path, SampleOrder::Time)
+    }
+
+    /// As [`PerfRecording::from_bytes`], with the samples in the order asked for.
+    pub fn from_bytes_in(bytes: &[u8], path: &Path, order: SampleOrder) -> Result<PerfRecording> {
+        Self::from_bytes_with(bytes, path, order, |_, _| None)
+    }
+
+    /// As [`PerfRecording::from_bytes_in`], with a prefetch as in [`PerfRecording::read_with`].
+    pub fn from_bytes_with(
+        bytes: &[u8],
+        path: &Path,
+        order: SampleOrder,
+        prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
+    ) -> Result<PerfRecording> {
+        let (data, mut rec, layout) = open_recording(bytes, path)?;
         let file = path.display();
-        let locate = |e: &dyn std::fmt::Display| -> anyhow::Error {
-            match first_bad_record(bytes, data) {
-                Some((offset, why)) => anyhow::anyhow!(
-                    "{file}: bad record at byte offset {offset}: {why} ({e}); the file is truncated or corrupt"
-                ),
-                None => anyhow::anyhow!(
-                    "{file}: cannot decode the data section (byte offsets {}..{}): {e}; the file is corrupt",
-                    data.offset,
-                    data.offset + data.size
-                ),
+
+        // The two halves of the data section decode on two threads: this is most of the time of
+        // turning a recording into stacks, and records do not depend on each other.
+        let end = (data.offset + data.size) as usize;
+        let middle = middle_record_boundary(bytes, data);
+        let job = prefetch(&scan_mmaps(bytes, data, &layout), rec.os_release.as_deref());
+        let (first, second) = std::thread::scope(|scope| {
+            if let Some(job) = job {
+                scope.spawn(job);
             }
+            // A cpu-clock sample with a frame-pointer chain takes ~200 bytes of the file. The first
+            // half's lists get room for both halves, so the second's are appended in place.
+            let second = scope.spawn(|| decode_records(bytes, middle, end, ((end - middle) / 192, (end - middle) / 8), &layout, path));
+            let whole = end - data.offset as usize;
+            let first = decode_records(bytes, data.offset as usize, middle, (whole / 192, whole / 8), &layout, path);
+            (first, second.join().unwrap_or_else(|_| Err(anyhow::anyhow!("{file}: the decoding thread panicked"))))
+        });
+        // An error in the first half is the earlier one in the file.
+        let (first, second) = (first?, second?);
+        rec.lost = first.lost + second.lost;
+        let chain_offset = first.callchains.len() as u32;
+        let mut callchains = first.callchains;
+        callchains.extend_from_slice(&second.callchains);
+        rec.callchains = callchains;
+        rec.samples = match order {
+            SampleOrder::Time => time_order(first.samples, second.samples, chain_offset),
+            SampleOrder::File => file_order(first.samples, second.samples, chain_offset),
         };
-        if let Some((offset, why)) = first_bad_record(bytes, data) {
-            bail!("{file}: bad record at byte offset {offset}: {why}; the file is truncated or corrupt");
-        }
-        let PerfFileReader { mut perf_file, mut record_iter } =
-            PerfFileReader::parse_file(Cursor::new(bytes)).map_err(|e| {
-                anyhow::anyhow!("{file}: cannot read the perf.data header and attributes (byte offsets 0..{}): {e}", data.offset)
-            })?;
-
-        let mut rec = PerfRecording { path: path.to_path_buf(), ..Default::default() };
-        rec.event_names = perf_file
-            .event_attributes()
-            .iter()
-            .map(|a| a.name().unwrap_or("unknown").to_string())
-            .collect();
-        rec.sample_regs_user = perf_file.event_attributes().first().map(|a| a.attributes().sample_regs_user).unwrap_or(0);
-        rec.os_release = perf_file.os_release().ok().flatten().map(str::to_string);
-        rec.perf_version = perf_file.perf_version().ok().flatten().map(str::to_string);
-        if let Ok(ids) = perf_file.build_ids() {
-            for info in ids.into_values() {
-                rec.build_ids.insert(String::from_utf8_lossy(&info.path).into_owned(), info.build_id);
-            }
-        }
-
-        loop {
-            let record = match record_iter.next_record(&mut perf_file) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => return Err(locate(&e)),
-            };
-            let PerfFileRecord::EventRecord { attr_index, record } = record else { continue };
-            // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
-            // overflow panic on a corrupt length): check the length against the record first.
-            let checked = match callchain_fits(&record) {
-                Err(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why)),
-                Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse())).unwrap_or_else(|_| {
-                    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the record's fields do not fit its size"))
-                }),
-            };
-            let parsed = match checked {
-                Ok(p) => p,
-                Err(e) => {
-                    let body = record.data.as_slice();
-                    return Err(match offset_of_record(bytes, data, record.record_type.0, &body) {
-                        Some(offset) => anyhow::anyhow!(
-                            "{file}: bad {:?} record at byte offset {offset}: {e}; the file is corrupt",
-                            record.record_type
-                        ),
-                        None => locate(&e),
-                    });
-                }
-            };
-            let time = record.timestamp();
-            match parsed {
-                EventRecord::Sample(s) => {
-                    let callchain = match &s.callchain {
-                        Some(c) => (0..c.len()).filter_map(|i| c.get(i)).collect(),
-                        None => Vec::new(),
-                    };
-                    rec.samples.push(PerfSample {
-                        attr_index,
-                        pid: s.pid.unwrap_or(-1) as u32,
-                        tid: s.tid.unwrap_or(-1) as u32,
-                        time_ns: s.timestamp.unwrap_or(0),
-                        cpu: s.cpu,
-                        period: s.period.unwrap_or(1),
-                        ip: s.ip,
-                        callchain,
-                        raw: s.raw.map(|r| r.as_slice().into_owned()),
-                        user_regs: s.user_regs.map(|r| {
-                            let mask = rec.sample_regs_user;
-                            let values = (0..64u64).filter(|b| mask & (1 << b) != 0).filter_map(|b| r.get(b)).collect();
-                            UserRegs { mask, values }
-                        }),
-                        user_stack: s.user_stack.map(|(stack, dyn_size)| {
-                            let mut bytes = stack.as_slice().into_owned();
-                            bytes.truncate(dyn_size.min(bytes.len() as u64) as usize);
-                            bytes
-                        }),
-                        in_kernel: cpu_mode_is_kernel(s.cpu_mode),
-                    });
-                }
-                EventRecord::Mmap(m) => rec.mmaps.push(PerfMmap {
-                    pid: m.pid as u32,
-                    tid: m.tid as u32,
-                    time_ns: time,
-                    start: m.address,
-                    len: m.length,
-                    pgoff: m.page_offset,
-                    path: lossy(m.path),
-                    build_id: None,
-                    executable: m.is_executable,
-                    in_kernel: cpu_mode_is_kernel(m.cpu_mode),
-                }),
-                EventRecord::Mmap2(m) => rec.mmaps.push(PerfMmap {
-                    pid: m.pid as u32,
-                    tid: m.tid as u32,
-                    time_ns: time,
-                    start: m.address,
-                    len: m.length,
-                    pgoff: m.page_offset,
-                    path: lossy(m.path),
-                    build_id: match m.file_id {
-                        Mmap2FileId::BuildId(id) => Some(id),
-                        Mmap2FileId::InodeAndVersion(_) => None,
-                    },
-                    executable: m.protection & 4 != 0,
-                    in_kernel: cpu_mode_is_kernel(m.cpu_mode),
-                }),
-                EventRecord::Comm(c) => rec.comms.push(PerfComm {
-                    pid: c.pid as u32,
-                    tid: c.tid as u32,
-                    time_ns: time,
-                    name: lossy(c.name),
-                    exec: c.is_execve,
-                }),
-                EventRecord::Lost(l) => rec.lost += l.count,
-                EventRecord::Raw(r) if r.record_type == RecordType::LOST_SAMPLES => {
-                    // PERF_RECORD_LOST_SAMPLES: u64 lost, then sample_id.
-                    let body = r.data.as_slice();
-                    if body.len() >= 8 {
-                        rec.lost += le_u64(&body, 0);
-                    }
-                }
-                _ => {}
-            }
-        }
+        rec.mmaps = merge_sorted(first.mmaps, second.mmaps, |(t, _)| *t).into_iter().map(|(_, m)| m).collect();
+        rec.comms = merge_sorted(first.comms, second.comms, |(t, _)| *t).into_iter().map(|(_, c)| c).collect();
         for m in &mut rec.mmaps {
             if m.build_id.is_none() {
                 m.build_id = rec.build_ids.get(&m.path).cloned();
@@ -489,6 +867,11 @@ impl PerfRecording {
 
 /// Turns the samples of a recording into model samples (frames symbolized, leaf first).
 pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight_of: impl Fn(&PerfSample) -> u64) -> Vec<Sample> {
+    let chains: rustc_hash::FxHashSet<(u32, bool, &[u64])> =
+        rec.samples.iter().map(|s| (s.pid, s.in_kernel, rec.callchain(s))).collect();
+    symbolizer.preload(chains.iter().flat_map(|&(pid, in_kernel, callchain)| {
+        chain_frames(callchain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))
+    }));
     rec.samples
         .iter()
         .map(|s| Sample {
@@ -496,7 +879,7 @@ pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight
             tid: s.tid,
             time_ns: s.time_ns,
             weight: weight_of(s),
-            frames: s.frames().map(|f| symbolizer.frame(s.pid, f.addr, f.in_kernel)).collect(),
+            frames: rec.frames(s).map(|f| symbolizer.frame(s.pid, f.addr, f.in_kernel)).collect(),
             kind: None,
         })
         .collect()
@@ -767,7 +1150,7 @@ impl Collector for PerfCpuCollector {
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = ctx.artifacts.join(format!("{}.data", self.name));
-        let rec = PerfRecording::read(&path)?;
+        let rec = PerfRecording::read_with(&path, SampleOrder::Time, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
         let mut coll = decode_recording(&rec, ctx, &self.name, self.name_doublemapped)?;
         coll.metrics.insert("frequency_hz".into(), self.frequency as f64);
         Ok(coll)
@@ -796,13 +1179,34 @@ pub fn decode_recording(rec: &PerfRecording, ctx: &DecodeContext, collector: &st
 
 /// perf.data → folded stacks without building model samples: frames are interned per address
 /// and equal stacks counted before any label is built (what `cargo xtask bench perf` times).
+/// Folding only counts, so `rec` may be in either [`SampleOrder`].
 pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> std::collections::BTreeMap<String, u64> {
-    let stacks: Vec<Vec<u32>> = rec
-        .samples
+    // Samples of a busy loop repeat the same raw callchain: count them before naming anything,
+    // so each distinct chain's addresses are looked up once.
+    let mut chains: rustc_hash::FxHashMap<(u32, bool, &[u64]), u64> = Default::default();
+    for s in &rec.samples {
+        *chains.entry((s.pid, s.in_kernel, rec.callchain(s))).or_default() += 1;
+    }
+    fold_chains(chains.into_iter().map(|((pid, in_kernel, chain), n)| (pid, in_kernel, chain, n)), symbolizer)
+}
+
+/// Folds distinct (pid, sampled in the kernel, raw callchain, count): names every address once
+/// (symbol sources read in parallel first), then labels each distinct frame once.
+fn fold_chains<'c>(
+    chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>,
+    symbolizer: &mut Symbolizer,
+) -> std::collections::BTreeMap<String, u64> {
+    let chains: Vec<(u32, bool, &[u64], u64)> = chains.collect();
+    symbolizer.preload(
+        chains.iter().flat_map(|&(pid, in_kernel, chain, _)| chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))),
+    );
+    let stacks: Vec<(Vec<u32>, u64)> = chains
         .iter()
-        .map(|s| s.frames().map(|f| symbolizer.frame_id(s.pid, f.addr, f.in_kernel)).collect())
+        .map(|&(pid, in_kernel, chain, count)| {
+            (chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)).collect(), count)
+        })
         .collect();
-    crate::fold::fold_interned(stacks.iter().map(|s| (s.as_slice(), 1)), |id| {
+    crate::fold::fold_interned(stacks.iter().map(|(ids, count)| (ids.as_slice(), *count)), |id| {
         crate::fold::frame_label(symbolizer.frame_by_id(id))
     })
 }
@@ -846,5 +1250,67 @@ pub mod fixture_app {
             );
         }
         Ok(dll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merging_keeps_the_first_lists_items_first_on_equal_keys() {
+        let first = vec![(1, 'a'), (3, 'b'), (3, 'c'), (7, 'd')];
+        let second = vec![(0, 'w'), (3, 'x'), (5, 'y'), (9, 'z')];
+        let merged: String = merge_sorted(first, second, |(k, _)| *k).into_iter().map(|(_, c)| c).collect();
+        assert_eq!(merged, "wabcxydz");
+    }
+
+    /// The two-thread decode gives what one pass over the whole data section gives, on real
+    /// recordings with one event (cpu-clock) and with several (sched_switch + switch events,
+    /// DWARF stacks).
+    #[test]
+    fn halves_decode_as_one_pass_does() {
+        for name in ["perf-cpu.data", "perf-offcpu-sys.data", "perf-offcpu-dwarf.data"] {
+            let path = crate::symbolize::perf_fixtures::fixture(name);
+            let bytes = std::fs::read(&path).unwrap();
+            let rec = PerfRecording::from_bytes(&bytes, &path).unwrap();
+
+            let data = check_header(&bytes, &path).unwrap();
+            let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
+            let attributes = perf_file.event_attributes();
+            let layout = RecordLayout {
+                parse_infos: attributes
+                    .iter()
+                    .map(|a| {
+                        linux_perf_data::linux_perf_event_reader::RecordParseInfo::new(
+                            a.attributes(),
+                            linux_perf_data::linux_perf_event_reader::Endianness::LittleEndian,
+                        )
+                    })
+                    .collect(),
+                attr_of_id: attributes.iter().enumerate().flat_map(|(i, a)| a.event_ids.iter().map(move |id| (*id, i))).collect(),
+                sample_regs_user: rec.sample_regs_user,
+            };
+            let whole = decode_records(&bytes, data.offset as usize, (data.offset + data.size) as usize, (0, 0), &layout, &path).unwrap();
+            let key = |chains: &[u64], s: &PerfSample| {
+                let chain = chains[s.callchain.start as usize..][..s.callchain.len as usize].to_vec();
+                (s.attr_index, s.pid, s.tid, s.time_ns, chain, s.raw.clone(), s.user_stack.as_ref().map(|b| b.len()))
+            };
+            let mut one_pass: Vec<_> = whole.samples.iter().map(|s| key(&whole.callchains, s)).collect();
+            one_pass.sort_by_key(|k| k.3);
+            assert!(rec.samples.len() > 100, "{name}: {} samples", rec.samples.len());
+            assert_eq!(rec.samples.iter().map(|s| key(&rec.callchains, s)).collect::<Vec<_>>(), one_pass, "{name}");
+            assert_eq!(
+                rec.mmaps.iter().map(|m| (m.start, m.path.clone())).collect::<Vec<_>>(),
+                whole.mmaps.iter().map(|(_, m)| (m.start, m.path.clone())).collect::<Vec<_>>(),
+                "{name}"
+            );
+            assert_eq!(rec.lost, whole.lost);
+            assert!(rec.samples.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "{name}: not in time order");
+            // The off-CPU recordings hold sched:sched_switch and perf's dummy event (which only
+            // carries switch records): each sample must be routed to the tracepoint by its id.
+            let expected = if name == "perf-cpu.data" { "cpu-clock" } else { "sched:sched_switch" };
+            assert!(rec.samples.iter().all(|s| rec.event_name(s).starts_with(expected)), "{name}: {:?}", rec.event_names);
+        }
     }
 }

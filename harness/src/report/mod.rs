@@ -198,6 +198,13 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
             );
         }
         s.push('\n');
+        for c in m.checks.iter().filter(|c| !c.details.is_empty()) {
+            let _ = writeln!(s, "### {}\n\n```", c.name);
+            for line in &c.details {
+                let _ = writeln!(s, "{line}");
+            }
+            s.push_str("```\n\n");
+        }
     }
     for t in &m.share_tables {
         let _ = writeln!(s, "## Shares by collector\n");

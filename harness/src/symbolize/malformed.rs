@@ -84,6 +84,38 @@ proptest! {
         assert_names_file_and_offset(PerfRecording::from_bytes(&corrupt, Path::new("bad.data")));
     }
 
+    /// The streaming fold walks records and reads sample fields on its own: the same damage
+    /// must give it an error naming the file and offset, or stacks, never a panic.
+    #[test]
+    fn corrupted_perf_data_folds_or_errs_never_panics(
+        flips in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..16),
+        cut in 0.5f64..1.0,
+    ) {
+        let bytes = fixture_bytes();
+        let (offset, size) = data_section(bytes);
+        let mut corrupt = bytes.to_vec();
+        for (at, value) in flips {
+            corrupt[(offset + (at * size as f64) as usize).min(bytes.len() - 1)] = value;
+        }
+        corrupt.truncate((corrupt.len() as f64 * cut) as usize);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.data");
+        std::fs::write(&path, &corrupt).unwrap();
+        let no_files = |_: &Path| -> Option<std::path::PathBuf> { None };
+        let ctx = crate::collect::DecodeContext {
+            artifacts: dir.path(),
+            app_tmp_dir: dir.path(),
+            host_pid: 0,
+            target_pid: 0,
+            path_map: &no_files,
+            symbol_dirs: &[],
+        };
+        if let Err(e) = crate::collect::perf::fold_perf_file(&path, &ctx) {
+            let msg = format!("{e:#}");
+            prop_assert!(msg.contains("bad.data") && msg.contains("byte offset"), "error lacks file or offset: {}", msg);
+        }
+    }
+
     #[test]
     fn random_perf_map_lines_never_panic(lines in proptest::collection::vec("[0-9a-fA-Fx ]{0,18}[ -~]{0,30}", 0..20)) {
         let text = lines.join("\n") + "\n";

@@ -12,7 +12,7 @@ pub mod table;
 #[cfg(test)]
 mod malformed;
 #[cfg(test)]
-mod perf_fixtures;
+pub(crate) mod perf_fixtures;
 #[cfg(test)]
 mod split_debug;
 
@@ -22,10 +22,20 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::collect::DecodeContext;
-use crate::collect::perf::{KERNEL_PID, PerfMmap, PerfRecording};
+use crate::collect::perf::{KERNEL_PID, PerfMmap, PerfRecording, PrefetchJob};
 use crate::model::{DsoClass, Frame};
 use elf::ElfSymbols;
 use table::SymbolTable;
+
+/// Maps a file read-only. Recordings and the binaries they name run to tens of megabytes and
+/// are read once, front to back or sparsely: copying them into fresh heap pages cost more than
+/// decoding them.
+pub fn map_file(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: the map is only read. A file truncated under us while mapped would fault; tracelab
+    // maps its own artifacts and installed binaries, which nothing rewrites during a decode.
+    unsafe { memmap2::Mmap::map(&file) }
+}
 
 /// A mapping of a process.
 #[derive(Clone, Debug)]
@@ -94,12 +104,16 @@ pub struct Symbolizer<'a> {
     spaces: HashMap<u32, AddressSpace>,
     jit: HashMap<u32, SymbolTable>,
     kernel: Option<std::sync::Arc<SymbolTable>>,
+    /// The running kernel's symbols are wanted but not read yet ([`Symbolizer::preload`] or the
+    /// first kernel frame reads them).
+    kernel_pending: bool,
     elf: HashMap<String, Option<ElfSymbols>>,
     r2r: r2r::R2rResolver,
     path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
     symbol_dirs: Vec<PathBuf>,
-    /// Interned frames: (pid or KERNEL_PID, address) → index into `frames`.
-    cache: HashMap<(u32, u64), u32>,
+    /// Interned frames: (pid or KERNEL_PID, address) → index into `frames`. Looked up once per
+    /// frame of every distinct stack: FxHash, as SipHash's cost showed in profiles.
+    cache: rustc_hash::FxHashMap<(u32, u64), u32>,
     frames: Vec<Frame>,
     /// Which files named what (for the manifest and for users asking "why unnamed?").
     pub sources: Vec<String>,
@@ -111,10 +125,26 @@ impl<'a> Symbolizer<'a> {
     /// Prepares naming for `rec`: address spaces from its MMAP records, JIT names from each
     /// sampled process's perf map or jitdump (a malformed one is an error), kallsyms from a
     /// `kallsyms*` file in a symbol folder or, when the recording is from this boot's kernel,
-    /// /proc/kallsyms.
+    /// /proc/kallsyms (read when first needed, see [`Symbolizer::preload`]).
     pub fn new(ctx: &DecodeContext<'a>, rec: &PerfRecording) -> Result<Symbolizer<'a>> {
+        let mut pids: Vec<u32> = rec.samples.iter().map(|x| x.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let kernel_frames = rec.samples.iter().any(|x| rec.frames(x).any(|f| f.in_kernel));
+        Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())
+    }
+
+    /// As [`Symbolizer::new`], from what it reads of a recording: its MMAP records, the sampled
+    /// pids, whether any sampled frame is in the kernel, and the kernel release it was made on.
+    pub fn for_mappings(
+        ctx: &DecodeContext<'a>,
+        mmaps: &[PerfMmap],
+        pids: &[u32],
+        kernel_frames: bool,
+        os_release: Option<&str>,
+    ) -> Result<Symbolizer<'a>> {
         let mut spaces: HashMap<u32, AddressSpace> = HashMap::new();
-        for m in &rec.mmaps {
+        for m in mmaps {
             let pid = if m.in_kernel { KERNEL_PID } else { m.pid };
             spaces.entry(pid).or_default().insert(mapping_of(m));
         }
@@ -122,20 +152,18 @@ impl<'a> Symbolizer<'a> {
             spaces,
             jit: HashMap::new(),
             kernel: None,
+            kernel_pending: false,
             elf: HashMap::new(),
             r2r: r2r::R2rResolver::new(),
             path_map: ctx.path_map,
             symbol_dirs: ctx.symbol_dirs.to_vec(),
-            cache: HashMap::new(),
+            cache: Default::default(),
             frames: Vec::new(),
             sources: Vec::new(),
             warnings: Vec::new(),
             name_doublemapped: false,
         };
-        let mut pids: Vec<u32> = rec.samples.iter().map(|x| x.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        for pid in pids {
+        for &pid in pids {
             if pid == KERNEL_PID || pid == 0 {
                 continue;
             }
@@ -151,13 +179,73 @@ impl<'a> Symbolizer<'a> {
                 s.jit.insert(pid, table);
             }
         }
-        if rec.samples.iter().any(|x| x.frames().any(|f| f.in_kernel)) {
-            s.kernel = s.load_kallsyms(rec)?;
+        if kernel_frames {
+            s.kernel = s.load_kallsyms(os_release)?;
         }
         Ok(s)
     }
 
-    fn load_kallsyms(&mut self, rec: &PerfRecording) -> Result<Option<std::sync::Arc<SymbolTable>>> {
+    /// Reads, in parallel, every symbol source the given addresses need — ReadyToRun images, ELF
+    /// files, the running kernel's symbols — so that naming them afterwards only looks up.
+    /// Optional: [`Symbolizer::frame_id`] loads what it lacks on its own, one file at a time.
+    /// Loading is most of the time of naming a recording (System.Private.CoreLib alone is a
+    /// 15 MB image), and the files do not depend on each other.
+    pub fn preload(&mut self, frames: impl IntoIterator<Item = (u32, u64, bool)>) {
+        let mut want_kernel = false;
+        let mut r2r_files: Vec<PathBuf> = Vec::new();
+        let mut elf_files: Vec<(Mapping, Option<PathBuf>)> = Vec::new();
+        let mut seen: std::collections::HashSet<&str> = Default::default();
+        for (pid, addr, in_kernel) in frames {
+            if in_kernel {
+                want_kernel = true;
+                continue;
+            }
+            let Some(m) = self.spaces.get(&pid).and_then(|s| s.lookup(addr)) else { continue };
+            if !seen.insert(m.path.as_str()) {
+                continue;
+            }
+            match m.class {
+                DsoClass::R2r => {
+                    if let Some(host) = (self.path_map)(Path::new(&m.path)) {
+                        r2r_files.push(host);
+                    }
+                }
+                DsoClass::RuntimeNative | DsoClass::Libc | DsoClass::OtherNative if !self.elf.contains_key(&m.path) => {
+                    elf_files.push((m.clone(), (self.path_map)(Path::new(&m.path))));
+                }
+                _ => {}
+            }
+        }
+        let want_kernel = want_kernel && self.kernel_pending;
+        let r2r = &mut self.r2r;
+        let dirs = &self.symbol_dirs;
+        let (kernel, elves) = std::thread::scope(|scope| {
+            let images = scope.spawn(move || r2r.preload(&r2r_files));
+            let kernel = want_kernel.then(running_kernel_symbols);
+            let elves: Vec<_> = elf_files.into_iter().map(|(m, host)| (m.path.clone(), load_elf(&m, host, dirs))).collect();
+            let _ = images.join();
+            (kernel, elves)
+        });
+        if let Some(kernel) = kernel {
+            self.kernel_pending = false;
+            self.take_kernel(kernel);
+        }
+        for (path, loaded) in elves {
+            self.add_elf(path, loaded);
+        }
+    }
+
+    fn take_kernel(&mut self, read: Result<std::sync::Arc<SymbolTable>>) {
+        match read {
+            Ok(table) => {
+                self.sources.push(format!("kernel: {} symbols from /proc/kallsyms", table.len()));
+                self.kernel = Some(table);
+            }
+            Err(e) => self.warnings.push(format!("kernel frames stay unnamed: {e:#}")),
+        }
+    }
+
+    fn load_kallsyms(&mut self, os_release: Option<&str>) -> Result<Option<std::sync::Arc<SymbolTable>>> {
         for dir in &self.symbol_dirs {
             let Ok(entries) = std::fs::read_dir(dir) else { continue };
             let mut files: Vec<PathBuf> = entries
@@ -172,30 +260,14 @@ impl<'a> Symbolizer<'a> {
                 return Ok(Some(std::sync::Arc::new(table)));
             }
         }
-        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if rec.os_release.as_deref().is_some_and(|r| r == running.trim()) {
-            // The kernel formats /proc/kallsyms anew on every read (~100 k lines): read it once
-            // per process; it only changes when modules load, which does not rename text.
-            static RUNNING: std::sync::Mutex<Option<std::sync::Arc<SymbolTable>>> = std::sync::Mutex::new(None);
-            let mut cached = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-            let read = match cached.as_ref() {
-                Some(t) => Ok(t.clone()),
-                None => elf::read_kallsyms(Path::new("/proc/kallsyms")).map(std::sync::Arc::new),
-            };
-            match read {
-                Ok(table) => {
-                    *cached = Some(table.clone());
-                    self.sources.push(format!("kernel: {} symbols from /proc/kallsyms", table.len()));
-                    return Ok(Some(table));
-                }
-                Err(e) => self.warnings.push(format!("kernel frames stay unnamed: {e:#}")),
-            }
+        if made_on_running_kernel(os_release) {
+            self.kernel_pending = true;
         } else {
             self.warnings.push(format!(
                 "kernel frames stay unnamed: the recording's kernel ({}) is not the running one ({}) and no \
                  kallsyms file is in a symbol folder",
-                rec.os_release.as_deref().unwrap_or("unknown"),
-                running.trim()
+                os_release.unwrap_or("unknown"),
+                running_kernel_release()
             ));
         }
         Ok(None)
@@ -230,6 +302,10 @@ impl<'a> Symbolizer<'a> {
         let key = (if in_kernel { KERNEL_PID } else { pid }, addr);
         if let Some(&id) = self.cache.get(&key) {
             return id;
+        }
+        if in_kernel && self.kernel_pending {
+            self.kernel_pending = false;
+            self.take_kernel(running_kernel_symbols());
         }
         let frame = if in_kernel { self.kernel_frame(addr) } else { self.user_frame(pid, addr) };
         self.frames.push(frame);
@@ -283,73 +359,19 @@ impl<'a> Symbolizer<'a> {
         Frame { name, dso: Some(dso), class: m.class, addr }
     }
 
-    /// Symbols for a mapped ELF file: a debug file from a symbol folder (`NAME.dbg`,
-    /// `NAME.debug`, `NAME`, `.build-id/xx/rest.debug`) whose build id matches, else the file
-    /// itself as `path_map` finds it. A file whose build id differs from the recording's is
-    /// refused: its names would be wrong.
+    /// Symbols for a mapped ELF file (see [`load_elf`]), read once per path.
     fn elf_symbols(&mut self, m: &Mapping) -> Option<&ElfSymbols> {
         if !self.elf.contains_key(&m.path) {
-            let loaded = self.load_elf(m);
-            self.elf.insert(m.path.clone(), loaded);
+            let loaded = load_elf(m, (self.path_map)(Path::new(&m.path)), &self.symbol_dirs);
+            self.add_elf(m.path.clone(), loaded);
         }
         self.elf.get(&m.path).and_then(Option::as_ref)
     }
 
-    fn load_elf(&mut self, m: &Mapping) -> Option<ElfSymbols> {
-        let want = m.build_id.as_deref().map(elf::hex);
-        let matches = |e: &ElfSymbols| match (&want, &e.build_id) {
-            (Some(w), Some(got)) => *w == elf::hex(got),
-            _ => true,
-        };
-        let binary = (self.path_map)(Path::new(&m.path)).and_then(|p| match ElfSymbols::read(&p) {
-            Ok(e) if matches(&e) => Some(e),
-            Ok(e) => {
-                self.warnings.push(format!(
-                    "{}: build id {} differs from the recording's {}: not used",
-                    p.display(),
-                    e.build_id.as_deref().map(elf::hex).unwrap_or_default(),
-                    want.clone().unwrap_or_default()
-                ));
-                None
-            }
-            Err(_) => None,
-        });
-        let base = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let mut candidates = Vec::new();
-        for dir in &self.symbol_dirs {
-            candidates.push(dir.join(format!("{base}.dbg")));
-            candidates.push(dir.join(format!("{base}.debug")));
-            candidates.push(dir.join(&base));
-            if let Some(w) = &want {
-                if w.len() > 2 {
-                    candidates.push(dir.join(".build-id").join(&w[..2]).join(format!("{}.debug", &w[2..])));
-                }
-            }
-        }
-        for c in candidates {
-            if !c.is_file() {
-                continue;
-            }
-            match ElfSymbols::read(&c) {
-                Ok(debug) if matches(&debug) && debug.full_symtab => {
-                    self.sources.push(format!("{}: symbols from {}", m.path, c.display()));
-                    return Some(match &binary {
-                        Some(b) => debug.with_segments_of(b),
-                        None => debug,
-                    });
-                }
-                Ok(_) | Err(_) => {}
-            }
-        }
-        if let Some(b) = &binary {
-            self.sources.push(format!(
-                "{}: {} symbols from {}",
-                m.path,
-                if b.full_symtab { ".symtab" } else { ".dynsym" },
-                b.path.display()
-            ));
-        }
-        binary
+    fn add_elf(&mut self, path: String, loaded: LoadedElf) {
+        self.sources.extend(loaded.source);
+        self.warnings.extend(loaded.warning);
+        self.elf.insert(path, loaded.symbols);
     }
 
     /// Figures for the manifest.
@@ -361,6 +383,124 @@ impl<'a> Symbolizer<'a> {
             ("elf_files_symbolized".into(), self.elf.values().filter(|e| e.is_some()).count() as f64),
         ]
     }
+}
+
+/// Work to run while a recording's samples decode ([`PerfRecording::read_with`]): parse the
+/// ReadyToRun images it maps and, when it was made on the running kernel, read that kernel's
+/// symbols — the two slowest symbol sources, which need only the MMAP records. Both land in
+/// process-wide caches that [`Symbolizer`] reads from.
+pub fn prefetch_job(ctx: &DecodeContext, mmaps: &[PerfMmap], os_release: Option<&str>) -> Option<PrefetchJob> {
+    let mut images: Vec<PathBuf> = mmaps
+        .iter()
+        .filter(|m| !m.in_kernel && DsoClass::of_mapping(&m.path) == DsoClass::R2r)
+        .filter_map(|m| (ctx.path_map)(Path::new(&m.path)))
+        .collect();
+    images.sort();
+    images.dedup();
+    // A kallsyms file in a symbol folder takes precedence (see `load_kallsyms`).
+    let kernel = ctx.symbol_dirs.is_empty() && mmaps.iter().any(|m| m.in_kernel) && made_on_running_kernel(os_release);
+    if images.is_empty() && !kernel {
+        return None;
+    }
+    Some(Box::new(move || {
+        std::thread::scope(|scope| {
+            if kernel {
+                scope.spawn(|| {
+                    let _ = running_kernel_symbols();
+                });
+            }
+            r2r::prefetch(&images);
+        })
+    }))
+}
+
+/// `uname -r` of the running kernel.
+fn running_kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// Whether a recording whose header names `os_release` was made on the running kernel, so that
+/// /proc/kallsyms names its kernel frames.
+fn made_on_running_kernel(os_release: Option<&str>) -> bool {
+    os_release.is_some_and(|r| r == running_kernel_release())
+}
+
+/// The running kernel's symbols, read once per process (and cached on disk across processes,
+/// see [`elf::running_kallsyms`]).
+fn running_kernel_symbols() -> Result<std::sync::Arc<SymbolTable>> {
+    static RUNNING: std::sync::Mutex<Option<std::sync::Arc<SymbolTable>>> = std::sync::Mutex::new(None);
+    let mut cached = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(table) = cached.as_ref() {
+        return Ok(table.clone());
+    }
+    let table = std::sync::Arc::new(elf::running_kallsyms()?);
+    *cached = Some(table.clone());
+    Ok(table)
+}
+
+/// An ELF file's symbols with what to tell about them.
+struct LoadedElf {
+    symbols: Option<ElfSymbols>,
+    source: Option<String>,
+    warning: Option<String>,
+}
+
+/// Symbols for a mapped ELF file: a debug file from a symbol folder (`NAME.dbg`, `NAME.debug`,
+/// `NAME`, `.build-id/xx/rest.debug`) whose build id matches, else the file itself at `host`
+/// (where the path map found it). A file whose build id differs from the recording's is
+/// refused: its names would be wrong.
+fn load_elf(m: &Mapping, host: Option<PathBuf>, symbol_dirs: &[PathBuf]) -> LoadedElf {
+    let mut warning = None;
+    let want = m.build_id.as_deref().map(elf::hex);
+    let matches = |e: &ElfSymbols| match (&want, &e.build_id) {
+        (Some(w), Some(got)) => *w == elf::hex(got),
+        _ => true,
+    };
+    let binary = host.and_then(|p| match ElfSymbols::read(&p) {
+        Ok(e) if matches(&e) => Some(e),
+        Ok(e) => {
+            warning = Some(format!(
+                "{}: build id {} differs from the recording's {}: not used",
+                p.display(),
+                e.build_id.as_deref().map(elf::hex).unwrap_or_default(),
+                want.clone().unwrap_or_default()
+            ));
+            None
+        }
+        Err(_) => None,
+    });
+    let base = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut candidates = Vec::new();
+    for dir in symbol_dirs {
+        candidates.push(dir.join(format!("{base}.dbg")));
+        candidates.push(dir.join(format!("{base}.debug")));
+        candidates.push(dir.join(&base));
+        if let Some(w) = &want {
+            if w.len() > 2 {
+                candidates.push(dir.join(".build-id").join(&w[..2]).join(format!("{}.debug", &w[2..])));
+            }
+        }
+    }
+    for c in candidates {
+        if !c.is_file() {
+            continue;
+        }
+        match ElfSymbols::read(&c) {
+            Ok(debug) if matches(&debug) && debug.full_symtab => {
+                let source = Some(format!("{}: symbols from {}", m.path, c.display()));
+                let symbols = Some(match &binary {
+                    Some(b) => debug.with_segments_of(b),
+                    None => debug,
+                });
+                return LoadedElf { symbols, source, warning };
+            }
+            Ok(_) | Err(_) => {}
+        }
+    }
+    let source = binary.as_ref().map(|b| {
+        format!("{}: {} symbols from {}", m.path, if b.full_symtab { ".symtab" } else { ".dynsym" }, b.path.display())
+    });
+    LoadedElf { symbols: binary, source, warning }
 }
 
 fn mapping_of(m: &PerfMmap) -> Mapping {

@@ -242,3 +242,29 @@ fn folded_stacks_of_a_fixture_merge_code_versions() {
     assert_eq!(folded.values().sum::<u64>(), 1227);
 }
 
+
+/// The streaming fold (`fold_perf_file`: samples counted by raw callchain straight from the
+/// file, no samples built) gives exactly the folded stacks of the full decode.
+#[test]
+fn streaming_fold_equals_the_full_decode() {
+    let kallsyms = kallsyms_dir();
+    let symbol_dirs = [kallsyms.path().to_path_buf()];
+    for (name, host_pid, ns_pid) in [("perf-cpu", 16459, 16459), ("perf-container", 21425, 1), ("perf-cpu-wx", 16503, 16503)] {
+        let d = decode_fixture(name, host_pid, ns_pid, &symbol_dirs, &no_files);
+        let artifacts = d._dir.path().join("artifacts");
+        let tmp = d._dir.path().join("tmp");
+        let ctx = DecodeContext {
+            artifacts: &artifacts,
+            app_tmp_dir: &tmp,
+            host_pid,
+            target_pid: ns_pid,
+            path_map: &no_files,
+            symbol_dirs: &symbol_dirs,
+        };
+        let streamed = crate::collect::perf::fold_perf_file(&artifacts.join("perf-cpu.data"), &ctx).unwrap();
+        let full = crate::fold::fold(&d.collection);
+        assert_eq!(streamed.samples, d.collection.samples.len() as u64, "{name}");
+        assert!(full.len() >= 5, "{name}: {} stacks", full.len());
+        assert_eq!(streamed.folded, full, "{name}");
+    }
+}

@@ -6,17 +6,66 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 pub use r2r::MethodInfo;
+
+/// A parsed image, or why the file could not be used.
+type Parsed = Arc<Result<r2r::R2rImage, String>>;
+
+/// A file as the image cache knows it: path, size, modification time (a rebuilt assembly is
+/// parsed anew).
+type FileKey = (PathBuf, u64, Option<std::time::SystemTime>);
+type ImageCache = Mutex<HashMap<FileKey, Arc<OnceLock<Parsed>>>>;
+
+/// Images parsed in this process, by file. Each is parsed once even when a prefetch thread and a decode ask at once:
+/// the second waits on the first's `OnceLock`. Images are file mappings, cheap to keep.
+fn shared_images() -> &'static ImageCache {
+    static IMAGES: OnceLock<ImageCache> = OnceLock::new();
+    IMAGES.get_or_init(Default::default)
+}
+
+/// Assemblies that generic instantiations name, shared by every image of the process.
+fn shared_modules() -> Arc<r2r::ModuleCache> {
+    static MODULES: OnceLock<Arc<r2r::ModuleCache>> = OnceLock::new();
+    MODULES.get_or_init(Default::default).clone()
+}
+
+/// The image at `path`, parsed once per process; the error names the file and what is wrong.
+fn shared_image(path: &Path) -> Parsed {
+    let meta = std::fs::metadata(path);
+    let key = (
+        path.to_path_buf(),
+        meta.as_ref().map(|m| m.len()).unwrap_or(0),
+        meta.as_ref().ok().and_then(|m| m.modified().ok()),
+    );
+    let cell = shared_images().lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone();
+    cell.get_or_init(|| {
+        Arc::new(match r2r::R2rImage::open(path, shared_modules()) {
+            Ok(Ok(image)) => Ok(image),
+            Ok(Err(e)) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        })
+    })
+    .clone()
+}
+
+/// Parses the images at `paths` (each on a thread of its own) into the process's cache, so a
+/// later [`R2rResolver`] finds them ready.
+pub fn prefetch(paths: &[PathBuf]) {
+    std::thread::scope(|scope| {
+        for path in paths {
+            scope.spawn(move || shared_image(path));
+        }
+    });
+}
 
 /// Resolves (assembly file, file offset) to a method name; caches parsed images (and failures,
 /// so a bad file is read once and reported once).
 #[derive(Default)]
 pub struct R2rResolver {
-    images: HashMap<PathBuf, Result<r2r::R2rImage, String>>,
-    modules: Arc<r2r::ModuleCache>,
+    images: HashMap<PathBuf, Parsed>,
 }
 
 impl R2rResolver {
@@ -38,23 +87,29 @@ impl R2rResolver {
 
     /// The parsed image at `path` (parsed once).
     pub fn image(&mut self, path: &Path) -> Result<&r2r::R2rImage> {
-        if !self.images.contains_key(path) {
-            let loaded = match r2r::R2rImage::open(path, self.modules.clone()) {
-                Ok(Ok(image)) => Ok(image),
-                Ok(Err(e)) => Err(format!("{}: {e}", path.display())),
-                Err(e) => Err(format!("cannot read {}: {e}", path.display())),
-            };
-            self.images.insert(path.to_path_buf(), loaded);
-        }
-        match self.images.get(path).context("image cache")? {
+        let parsed: &Result<r2r::R2rImage, String> = self.images.entry(path.to_path_buf()).or_insert_with(|| shared_image(path));
+        match parsed {
             Ok(image) => Ok(image),
             Err(e) => Err(anyhow!("{e}")),
         }
     }
 
+    /// Parses the images at `paths` not parsed yet, each on a thread of its own: the first
+    /// lookup in System.Private.CoreLib otherwise waits for a 15 MB image to be read alone.
+    pub fn preload(&mut self, paths: &[PathBuf]) {
+        let mut todo: Vec<PathBuf> = paths.iter().filter(|p| !self.images.contains_key(p.as_path())).cloned().collect();
+        todo.sort();
+        todo.dedup();
+        prefetch(&todo);
+        for path in todo {
+            let parsed = shared_image(&path);
+            self.images.insert(path, parsed);
+        }
+    }
+
     /// Images that could not be used, with the reason (for the run's warnings).
     pub fn failures(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.images.values().filter_map(|r| r.as_ref().err().cloned()).collect();
+        let mut v: Vec<String> = self.images.values().filter_map(|r| r.as_ref().as_ref().err().cloned()).collect();
         v.sort();
         v
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::collect::DecodeContext;
-use crate::collect::perf::{PerfMmap, PerfRecording, PerfSample, PERF_CONTEXT_USER};
+use crate::collect::perf::{ChainRange, PerfMmap, PerfRecording, PerfSample, PERF_CONTEXT_USER};
 use crate::model::DsoClass;
 use crate::symbolize::Symbolizer;
 use crate::symbolize::elf::{ElfSymbols, hex};
@@ -76,9 +76,10 @@ fn recording(prog: &Path, offset: u64, build_id: Option<Vec<u8>>) -> PerfRecordi
             pid: 42,
             tid: 42,
             time_ns: 2,
-            callchain: vec![PERF_CONTEXT_USER, start + offset],
+            callchain: ChainRange { start: 0, len: 2 },
             ..Default::default()
         }],
+        callchains: vec![PERF_CONTEXT_USER, start + offset],
         ..Default::default()
     }
 }
@@ -96,7 +97,7 @@ fn name_with(prog: &Path, symbols: &[PathBuf], rec: &PerfRecording) -> Option<St
         symbol_dirs: symbols,
     };
     let mut s = Symbolizer::new(&ctx, rec).unwrap();
-    let f = s.frame(42, rec.samples[0].callchain[1], false);
+    let f = s.frame(42, rec.callchains[1], false);
     assert_eq!(f.class, DsoClass::OtherNative);
     assert_eq!(f.dso.as_deref(), Some("/usr/bin/prog"));
     f.name

@@ -57,6 +57,11 @@ impl SymbolTable {
         self.entries.len()
     }
 
+    /// Every name in the table (in no particular order; a name listed twice comes twice).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| self.name(e))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -84,6 +89,63 @@ impl SymbolTable {
     }
 }
 
+/// Magic and version of [`SymbolTable::to_bytes`]'s layout.
+const SERIALIZED_MAGIC: &[u8; 8] = b"TLSYMT01";
+
+impl SymbolTable {
+    /// A flat little-endian image of a finished table (for on-disk caches): magic, entry count,
+    /// names length, 24-byte entries, the names.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        debug_assert!(self.sorted || self.entries.is_empty());
+        let mut out = Vec::with_capacity(24 + self.entries.len() * 24 + self.names.len());
+        out.extend_from_slice(SERIALIZED_MAGIC);
+        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.names.len() as u64).to_le_bytes());
+        for &(start, end, offset, len) in &self.entries {
+            out.extend_from_slice(&start.to_le_bytes());
+            out.extend_from_slice(&end.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+        out.extend_from_slice(self.names.as_bytes());
+        out
+    }
+
+    /// Reads what [`SymbolTable::to_bytes`] wrote; `None` for anything else (a stale or damaged
+    /// cache is rebuilt, never trusted): wrong magic or size, names out of bounds or not on
+    /// character boundaries, entries out of order.
+    pub fn from_bytes(bytes: &[u8]) -> Option<SymbolTable> {
+        let rest = bytes.strip_prefix(SERIALIZED_MAGIC)?;
+        let u64_at = |b: &[u8], at: usize| -> Option<u64> { Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?)) };
+        let count = usize::try_from(u64_at(rest, 0)?).ok()?;
+        let names_len = usize::try_from(u64_at(rest, 8)?).ok()?;
+        let table_len = count.checked_mul(24)?;
+        let body = rest.get(16..)?;
+        if body.len() != table_len.checked_add(names_len)? {
+            return None;
+        }
+        let names = std::str::from_utf8(&body[table_len..]).ok()?.to_string();
+        let mut entries = Vec::with_capacity(count);
+        let mut previous = (0u64, u64::MAX);
+        for row in body[..table_len].chunks_exact(24) {
+            let start = u64::from_le_bytes(row[0..8].try_into().ok()?);
+            let end = u64::from_le_bytes(row[8..16].try_into().ok()?);
+            let offset = u32::from_le_bytes(row[16..20].try_into().ok()?);
+            let len = u32::from_le_bytes(row[20..24].try_into().ok()?);
+            let name_end = (offset as usize).checked_add(len as usize)?;
+            if end <= start || name_end > names.len() || !names.is_char_boundary(offset as usize) || !names.is_char_boundary(name_end) {
+                return None;
+            }
+            if (start, std::cmp::Reverse(end)) < (previous.0, std::cmp::Reverse(previous.1)) {
+                return None;
+            }
+            previous = (start, end);
+            entries.push((start, end, offset, len));
+        }
+        Some(SymbolTable { entries, names, sorted: true })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,5 +161,31 @@ mod tests {
         assert_eq!(t.lookup(0x2000), Some("block"));
         assert_eq!(t.lookup(0x20010), None);
         assert_eq!(t.lookup(0xfff), None);
+    }
+
+    #[test]
+    fn serialized_tables_read_back_and_damage_is_refused() {
+        let mut t = SymbolTable::new();
+        t.push(0x1000, 0x11000, "block");
+        t.push(0x1018, 0x1418, "inner ✓");
+        t.push(0x20000, 0x20010, "after");
+        t.finish();
+        let bytes = t.to_bytes();
+        let back = SymbolTable::from_bytes(&bytes).unwrap();
+        assert_eq!(back.len(), 3);
+        assert_eq!(back.lookup(0x1020), Some("inner ✓"));
+        assert_eq!(back.lookup(0x2000), Some("block"));
+        assert_eq!(back.lookup(0x20010), None);
+        for cut in [0, 7, 8, 30, bytes.len() - 1] {
+            assert!(SymbolTable::from_bytes(&bytes[..cut]).is_none(), "cut at {cut}");
+        }
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(SymbolTable::from_bytes(&bad).is_none());
+        // A name that ends inside a multi-byte character.
+        let mut bad = bytes.clone();
+        let second_len = 24 + 24 + 20;
+        bad[second_len] -= 1;
+        assert!(SymbolTable::from_bytes(&bad).is_none());
     }
 }

@@ -61,7 +61,6 @@ pub fn run(opts: &MatrixOptions) -> Result<MatrixReport> {
     let started_utc = crate::report::utc_rfc3339();
     let mut rows = Vec::new();
     for suite in &opts.suites {
-        let (tools, ust, soname) = image_versions(suite);
         for name in &opts.scenarios {
             let scenario = Scenario::find(name)?;
             let run_opts = RunOptions {
@@ -70,7 +69,10 @@ pub fn run(opts: &MatrixOptions) -> Result<MatrixReport> {
                 results_root: opts.results_root.clone(),
                 ..RunOptions::default()
             };
-            let row = match engine::run(&scenario, &run_opts) {
+            let outcome = engine::run(&scenario, &run_opts);
+            // After the run: on a fresh machine the run is what builds the suite's image.
+            let (tools, ust, soname) = image_versions(suite);
+            let row = match outcome {
                 Ok(outcome) => MatrixRow {
                     suite: suite.clone(),
                     scenario: scenario.name.clone(),
