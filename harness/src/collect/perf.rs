@@ -183,7 +183,7 @@ pub struct PerfComm {
 const PERF_HEADER_SIZE: usize = 104;
 
 #[derive(Clone, Copy, Debug)]
-struct Section {
+pub(crate) struct Section {
     offset: u64,
     size: u64,
 }
@@ -240,6 +240,87 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<Section> {
     }
     for i in 0..features as usize {
         section(table as usize + 16 * i, "feature")?;
+    }
+    check_attribute_descriptions(bytes, path, data)?;
+    Ok(data)
+}
+
+/// HEADER_EVENT_DESC (feature bit 12, tools/perf/util/header.h).
+const FEATURE_EVENT_DESC: usize = 12;
+
+/// linux-perf-data reads the event descriptions eagerly and sizes its vectors by the counts they
+/// declare, taken on trust: one flipped bit asks for terabytes, and a failed allocation aborts
+/// the process (no panic to catch). So the counts are checked against the bytes that hold them
+/// first: the HEADER_EVENT_DESC feature, or without it the legacy event-types section.
+fn check_attribute_descriptions(bytes: &[u8], path: &Path, data: Section) -> Result<()> {
+    let file = path.display();
+    let len = bytes.len() as u64;
+    let feature_bits = &bytes[72..104];
+    let has = |bit: usize| feature_bits[bit / 8] & (1 << (bit % 8)) != 0;
+    if has(FEATURE_EVENT_DESC) {
+        // Feature sections follow the data section in the order of their bits.
+        let index = (0..FEATURE_EVENT_DESC).filter(|b| has(*b)).count();
+        let entry = (data.offset + data.size) as usize + 16 * index;
+        let (offset, size) = (le_u64(bytes, entry), le_u64(bytes, entry + 8));
+        let desc = &bytes[offset as usize..(offset + size) as usize];
+        if let Err((at, why)) = check_event_desc(desc) {
+            bail!("{file}: event description at byte offset {}: {why}; the file is corrupt", offset + at as u64);
+        }
+        return Ok(());
+    }
+    let attr_size = le_u64(bytes, 16);
+    let types = Section { offset: le_u64(bytes, 56), size: le_u64(bytes, 64) };
+    // An event-types entry is an attribute followed by the file section of its ids.
+    let entry = attr_size + 16;
+    for i in 0..types.size / entry {
+        let at = types.offset + i * entry + attr_size;
+        let (offset, size) = (le_u64(bytes, at as usize), le_u64(bytes, at as usize + 8));
+        if offset.checked_add(size).is_none_or(|end| end > len) {
+            bail!(
+                "{file}: the event ids named at byte offset {at} (offset {offset}, size {size}) lie outside the \
+                 file ({len} bytes): the file is corrupt"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks HEADER_EVENT_DESC's counts against its section: (offset within it, what is wrong).
+fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
+    let u32_at = |o: usize| -> std::result::Result<u32, (usize, String)> {
+        d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or((o, "truncated".to_string()))
+    };
+    let nr = u32_at(0)? as usize;
+    let attr_size = u32_at(4)? as usize;
+    if !(64..=1024).contains(&attr_size) || nr > d.len() / attr_size {
+        return Err((0, format!("{nr} events of {attr_size} bytes do not fit its {} bytes", d.len())));
+    }
+    let mut at = 8;
+    for _ in 0..nr {
+        at += attr_size;
+        let nr_ids_at = at;
+        let nr_ids = u32_at(at)? as usize;
+        let str_len = u32_at(at + 4)? as usize;
+        at += 8;
+        if str_len > d.len() - at.min(d.len()) {
+            return Err((at - 4, format!("an event name of {str_len} bytes runs past the section")));
+        }
+        at += str_len;
+        if nr_ids > (d.len() - at.min(d.len())) / 8 {
+            return Err((nr_ids_at, format!("{nr_ids} event ids run past the section")));
+        }
+        at += nr_ids * 8;
+    }
+    Ok(())
+}
+
+/// Everything linux-perf-data would take on trust, checked before it reads `bytes`: the header's
+/// sections, the event descriptions and the framing of every record (an AUXTRACE record's claimed
+/// size would otherwise be allocated as is). Returns the data section.
+pub(crate) fn check_recording(bytes: &[u8], path: &Path) -> Result<Section> {
+    let data = check_header(bytes, path)?;
+    if let Some((offset, why)) = first_bad_record(bytes, data) {
+        bail!("{}: bad record at byte offset {offset}: {why}; the file is truncated or corrupt", path.display());
     }
     Ok(data)
 }
@@ -326,11 +407,8 @@ fn callchain_range(record: &linux_perf_data::linux_perf_event_reader::RawEventRe
 /// read its records.
 fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, RecordLayout)> {
     use linux_perf_data::linux_perf_event_reader::{Endianness, RecordParseInfo};
-    let data = check_header(bytes, path)?;
+    let data = check_recording(bytes, path)?;
     let file = path.display();
-    if let Some((offset, why)) = first_bad_record(bytes, data) {
-        bail!("{file}: bad record at byte offset {offset}: {why}; the file is truncated or corrupt");
-    }
     let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(bytes)).map_err(|e| {
         anyhow::anyhow!("{file}: cannot read the perf.data header and attributes (byte offsets 0..{}): {e}", data.offset)
     })?;

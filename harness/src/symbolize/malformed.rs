@@ -138,3 +138,46 @@ proptest! {
         }
     }
 }
+
+/// Where HEADER_EVENT_DESC's section lies: (offset, size).
+fn event_desc_section(bytes: &[u8]) -> (usize, usize) {
+    let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap()) as usize;
+    let has = |bit: usize| bytes[72 + bit / 8] & (1 << (bit % 8)) != 0;
+    assert!(has(12), "the fixture has HEADER_EVENT_DESC");
+    let (data, size) = data_section(bytes);
+    let entry = data + size + 16 * (0..12).filter(|b| has(*b)).count();
+    (at(entry), at(entry + 8))
+}
+
+/// Counts the reader crate would allocate by, on trust: a failed allocation aborts the process
+/// (found by the unwinder's proptest, which flipped a record's type to AUXTRACE and asked for
+/// 70 TB). Each must be refused, by the decoder and by the unwinder, naming file and offset.
+#[test]
+fn counts_that_would_abort_the_process_are_refused() {
+    let bytes = fixture_bytes();
+    let (data, _) = data_section(bytes);
+    let (desc, _) = event_desc_section(bytes);
+    let mut auxtrace = bytes.to_vec();
+    // The first record turned into AUXTRACE (type 71), whose u64 at +8 is the size of the AUX
+    // data that follows it.
+    auxtrace[data..data + 4].copy_from_slice(&71u32.to_le_bytes());
+    auxtrace[data + 6..data + 8].copy_from_slice(&16u16.to_le_bytes());
+    auxtrace[data + 8..data + 16].copy_from_slice(&0x4061_0000_40c1u64.to_le_bytes());
+    let mut events = bytes.to_vec();
+    events[desc..desc + 4].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    let mut ids = bytes.to_vec();
+    // The first event's id count, after its attribute (size at +4).
+    let attr_size = u32::from_le_bytes(bytes[desc + 4..desc + 8].try_into().unwrap()) as usize;
+    ids[desc + 8 + attr_size..desc + 12 + attr_size].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+
+    let dir = tempfile::tempdir().unwrap();
+    for (name, damaged, offset) in [("auxtrace", &auxtrace, data), ("events", &events, desc), ("ids", &ids, desc + 8 + attr_size)] {
+        let err = format!("{:#}", PerfRecording::from_bytes(damaged, Path::new("bad.data")).unwrap_err());
+        assert!(err.contains("bad.data") && err.contains(&format!("byte offset {offset}")), "{name}: {err}");
+        let path = dir.path().join(format!("{name}.data"));
+        std::fs::write(&path, damaged).unwrap();
+        let opts = crate::unwind::UnwindOptions::default();
+        let err = format!("{:#}", crate::unwind::unwind_perf_data(&path, opts).err().expect("an error"));
+        assert!(err.contains(&format!("{name}.data")) && err.contains(&format!("byte offset {offset}")), "{name}: {err}");
+    }
+}

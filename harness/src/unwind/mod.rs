@@ -536,11 +536,14 @@ pub fn unwind_perf_data(perf_data: &Path, opts: UnwindOptions) -> Result<Unwound
 /// The same with an unwinder kept between files: images it loaded stay loaded (benchmarks,
 /// several recordings of one app).
 pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
-    let mut file = std::fs::File::open(perf_data)
+    let file = std::fs::File::open(perf_data)
         .with_context(|| format!("could not open {}: was perf recording?", perf_data.display()))?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    check_perf_header(&mut file, len).map_err(|e| anyhow!("{}: {e}", perf_data.display()))?;
-    std::io::Seek::rewind(&mut file)?;
+    {
+        let bytes = crate::symbolize::map_file(perf_data)
+            .with_context(|| format!("could not read {}", perf_data.display()))?;
+        crate::collect::perf::check_recording(&bytes, perf_data)?;
+    }
     unwinder.processes.clear();
     // The reader crates assert on some malformed fields; a bad file must give an error here.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -552,87 +555,6 @@ pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> 
             perf_data.display()
         ))
     })
-}
-
-/// Checks the sizes a perf.data header declares against the file, before the reader crate
-/// allocates by them (it trusts them: a flipped bit would ask for terabytes).
-fn check_perf_header(file: &mut std::fs::File, file_len: u64) -> std::result::Result<(), String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut h = [0u8; 104];
-    file.read_exact(&mut h).map_err(|_| format!("only {file_len} bytes: shorter than a perf.data header (104)"))?;
-    if &h[..8] != b"PERFILE2" {
-        return Err("byte 0: no PERFILE2 magic: not a (little-endian, perf 3.x+) perf.data file".into());
-    }
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    if u64_at(&h, 8) != 104 {
-        return Err(format!("byte 8: header size {} (expected 104)", u64_at(&h, 8)));
-    }
-    let attr_size = u64_at(&h, 16);
-    if !(64..=1024).contains(&attr_size) {
-        return Err(format!("byte 16: event attribute size {attr_size} is not plausible"));
-    }
-    let section = |at: usize, what: &str| -> std::result::Result<(u64, u64), String> {
-        let (off, size) = (u64_at(&h, at), u64_at(&h, at + 8));
-        if off.checked_add(size).is_none_or(|end| end > file_len) {
-            return Err(format!("byte {at}: {what} section {off}+{size} runs past the end ({file_len} bytes)"));
-        }
-        Ok((off, size))
-    };
-    section(24, "attrs")?;
-    let (data_off, data_size) = section(40, "data")?;
-    section(56, "event types")?;
-    let features: Vec<usize> = (0..256).filter(|bit| h[72 + bit / 8] & (1 << (bit % 8)) != 0).collect();
-    let table_at = data_off + data_size;
-    let mut table = vec![0u8; features.len() * 16];
-    if table_at.saturating_add(table.len() as u64) > file_len {
-        return Err(format!("byte {table_at}: the feature table runs past the end ({file_len} bytes)"));
-    }
-    file.seek(SeekFrom::Start(table_at)).map_err(|e| e.to_string())?;
-    file.read_exact(&mut table).map_err(|e| e.to_string())?;
-    for (i, bit) in features.iter().enumerate() {
-        let (off, size) = (u64_at(&table, i * 16), u64_at(&table, i * 16 + 8));
-        let at = table_at + i as u64 * 16;
-        if off.checked_add(size).is_none_or(|end| end > file_len) {
-            return Err(format!("byte {at}: feature {bit} section {off}+{size} runs past the end ({file_len} bytes)"));
-        }
-        // HEADER_EVENT_DESC is parsed eagerly, with counts taken on trust.
-        if *bit == 12 {
-            let mut desc = vec![0u8; size as usize];
-            file.seek(SeekFrom::Start(off)).map_err(|e| e.to_string())?;
-            file.read_exact(&mut desc).map_err(|e| e.to_string())?;
-            check_event_desc(&desc)
-                .map_err(|(rel, why)| format!("byte {}: event description: {why}", off + rel as u64))?;
-        }
-    }
-    Ok(())
-}
-
-/// (offset within the section, what is wrong)
-fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
-    let u32_at = |o: usize| -> std::result::Result<u32, (usize, String)> {
-        d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or((o, "truncated".to_string()))
-    };
-    let nr = u32_at(0)? as usize;
-    let attr_size = u32_at(4)? as usize;
-    if !(64..=1024).contains(&attr_size) || nr > d.len() / attr_size {
-        return Err((0, format!("{nr} events of {attr_size} bytes do not fit {} bytes", d.len())));
-    }
-    let mut at = 8;
-    for _ in 0..nr {
-        at += attr_size;
-        let nr_ids = u32_at(at)? as usize;
-        let str_len = u32_at(at + 4)? as usize;
-        at += 8;
-        if str_len > d.len() - at.min(d.len()) {
-            return Err((at - 4, format!("event name of {str_len} bytes runs past the section")));
-        }
-        at += str_len;
-        if nr_ids > (d.len() - at.min(d.len())) / 8 {
-            return Err((at, format!("{nr_ids} event ids run past the section")));
-        }
-        at += nr_ids * 8;
-    }
-    Ok(())
 }
 
 fn read_all(
