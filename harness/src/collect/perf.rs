@@ -209,6 +209,10 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<Section> {
             String::from_utf8_lossy(&bytes[0..8])
         );
     }
+    let header_size = le_u64(bytes, 8);
+    if header_size != PERF_HEADER_SIZE as u64 {
+        bail!("{file}: header size {header_size} at byte offset 8 (expected {PERF_HEADER_SIZE}): the file is corrupt");
+    }
     let len = bytes.len() as u64;
     let section = |at: usize, what: &str| -> Result<Section> {
         let s = Section { offset: le_u64(bytes, at), size: le_u64(bytes, at + 8) };
@@ -223,7 +227,8 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<Section> {
         }
     };
     let attr_size = le_u64(bytes, 16);
-    if attr_size == 0 || attr_size > 4096 {
+    // From PERF_ATTR_SIZE_VER0 (64) up; today's perf_event_attr is 136 bytes.
+    if !(64..=1024).contains(&attr_size) {
         bail!("{file}: attribute size {attr_size} at byte offset 16 is not plausible: the file is corrupt");
     }
     section(24, "attrs")?;
@@ -406,7 +411,7 @@ fn callchain_range(record: &linux_perf_data::linux_perf_event_reader::RawEventRe
 /// linux-perf-data): the data section, the recording's metadata (no records yet), and how to
 /// read its records.
 fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, RecordLayout)> {
-    use linux_perf_data::linux_perf_event_reader::{Endianness, RecordParseInfo};
+    use linux_perf_data::linux_perf_event_reader::Endianness;
     let data = check_recording(bytes, path)?;
     let file = path.display();
     let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(bytes)).map_err(|e| {
@@ -419,7 +424,6 @@ fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, 
     let mut rec = PerfRecording { path: path.to_path_buf(), ..Default::default() };
     let attributes = perf_file.event_attributes();
     rec.event_names = attributes.iter().map(|a| a.name().unwrap_or("unknown").to_string()).collect();
-    rec.sample_regs_user = attributes.first().map(|a| a.attributes().sample_regs_user).unwrap_or(0);
     rec.os_release = perf_file.os_release().ok().flatten().map(str::to_string);
     rec.perf_version = perf_file.perf_version().ok().flatten().map(str::to_string);
     if let Ok(ids) = perf_file.build_ids() {
@@ -427,22 +431,11 @@ fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, 
             rec.build_ids.insert(String::from_utf8_lossy(&info.path).into_owned(), info.build_id);
         }
     }
-    let parse_infos: Vec<RecordParseInfo> =
-        attributes.iter().map(|a| RecordParseInfo::new(a.attributes(), Endianness::LittleEndian)).collect();
-    if parse_infos.is_empty() {
+    if attributes.is_empty() {
         bail!("{file}: the recording describes no event (no attributes)");
     }
-    // With several events a record's id says whose it is. perf places it where every
-    // attribute's layout agrees (or in PERF_SAMPLE_IDENTIFIER), so the first attribute's
-    // layout finds it.
-    let mut attr_of_id: rustc_hash::FxHashMap<u64, usize> = Default::default();
-    for (index, a) in attributes.iter().enumerate() {
-        for id in &a.event_ids {
-            attr_of_id.insert(*id, index);
-        }
-    }
-
-    let layout = RecordLayout { parse_infos, attr_of_id, sample_regs_user: rec.sample_regs_user };
+    let layout = RecordLayout::new(attributes);
+    rec.sample_regs_user = layout.sample_regs_user;
     Ok((data, rec, layout))
 }
 
@@ -491,18 +484,14 @@ type ChainCounts<'b> = rustc_hash::FxHashMap<(u32, bool, &'b [u8]), u64>;
 /// Counts the samples of `bytes[start..end]` by callchain, reading each sample's pid and chain
 /// where its attribute's format puts them, without decoding the rest of the record.
 fn count_chains<'b>(bytes: &'b [u8], start: usize, end: usize, layout: &RecordLayout, path: &Path) -> Result<ChainCounts<'b>> {
-    use linux_perf_data::linux_perf_event_reader::{RawEventRecord, SampleFormat};
+    use linux_perf_data::linux_perf_event_reader::SampleFormat;
     let mut counts = ChainCounts::default();
     for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
         refuse_compressed(ty, offset, path)?;
         if ty != RecordType::SAMPLE.0 {
             continue;
         }
-        let mut record = RawEventRecord::new(RecordType::SAMPLE, misc, RawData::Single(body), layout.parse_infos[0]);
-        if layout.parse_infos.len() > 1 {
-            let attr_index = record.id().and_then(|id| layout.attr_of_id.get(&id).copied()).unwrap_or(0);
-            record.parse_info = layout.parse_infos[attr_index];
-        }
+        let (record, _) = layout.record(ty, misc, body);
         let format = record.parse_info.sample_format;
         let chain = callchain_range(&record)
             .map_err(|why| anyhow::anyhow!("{}: bad SAMPLE record at byte offset {offset}: {why}; the file is corrupt", path.display()))?
@@ -537,11 +526,7 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
     let bytes = crate::symbolize::map_file(path).with_context(|| format!("cannot read perf data {}", path.display()))?;
     let (data, mut rec, layout) = open_recording(&bytes, path)?;
     rec.mmaps = scan_mmaps(&bytes, data, &layout);
-    for m in &mut rec.mmaps {
-        if m.build_id.is_none() {
-            m.build_id = rec.build_ids.get(&m.path).cloned();
-        }
-    }
+    rec.fill_build_ids();
     let job = crate::symbolize::prefetch_job(ctx, &rec.mmaps, rec.os_release.as_deref());
     let end = (data.offset + data.size) as usize;
     let middle = middle_record_boundary(&bytes, data);
@@ -584,6 +569,43 @@ struct RecordLayout {
     sample_regs_user: u64,
 }
 
+impl RecordLayout {
+    /// From a little-endian recording's attributes (at least one).
+    fn new(attributes: &[linux_perf_data::AttributeDescription]) -> RecordLayout {
+        use linux_perf_data::linux_perf_event_reader::{Endianness, RecordParseInfo};
+        RecordLayout {
+            parse_infos: attributes.iter().map(|a| RecordParseInfo::new(a.attributes(), Endianness::LittleEndian)).collect(),
+            attr_of_id: attributes.iter().enumerate().flat_map(|(i, a)| a.ids().iter().map(move |id| (*id, i))).collect(),
+            sample_regs_user: attributes.first().map_or(0, |a| a.attributes().sample_regs_user),
+        }
+    }
+
+    /// A record of the data section with the layout of its attribute, and that attribute's index.
+    /// With several events a record's id says whose it is. perf places it where every
+    /// attribute's layout agrees (or in PERF_SAMPLE_IDENTIFIER), so the first attribute's
+    /// layout finds it.
+    fn record<'b>(
+        &self,
+        ty: u32,
+        misc: u16,
+        body: &'b [u8],
+    ) -> (linux_perf_data::linux_perf_event_reader::RawEventRecord<'b>, usize) {
+        let mut record = linux_perf_data::linux_perf_event_reader::RawEventRecord::new(
+            RecordType(ty),
+            misc,
+            RawData::Single(body),
+            self.parse_infos[0],
+        );
+        let attr_index = if self.parse_infos.len() == 1 {
+            0
+        } else {
+            record.id().and_then(|id| self.attr_of_id.get(&id).copied()).unwrap_or(0)
+        };
+        record.parse_info = self.parse_infos[attr_index];
+        (record, attr_index)
+    }
+}
+
 /// What one stretch of the data section holds, each list in time order.
 #[derive(Default)]
 struct RecordsPart {
@@ -616,7 +638,6 @@ fn decode_records(
     layout: &RecordLayout,
     path: &Path,
 ) -> Result<RecordsPart> {
-    use linux_perf_data::linux_perf_event_reader::RawEventRecord;
     let file = path.display();
     let mut part = RecordsPart {
         samples: Vec::with_capacity(sample_capacity),
@@ -629,13 +650,7 @@ fn decode_records(
             continue;
         }
         let record_type = RecordType(ty);
-        let mut record = RawEventRecord::new(record_type, misc, RawData::Single(body), layout.parse_infos[0]);
-        let attr_index = if layout.parse_infos.len() == 1 {
-            0
-        } else {
-            record.id().and_then(|id| layout.attr_of_id.get(&id).copied()).unwrap_or(0)
-        };
-        record.parse_info = layout.parse_infos[attr_index];
+        let (record, attr_index) = layout.record(ty, misc, body);
         // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
         // overflow panic on a corrupt length): check the length against the record first.
         let chain_at = callchain_range(&record);
@@ -816,14 +831,13 @@ fn mmap_of(record: EventRecord, time: Option<u64>) -> Option<PerfMmap> {
 /// read while the samples are still being decoded. Records that do not parse are left to the
 /// full decode to report.
 fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> Vec<PerfMmap> {
-    use linux_perf_data::linux_perf_event_reader::RawEventRecord;
     let end = (data.offset + data.size) as usize;
     let mut found = Vec::new();
     for RawRecord { ty, misc, body, .. } in raw_records(bytes, data.offset as usize, end) {
         if ty != RecordType::MMAP.0 && ty != RecordType::MMAP2.0 {
             continue;
         }
-        let record = RawEventRecord::new(RecordType(ty), misc, RawData::Single(body), layout.parse_infos[0]);
+        let (record, _) = layout.record(ty, misc, body);
         let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse()));
         if let Ok(Ok(parsed)) = parsed {
             found.extend(mmap_of(parsed, None));
@@ -924,12 +938,18 @@ impl PerfRecording {
         };
         rec.mmaps = merge_sorted(first.mmaps, second.mmaps, |(t, _)| *t).into_iter().map(|(_, m)| m).collect();
         rec.comms = merge_sorted(first.comms, second.comms, |(t, _)| *t).into_iter().map(|(_, c)| c).collect();
-        for m in &mut rec.mmaps {
+        rec.fill_build_ids();
+        Ok(rec)
+    }
+
+    /// Gives MMAP records without a build id the one the build-id feature section lists for
+    /// their path (MMAP2 records may carry their own).
+    fn fill_build_ids(&mut self) {
+        for m in &mut self.mmaps {
             if m.build_id.is_none() {
-                m.build_id = rec.build_ids.get(&m.path).cloned();
+                m.build_id = self.build_ids.get(&m.path).cloned();
             }
         }
-        Ok(rec)
     }
 
     /// The event name of a sample (`cpu-clock`, `sched:sched_switch` …).
@@ -1355,20 +1375,7 @@ mod tests {
 
             let data = check_header(&bytes, &path).unwrap();
             let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
-            let attributes = perf_file.event_attributes();
-            let layout = RecordLayout {
-                parse_infos: attributes
-                    .iter()
-                    .map(|a| {
-                        linux_perf_data::linux_perf_event_reader::RecordParseInfo::new(
-                            a.attributes(),
-                            linux_perf_data::linux_perf_event_reader::Endianness::LittleEndian,
-                        )
-                    })
-                    .collect(),
-                attr_of_id: attributes.iter().enumerate().flat_map(|(i, a)| a.event_ids.iter().map(move |id| (*id, i))).collect(),
-                sample_regs_user: rec.sample_regs_user,
-            };
+            let layout = RecordLayout::new(perf_file.event_attributes());
             let whole = decode_records(&bytes, data.offset as usize, (data.offset + data.size) as usize, (0, 0), &layout, &path).unwrap();
             let key = |chains: &[u64], s: &PerfSample| {
                 let chain = chains[s.callchain.start as usize..][..s.callchain.len as usize].to_vec();

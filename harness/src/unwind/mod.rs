@@ -536,18 +536,13 @@ pub fn unwind_perf_data(perf_data: &Path, opts: UnwindOptions) -> Result<Unwound
 /// The same with an unwinder kept between files: images it loaded stay loaded (benchmarks,
 /// several recordings of one app).
 pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
-    let file = std::fs::File::open(perf_data)
+    let bytes = crate::symbolize::map_file(perf_data)
         .with_context(|| format!("could not open {}: was perf recording?", perf_data.display()))?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    {
-        let bytes = crate::symbolize::map_file(perf_data)
-            .with_context(|| format!("could not read {}", perf_data.display()))?;
-        crate::collect::perf::check_recording(&bytes, perf_data)?;
-    }
+    crate::collect::perf::check_recording(&bytes, perf_data)?;
     unwinder.processes.clear();
     // The reader crates assert on some malformed fields; a bad file must give an error here.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        read_all(std::io::BufReader::new(file), len, perf_data, unwinder)
+        read_all(&bytes, perf_data, unwinder)
     }))
     .unwrap_or_else(|_| {
         Err(anyhow!(
@@ -557,14 +552,9 @@ pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> 
     })
 }
 
-fn read_all(
-    reader: std::io::BufReader<std::fs::File>,
-    file_len: u64,
-    path: &Path,
-    unwinder: &mut StackUnwinder,
-) -> Result<Unwound> {
-    let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(reader)
-        .map_err(|e| anyhow!("{}: not a perf.data file perf 5+ writes ({e}); file size {file_len} bytes", path.display()))?;
+fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
+    let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(std::io::Cursor::new(bytes))
+        .map_err(|e| anyhow!("{}: not a perf.data file perf 5+ writes ({e}); file size {} bytes", path.display(), bytes.len()))?;
     let event_names: Vec<String> = perf_file
         .event_attributes()
         .iter()
