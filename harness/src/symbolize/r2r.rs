@@ -87,7 +87,11 @@ impl R2rResolver {
 
     /// The parsed image at `path` (parsed once).
     pub fn image(&mut self, path: &Path) -> Result<&r2r::R2rImage> {
-        let parsed: &Result<r2r::R2rImage, String> = self.images.entry(path.to_path_buf()).or_insert_with(|| shared_image(path));
+        // Asked once per frame to name: a hit must not allocate the key.
+        if !self.images.contains_key(path) {
+            self.images.insert(path.to_path_buf(), shared_image(path));
+        }
+        let parsed: &Result<r2r::R2rImage, String> = &self.images[path];
         match parsed {
             Ok(image) => Ok(image),
             Err(e) => Err(anyhow!("{e}")),
