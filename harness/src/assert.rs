@@ -217,7 +217,11 @@ impl RankedMethod {
 
 /// The comparison key of a managed frame, or `None` when it is unnamed or not a method.
 fn method_key(frame: &Frame, names: NameMatch) -> Option<String> {
-    let name = merge_code_version(frame.name.as_deref()?);
+    name_key(merge_code_version(frame.name.as_deref()?), names)
+}
+
+/// The comparison key of a method name whose code-version tags are merged away.
+fn name_key(name: &str, names: NameMatch) -> Option<String> {
     match names {
         NameMatch::Exact => Some(name.to_string()),
         NameMatch::MethodAndArity => MethodName::parse(name).map(|m| m.spelling_free_key()),
@@ -281,10 +285,7 @@ pub fn rank_methods(
 /// Every method key a collection knows: its frames' (any position, any sample kind) and those of
 /// the names its symbol source listed without a sample ([`Collection::method_names`]).
 fn known_method_keys(collection: &Collection, names: NameMatch) -> std::collections::HashSet<String> {
-    let listed = collection.method_names.iter().filter_map(|n| match names {
-        NameMatch::Exact => Some(n.clone()),
-        NameMatch::MethodAndArity => MethodName::parse(n).map(|m| m.spelling_free_key()),
-    });
+    let listed = collection.method_names.iter().filter_map(|n| name_key(n, names));
     collection.samples.iter().flat_map(|s| &s.frames).filter_map(|f| method_key(f, names)).chain(listed).collect()
 }
 
