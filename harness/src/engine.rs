@@ -12,7 +12,7 @@ use crate::collect::{self, Collector, DecodeContext};
 use crate::model::{Collection, DsoClass};
 use crate::report::{Manifest, ResultsDir};
 use crate::scenario::Scenario;
-use crate::target::{AppLaunch, Target, TargetKind};
+use crate::run::{AppLaunch, Target, TargetKind};
 
 /// How to run a scenario (command-line overrides of the scenario file).
 #[derive(Clone, Debug, Default)]
@@ -63,19 +63,19 @@ fn make_target(
     image: Option<&str>,
 ) -> Result<Box<dyn Target>> {
     match kind {
-        TargetKind::Host => Ok(Box::new(crate::target::HostTarget::new(dotnet.dotnet.clone()))),
+        TargetKind::Host => Ok(Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()))),
         TargetKind::Container | TargetKind::Sidecar => {
             let kinds: Vec<&str> = scenario.collectors.iter().map(|c| c.kind.as_str()).collect();
             let caps = match &scenario.capabilities {
                 Some(c) => c.clone(),
                 None => crate::caps::least_working_for(&kinds).unwrap_or_default(),
             };
-            let mut options = crate::target::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
+            let mut options = crate::run::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
             if scenario.load.is_some() {
                 // The only case for the host network: a loopback load generator on the host.
                 options.network = "host".into();
             }
-            Ok(Box::new(crate::target::container::ContainerTarget::new(kind, options)?))
+            Ok(Box::new(crate::run::container::ContainerTarget::new(kind, options)?))
         }
     }
 }
@@ -393,7 +393,7 @@ fn run_app(
 }
 
 /// Drives equal loopback load on each route for the stated time, then asks the app to stop.
-fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::target::RunningApp, state: &mut RunState) -> Result<()> {
+fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::run::RunningApp, state: &mut RunState) -> Result<()> {
     let url = app
         .transcript
         .iter()

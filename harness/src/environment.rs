@@ -79,7 +79,7 @@ pub fn distro() -> String {
 
 /// The perf binary: `perf`, else a versioned `perf_X.Y` (bullseye ships only `perf_5.10`).
 pub fn perf_binary() -> Option<PathBuf> {
-    if let Some(p) = crate::testing::which("perf") {
+    if let Some(p) = crate::environment::which("perf") {
         if probe(p.to_str()?, &["--version"], Duration::from_secs(5)).is_some() {
             return Some(p);
         }
@@ -175,7 +175,7 @@ pub fn dotnet_runtimes(dotnet: &Path) -> Vec<String> {
 
 /// Reads what can be read quickly; the engine adds target facts.
 pub fn collect() -> Environment {
-    let dotnet_runtimes = crate::testing::which("dotnet")
+    let dotnet_runtimes = crate::environment::which("dotnet")
         .or_else(|| std::env::var_os("DOTNET_ROOT").map(|r| PathBuf::from(r).join("dotnet")))
         .map(|d| dotnet_runtimes(&d))
         .unwrap_or_default();
@@ -364,4 +364,10 @@ pub fn doctor(dotnet_root: Option<&Path>) -> Vec<DoctorRow> {
         None => rows.push(row(".NET", "not found", Status::Missing, "workloads cannot build: ../shared/toolchains/install-dotnet.sh installs SDK 10.0.401")),
     }
     rows
+}
+
+/// The first `program` on PATH (the lookup a shell does), for tools tracelab drives.
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
 }

@@ -329,7 +329,7 @@ pub fn ensure_rootfs(suite: &Suite) -> Result<bool> {
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(inputs.as_str()) && tarball.is_file() && rootfs_dir(suite).is_dir() {
         return Ok(true);
     }
-    if crate::testing::which("debootstrap").is_none() && !Path::new("/usr/sbin/debootstrap").exists() {
+    if crate::environment::which("debootstrap").is_none() && !Path::new("/usr/sbin/debootstrap").exists() {
         bail!("`debootstrap` is not installed: `apt-get install debootstrap` (needed once per suite to build images)");
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;

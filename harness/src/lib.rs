@@ -1,23 +1,23 @@
 //! tracelab's pipeline (shared/DESIGN.md §2). Each module is one stage, named after it; stages
 //! talk through plain data (artifact paths and the [`model`]), so each can be tested alone on a
-//! recorded fixture. `xtask` only parses arguments and calls into here.
+//! recorded fixture. Arrows run one way along the pipeline: workload → image → run → collect →
+//! symbolize / unwind → fold → assert → report; `engine` sequences them. `xtask` only parses
+//! arguments and calls into here.
 
 pub mod model;
 
-// Set-up: the .NET toolchain and the apps under test.
-pub mod dotnet;
-pub mod workload;
-
-// What to run and what to expect.
+// What to run and what to expect: the scenario file.
 pub mod scenario;
 
-// Where the app runs: host, container, sidecar.
-pub mod target;
-pub mod docker;
+// Building the app under test and the images it runs in.
+pub mod dotnet;
+pub mod workload;
 pub mod image;
-pub mod caps;
+
+// Where the app runs: host, container (through `docker`), sidecar, or a qemu guest (`vm`).
+pub mod run;
+pub mod docker;
 pub mod vm;
-pub mod workflow;
 
 // Observing the app, then turning raw artifacts into the model.
 pub mod collect;
@@ -28,11 +28,17 @@ pub mod unwind;
 pub mod fold;
 pub mod assert;
 pub mod report;
-pub mod environment;
+
+// Sequencing one scenario through every stage.
 pub mod engine;
+
+// Around the pipeline: the machine's facts (doctor), compatibility matrices, benchmarks, the
+// nightly workflow generator, progress output and test helpers.
+pub mod environment;
+pub mod caps;
 pub mod overhead;
 pub mod r2r_cost;
-
+pub mod workflow;
 pub mod progress;
 pub mod testing;
 

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::engine::{self, RunOptions};
 use crate::scenario::{CollectorSpec, Scenario, WorkloadRef};
-use crate::target::TargetKind;
+use crate::run::TargetKind;
 
 /// One configuration of the benchmark: a name and the collectors it runs.
 #[derive(Clone, Debug)]

@@ -409,7 +409,7 @@ impl Scenario {
             self.run_env(&group)?;
         }
         if let Some(t) = &self.target {
-            crate::target::TargetKind::parse(t)?;
+            crate::run::TargetKind::parse(t)?;
         }
         Ok(())
     }

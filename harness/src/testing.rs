@@ -28,15 +28,9 @@ pub fn skip(test: &str, reason: impl std::fmt::Display) {
 
 /// `Err(reason)` when `program` is not on PATH.
 pub fn require_program(program: &str) -> Result<(), String> {
-    which(program).map(|_| ()).ok_or_else(|| format!("`{program}` is not on PATH"))
+    crate::environment::which(program).map(|_| ()).ok_or_else(|| format!("`{program}` is not on PATH"))
 }
 
-pub fn which(program: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
 
 pub fn require_root() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.

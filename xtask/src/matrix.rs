@@ -200,7 +200,7 @@ fn run_dotnet(args: &[String]) -> Result<()> {
         };
         for name in &scenarios {
             let scenario = harness::scenario::Scenario::find(name)?;
-            let opts = harness::engine::RunOptions { target: Some(harness::target::TargetKind::Host), ..Default::default() };
+            let opts = harness::engine::RunOptions { target: Some(harness::run::TargetKind::Host), ..Default::default() };
             let outcome = harness::engine::run(&scenario, &opts)?;
             // The runtime the app itself reported: a cell is only labelled with what really ran.
             let ran = outcome.manifest.environment.dotnet_runtimes.join("; ");

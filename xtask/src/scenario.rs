@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use harness::assert::Verdict;
 use harness::engine::{self, RunOptions};
 use harness::scenario::Scenario;
-use harness::target::TargetKind;
+use harness::run::TargetKind;
 use xshell::Shell;
 
 #[derive(clap::Args)]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use harness::collect::eventpipe::nettrace;
+use eventpipe as nettrace;
 use xshell::Shell;
 
 #[derive(Parser, Debug)]

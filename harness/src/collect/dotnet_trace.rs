@@ -20,7 +20,7 @@ use super::{Collector, DecodeContext};
 use crate::dotnet::Dotnet;
 use crate::model::Collection;
 use crate::scenario::CollectorSpec;
-use crate::target::{RunningApp, Target};
+use crate::run::{RunningApp, Target};
 
 /// dotnet-trace 10's profiles for `collect` (the `cpu-sampling` / `thread-time` ones belong to
 /// `collect-linux`, which needs kernel user_events).

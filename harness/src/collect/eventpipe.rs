@@ -28,13 +28,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use eventpipe::ipc::{DiagnosticsClient, ReverseListener, SessionDrain};
 pub use eventpipe::ipc::{Provider, SessionConfig};
-/// The nettrace / diagnostics IPC crate, for drivers that only depend on the harness.
-pub use ::eventpipe as nettrace;
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, DsoClass, Event, Frame, Sample, Value};
 use crate::scenario::CollectorSpec;
-use crate::target::{RunningApp, Target, TargetKind};
+use crate::run::{RunningApp, Target, TargetKind};
 
 pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -288,7 +286,7 @@ impl Collector for EventPipeCollector {
 /// an EventPipe session of `config` into `out`, on the host. Returns the bytes recorded.
 /// Used to make large traces for benchmarks.
 pub fn record_app(dotnet: &Path, dll: &Path, args: &[String], ready_line: &str, config: &SessionConfig, out: &Path) -> Result<u64> {
-    use crate::target::{AppLaunch, HostTarget};
+    use crate::run::{AppLaunch, HostTarget};
     let work_dir = out.parent().unwrap_or(Path::new(".")).to_path_buf();
     let mut target = HostTarget::new(dotnet.to_path_buf());
     let launch = AppLaunch { dll: dll.to_path_buf(), args: args.to_vec(), env: Default::default(), work_dir };

@@ -15,7 +15,7 @@ use anyhow::{Result, bail};
 
 use crate::model::Collection;
 use crate::scenario::CollectorSpec;
-use crate::target::{RunningApp, Target};
+use crate::run::{RunningApp, Target};
 
 /// A collector that cannot work in this environment for a reason the environment proves (the
 /// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).

@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
 use crate::scenario::CollectorSpec;
-use crate::target::{RunningApp, Target, ToolProcess};
+use crate::run::{RunningApp, Target, ToolProcess};
 use crate::unwind::{self, UnwindOptions, Unwound, names::Kallsyms};
 
 /// `prev_state` bits of a task that is gone: its last switch-out is not a wait.

@@ -19,7 +19,7 @@ use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
 use crate::scenario::CollectorSpec;
 use crate::symbolize::Symbolizer;
-use crate::target::{RunningApp, Target, ToolProcess};
+use crate::run::{RunningApp, Target, ToolProcess};
 
 // ---------------------------------------------------------------------------------------------
 // perf.data reader
@@ -989,7 +989,7 @@ pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight
 
 /// Finds a perf binary: `perf`, else a versioned `perf_X.Y` (Debian bullseye ships only those).
 pub fn detect_perf_binary() -> Option<PathBuf> {
-    if let Some(p) = crate::testing::which("perf") {
+    if let Some(p) = crate::environment::which("perf") {
         return Some(p);
     }
     let path = std::env::var_os("PATH")?;

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use harness::docker::Docker;
-use harness::target::container::{ContainerOptions, ContainerTarget};
-use harness::target::{AppLaunch, Target, TargetKind};
+use harness::run::container::{ContainerOptions, ContainerTarget};
+use harness::run::{AppLaunch, Target, TargetKind};
 use harness::testing::{prerequisites, require_program, require_root};
 
 fn docker_available() -> Result<(), String> {
@@ -61,7 +61,7 @@ fn image_build_is_cached() {
     assert!(info.labels.contains_key(harness::image::LABEL_INPUTS));
 }
 
-fn launch_cpu_bound(target: &mut ContainerTarget, work: &Path, seconds: u32) -> harness::target::RunningApp {
+fn launch_cpu_bound(target: &mut ContainerTarget, work: &Path, seconds: u32) -> harness::run::RunningApp {
     let app = built("cpu-bound");
     let launch = AppLaunch {
         dll: app.dll.clone(),
@@ -89,7 +89,7 @@ fn labelled(docker: &Docker, run: &str) -> usize {
 }
 
 /// Runs `perf script` where the target runs tools and returns its output.
-fn perf_script(target: &mut ContainerTarget, app: &harness::target::RunningApp, data: &Path) -> String {
+fn perf_script(target: &mut ContainerTarget, app: &harness::run::RunningApp, data: &Path) -> String {
     let argv: Vec<String> = ["perf", "script", "-F", "comm,tid,ip,sym,dso", "-i"].iter().map(|s| s.to_string()).chain([data.display().to_string()]).collect();
     let tool = target.spawn_tool(app, &argv, &[]).expect("perf script starts");
     let out = tool.child.wait_with_output().unwrap();
@@ -110,7 +110,7 @@ fn perf_resolves_jit_frames(test: &str, kind: TargetKind, interrupt: bool) {
     let work = work_dir(test.trim_start_matches("containers::"));
     let mut app = launch_cpu_bound(&mut target, work.path(), if interrupt { 4 } else { 2 });
     app.wait_for_line("TRACELAB READY", Duration::from_secs(60)).unwrap();
-    assert_eq!(harness::target::nspid(app.host_pid).unwrap(), vec![app.host_pid, app.target_pid]);
+    assert_eq!(harness::run::nspid(app.host_pid).unwrap(), vec![app.host_pid, app.target_pid]);
     assert_ne!(app.host_pid, app.target_pid);
     let map = app.tmp_dir_host.join(format!("perf-{}.map", app.target_pid));
     assert!(map.is_file(), "{} is visible on the host", map.display());
@@ -173,11 +173,11 @@ fn nspid_is_read_from_a_containerised_process() {
     let work = work_dir("nspid");
     let mut app = launch_cpu_bound(&mut target, work.path(), 1);
     app.wait_for_line("TRACELAB READY", Duration::from_secs(60)).unwrap();
-    let ns = harness::target::nspid(app.host_pid).unwrap();
+    let ns = harness::run::nspid(app.host_pid).unwrap();
     assert_eq!(ns.len(), 2, "{ns:?}");
     assert_eq!(ns, vec![app.host_pid, app.target_pid]);
     assert!(app.target_pid < 100, "a fresh namespace numbers from 1: {}", app.target_pid);
-    assert_eq!(harness::target::host_pid_in_namespace_of(app.host_pid, app.target_pid).unwrap(), app.host_pid);
+    assert_eq!(harness::run::host_pid_in_namespace_of(app.host_pid, app.target_pid).unwrap(), app.host_pid);
     // The diagnostics socket is named with the pid inside the namespace.
     let prefix = format!("dotnet-diagnostic-{}-", app.target_pid);
     let socket = std::fs::read_dir(&app.tmp_dir_host)
@@ -279,7 +279,7 @@ fn kill_at_any_phase_leaves_nothing_after_sweep() {
             if *phase != "connected" {
                 assert!(labelled(&docker, &run) > 0, "{name}/{phase}: no container to leave behind");
             }
-            harness::target::signal(child.id(), signal).unwrap();
+            harness::run::signal(child.id(), signal).unwrap();
             let status = child.wait().unwrap();
             eprintln!("{name} at {phase}: helper ended with {status}; {} containers left", labelled(&docker, &run));
             if signal != 9 {

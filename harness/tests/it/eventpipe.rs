@@ -11,7 +11,7 @@ use harness::collect::perf::fixture_app;
 use harness::dotnet::Dotnet;
 use harness::model::Collection;
 use harness::scenario::CollectorSpec;
-use harness::target::{AppLaunch, HostTarget, RunningApp, Target};
+use harness::run::{AppLaunch, HostTarget, RunningApp, Target};
 use harness::testing::prerequisites;
 
 /// A built FixtureApp in a temp dir, or `None` after recording a skip.
@@ -201,7 +201,7 @@ fn eventpipe_session_survives_the_target_dying() {
     let trace = fx.artifacts().join("killed.nettrace");
     let mut drain = session.drain_to(std::fs::File::create(&trace).unwrap());
     std::thread::sleep(Duration::from_millis(500));
-    harness::target::signal(app.host_pid, 9).unwrap();
+    harness::run::signal(app.host_pid, 9).unwrap();
     let _ = target.wait_app(&mut app, Duration::from_secs(30));
     drain.wait(Duration::from_secs(20)).expect("the stream ends when the process dies");
     // The file is cut mid-stream: decoding says so, with a byte offset, and does not panic.

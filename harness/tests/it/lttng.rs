@@ -16,8 +16,8 @@ use harness::collect::lttng::{LttngCollector, preflight};
 use harness::collect::{Collector, DecodeContext, unsupported_reason};
 use harness::model::Collection;
 use harness::scenario::CollectorSpec;
-use harness::target::container::{ContainerOptions, ContainerTarget};
-use harness::target::{AppLaunch, HostTarget, Target, TargetKind};
+use harness::run::container::{ContainerOptions, ContainerTarget};
+use harness::run::{AppLaunch, HostTarget, Target, TargetKind};
 use harness::testing::{prerequisites, require_program, require_root};
 
 fn dotnet() -> harness::dotnet::Dotnet {

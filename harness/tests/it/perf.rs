@@ -9,7 +9,7 @@ use harness::dotnet::Dotnet;
 use harness::fold::resolution_report;
 use harness::model::merge_code_version;
 use harness::scenario::CollectorSpec;
-use harness::target::{AppLaunch, HostTarget, Target};
+use harness::run::{AppLaunch, HostTarget, Target};
 use harness::testing::{prerequisites, require_root};
 
 fn require_perf() -> Result<(), String> {

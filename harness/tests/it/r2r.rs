@@ -9,7 +9,7 @@ use harness::assert::Verdict;
 use harness::engine::{self, RunOptions, RunOutcome};
 use harness::model::{MethodName, merge_code_version};
 use harness::scenario::{FRAMEWORK_ASSEMBLIES, Scenario};
-use harness::target::TargetKind;
+use harness::run::TargetKind;
 use harness::testing::{prerequisites, require_root};
 
 fn perf_available() -> Result<(), String> {

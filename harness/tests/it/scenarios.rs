@@ -4,7 +4,7 @@
 use harness::assert::Verdict;
 use harness::engine::{self, RunOptions, RunOutcome};
 use harness::scenario::Scenario;
-use harness::target::TargetKind;
+use harness::run::TargetKind;
 use harness::testing::{prerequisites, require_root};
 
 fn perf_available() -> Result<(), String> {

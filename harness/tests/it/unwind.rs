@@ -282,7 +282,7 @@ fn unwind_offcpu_scenario_passes_on_host() {
     let results = tempfile::tempdir().unwrap();
     let scenario = harness::scenario::Scenario::find("off-cpu").unwrap();
     let opts = RunOptions {
-        target: Some(harness::target::TargetKind::Host),
+        target: Some(harness::run::TargetKind::Host),
         results_root: Some(results.path().to_path_buf()),
         ..Default::default()
     };

@@ -161,7 +161,7 @@ fn compare_outputs(ours: &Path, peer: &Path) -> Result<()> {
 }
 
 fn ensure_inferno() -> Result<PathBuf> {
-    if let Some(p) = harness::testing::which("inferno-collapse-perf") {
+    if let Some(p) = harness::environment::which("inferno-collapse-perf") {
         return Ok(p);
     }
     let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, RunOptions};
 use crate::scenario::Scenario;
-use crate::target::TargetKind;
+use crate::run::TargetKind;
 
 pub const DEFAULT_SUITES: &[&str] = &["bullseye", "bookworm", "trixie"];
 pub const DEFAULT_SCENARIOS: &[&str] = &["gc-heavy-lttng", "exceptions-lttng"];

@@ -36,7 +36,7 @@ pub use ctf;
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Event, Value};
 use crate::scenario::CollectorSpec;
-use crate::target::{RunningApp, Target};
+use crate::run::{RunningApp, Target};
 use session::{Place, Session, Tools};
 
 pub use super::Unsupported;

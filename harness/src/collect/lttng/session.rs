@@ -171,7 +171,7 @@ impl Daemon {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }
-        let _ = crate::target::signal(self.child.id(), 15);
+        let _ = crate::run::signal(self.child.id(), 15);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
