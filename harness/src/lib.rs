@@ -33,11 +33,11 @@ pub mod report;
 pub mod engine;
 
 // Around the pipeline: the machine's facts (doctor), compatibility matrices, benchmarks, the
-// nightly workflow generator, progress output and test helpers.
+// nightly workflow generator, one-off looks at trace files (inspect), progress output and test helpers.
 pub mod environment;
 pub mod caps;
-pub mod overhead;
-pub mod r2r_cost;
+pub mod bench;
+pub mod inspect;
 pub mod workflow;
 pub mod progress;
 pub mod testing;

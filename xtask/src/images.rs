@@ -2,20 +2,11 @@
 //! (harness::image); a second run with unchanged inputs only checks hashes.
 
 use anyhow::{Context, Result};
-use clap::Parser;
 use xshell::Shell;
 
-#[derive(Parser)]
-#[command(name = "cargo xtask images", about = "Build the offline container images (debootstrap rootfs + .NET runtime)")]
-struct Args {
-    /// Comma-separated Debian suites, built in this order (bullseye first: LTTng and the
-    /// perf-in-container cases need it).
-    #[arg(long, value_delimiter = ',', default_value = "bullseye,bookworm,trixie")]
-    suite: Vec<String>,
-}
+use crate::flags::Images;
 
-pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
-    let args = Args::try_parse_from(std::iter::once("images".to_string()).chain(args.iter().cloned()))?;
+pub fn run(_sh: &Shell, args: Images) -> Result<()> {
     let docker = harness::docker::Docker::connect()?;
     let dotnet = harness::dotnet::Dotnet::locate_or_install().context("the runtime layer copies the local .NET")?;
     for name in &args.suite {

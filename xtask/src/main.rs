@@ -1,9 +1,12 @@
-//! `cargo xtask …`: tracelab's driver. Each task is one module with a `run` function; the
-//! substance lives in `harness` (and the format crates), which tests call without this driver.
+//! `cargo xtask …`: tracelab's driver. `flags` declares the whole command tree; `main` parses it
+//! once and hands the chosen task its flags and a `Shell` rooted at the project root. Each task is
+//! one module with a thin `run`; the substance lives in `harness`, which tests call without this
+//! driver.
 
 mod bench;
 mod ci;
 mod doctor;
+mod flags;
 mod images;
 mod list;
 mod matrix;
@@ -12,86 +15,34 @@ mod scenario;
 mod sweep;
 mod trace;
 
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs")]
-struct Cli {
-    #[command(subcommand)]
-    task: Task,
-}
+use clap::Parser;
+use flags::{Flags, Task};
 
-#[derive(Subcommand)]
-enum Task {
-    /// Run a scenario (scenarios/NAME.toml, or a path to your own TOML) and write results/.
-    Scenario(scenario::Args),
-    /// List the scenarios with their collectors and default target.
-    List,
-    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET.
-    Doctor,
-    /// Benchmarks that time tracelab against the peer tool on the same input.
-    Bench {
-        /// perf | nettrace | ctf | r2r | unwind | overhead
-        what: String,
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Build the offline container images (debootstrap rootfs + .NET runtime + workloads).
-    Images {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Remove leftover tracelab containers, volumes and LTTng sessions.
-    Sweep,
-    /// Run a slice of the compatibility matrix: caps | lttng | kernels | dotnet, --list, --all.
-    Matrix {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Inspect a trace file: `cargo xtask trace inspect FILE.nettrace`.
-    Trace {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Merge result folders into one HTML page and one markdown file.
-    Report {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Generate (or check) the nightly CI workflow under ci/.
-    Ci {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-}
-
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let sh = match xshell::Shell::new() {
-        Ok(sh) => sh,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
+fn main() -> ExitCode {
+    // Usage errors and --help exit here, with clap's own message and code (2 and 0).
+    let flags = Flags::parse();
+    let result = xshell::Shell::new().map_err(anyhow::Error::from).and_then(|sh| {
+        sh.change_dir(harness::project_root());
+        let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
+        match flags.task {
+            Task::Scenario(f) => scenario::run(&sh, f),
+            Task::List => done(list::run(&sh)),
+            Task::Doctor => done(doctor::run(&sh)),
+            Task::Bench { what } => done(bench::run(&sh, what)),
+            Task::Images(f) => done(images::run(&sh, f)),
+            Task::Sweep => done(sweep::run(&sh)),
+            Task::Matrix(f) => done(matrix::run(&sh, f)),
+            Task::Trace { what } => done(trace::run(&sh, what)),
+            Task::Report(f) => done(report::run(&sh, f)),
+            Task::Ci { what } => done(ci::run(&sh, what)),
         }
-    };
-    sh.change_dir(harness::project_root());
-    let result = match cli.task {
-        Task::Scenario(args) => return scenario::run(&sh, args),
-        Task::List => list::run(&sh),
-        Task::Doctor => doctor::run(&sh),
-        Task::Bench { what, args } => bench::run(&sh, &what, &args),
-        Task::Images { args } => images::run(&sh, &args),
-        Task::Sweep => sweep::run(&sh),
-        Task::Matrix { args } => matrix::run(&sh, &args),
-        Task::Trace { args } => trace::run(&sh, &args),
-        Task::Report { args } => report::run(&sh, &args),
-        Task::Ci { args } => ci::run(&sh, &args),
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
+    });
+    result.unwrap_or_else(|e| {
+        // One `error:` prefix even when a message (a tool's stderr) already carries its own.
+        let msg = format!("{e:#}");
+        eprintln!("error: {}", msg.strip_prefix("error: ").unwrap_or(&msg));
+        ExitCode::from(2)
+    })
 }

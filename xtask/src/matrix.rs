@@ -1,118 +1,73 @@
 //! `cargo xtask matrix AXIS [options]`: one slice of the compatibility matrix. Each axis is a
-//! function of `harness` (`harness::caps` for `caps`); this module only parses flags and prints.
-//! Add an axis with one entry in `AXES` and a `run_<axis>` function that calls into harness.
+//! function of `harness` (`harness::caps` for `caps`); this module only dispatches and prints.
+//! The axes, their options and their one-line descriptions (`--list`) are `flags::MatrixAxis`.
 
 use anyhow::{Result, bail};
-use clap::Parser;
+use clap::CommandFactory;
 use xshell::Shell;
 
-type AxisFn = fn(&[String]) -> Result<()>;
+use crate::flags::{Flags, Matrix, MatrixAxis};
 
-/// Axes by name, with a one-line description (`--list`). `--all` runs them in this order.
-const AXES: &[(&str, &str, AxisFn)] = &[
-    (
-        "caps",
-        "container capability sets × collectors: which least set works, with the exact error of each failure",
-        run_caps,
-    ),
-    ("kernels", "Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel", run_kernels),
-    (
-        "dotnet",
-        ".NET runtimes × scenarios on the host: each scenario's verdict per installed runtime",
-        run_dotnet,
-    ),
-    (
-        "lttng",
-        "Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason",
-        run_lttng,
-    ),
-];
-
-#[derive(Parser)]
-#[command(name = "cargo xtask matrix lttng")]
-struct LttngArgs {
-    /// Debian suites (comma-separated); default bullseye,bookworm,trixie.
-    #[arg(long, value_delimiter = ',')]
-    suites: Vec<String>,
-    /// Scenarios to run in each suite; default the LTTng scenarios.
-    #[arg(long)]
-    scenario: Vec<String>,
-}
-
-fn run_lttng(args: &[String]) -> Result<()> {
-    let a = LttngArgs::try_parse_from(std::iter::once("lttng".to_string()).chain(args.iter().cloned()))?;
-    let mut o = harness::collect::lttng::matrix::MatrixOptions::default();
-    if !a.suites.is_empty() {
-        o.suites = a.suites;
-    }
-    if !a.scenario.is_empty() {
-        o.scenarios = a.scenario;
-    }
-    let report = harness::collect::lttng::matrix::run(&o)?;
-    let dir = harness::project_root().join("results").join(format!("{}-matrix-lttng", harness::report::utc_stamp()));
-    let (md, json) = harness::collect::lttng::matrix::write(&report, &dir)?;
-    print!("{}", harness::collect::lttng::matrix::markdown(&report));
-    println!("written: {} and {}", md.display(), json.display());
-    Ok(())
-}
-
-pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
-    let Some(first) = args.first() else {
-        bail!("which axis? `cargo xtask matrix --list` shows them");
-    };
+pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
     // `cargo xtask matrix --kernels 5.10,6.1 --scenario gc-heavy`: the axis named by its flag.
-    if first.starts_with("--kernels") {
-        return run_kernels(args);
-    }
-    if first.starts_with("--dotnet") {
-        return run_dotnet(args);
-    }
-    match first.as_str() {
-        "--list" => {
-            for (name, what, _) in AXES {
+    let axis = match m.axis {
+        Some(axis) => axis,
+        None if !m.kernels.is_empty() => MatrixAxis::Kernels { kernels: m.kernels, scenario: m.scenario, list: m.list },
+        None if !m.dotnet.is_empty() => MatrixAxis::Dotnet { dotnet: m.dotnet, scenario: m.scenario },
+        None if m.list => {
+            for (name, what) in axes() {
                 println!("{name:<8} {what}");
             }
-            Ok(())
+            return Ok(());
         }
-        "--all" => {
-            for (name, _, axis) in AXES {
+        None if m.all => {
+            for (name, _) in axes() {
                 println!("== matrix {name}");
-                axis(&args[1..])?;
+                run_axis(default_axis(&name))?;
             }
-            Ok(())
+            return Ok(());
         }
-        name => match AXES.iter().find(|(n, _, _)| *n == name) {
-            Some((_, _, axis)) => axis(&args[1..]),
-            None => bail!(
-                "unknown matrix axis `{name}`: expected one of {} (or --list, --all)",
-                AXES.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
-            ),
-        },
+        None => bail!("which axis? `cargo xtask matrix --list` shows them"),
+    };
+    run_axis(axis)
+}
+
+/// Axis names with their one-line help, in declaration order (the order `--all` runs them).
+fn axes() -> Vec<(String, String)> {
+    let cmd = Flags::command();
+    let matrix = cmd.find_subcommand("matrix").expect("flags declare matrix");
+    matrix
+        .get_subcommands()
+        .map(|c| (c.get_name().to_string(), c.get_about().map(|a| a.to_string()).unwrap_or_default()))
+        .collect()
+}
+
+fn default_axis(name: &str) -> MatrixAxis {
+    match name {
+        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![] },
+        "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
+        "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![] },
+        "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![] },
+        other => unreachable!("flags declare no matrix axis `{other}`"),
     }
 }
 
-#[derive(Parser)]
-#[command(name = "cargo xtask matrix caps", about = "Probe each collector under each capability set")]
-struct CapsArgs {
-    /// Debian suite of the image the probes run in.
-    #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
-    suite: String,
-    /// Collectors to probe (comma-separated); default all.
-    #[arg(long, value_delimiter = ',')]
-    collectors: Vec<String>,
-    /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
-    #[arg(long, value_delimiter = ',')]
-    caps: Vec<String>,
+fn run_axis(axis: MatrixAxis) -> Result<()> {
+    match axis {
+        MatrixAxis::Caps { suite, collectors, caps } => run_caps(suite, collectors, caps),
+        MatrixAxis::Kernels { kernels, scenario, list } => run_kernels(kernels, scenario, list),
+        MatrixAxis::Dotnet { dotnet, scenario } => run_dotnet(dotnet, scenario),
+        MatrixAxis::Lttng { suites, scenario } => run_lttng(suites, scenario),
+    }
 }
 
-fn run_caps(args: &[String]) -> Result<()> {
-    let args = CapsArgs::try_parse_from(std::iter::once("caps".to_string()).chain(args.iter().cloned()))?;
-    let mut options = harness::caps::MatrixOptions { suite: args.suite, ..Default::default() };
-    if !args.collectors.is_empty() {
-        options.collectors = args.collectors;
+fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>) -> Result<()> {
+    let mut options = harness::caps::MatrixOptions { suite, ..Default::default() };
+    if !collectors.is_empty() {
+        options.collectors = collectors;
     }
-    if !args.caps.is_empty() {
-        options.cap_sets = args.caps;
+    if !caps.is_empty() {
+        options.cap_sets = caps;
     }
     let matrix = harness::caps::run_matrix(&options, &mut |p| {
         println!(
@@ -129,24 +84,9 @@ fn run_caps(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-#[derive(Parser)]
-#[command(name = "cargo xtask matrix kernels", about = "Run scenarios in a qemu guest per Debian kernel")]
-struct KernelArgs {
-    /// Kernels (comma-separated labels such as 5.10,6.1,6.12); default all.
-    #[arg(long, value_delimiter = ',')]
-    kernels: Vec<String>,
-    /// Scenarios (comma-separated or repeated); default all.
-    #[arg(long, value_delimiter = ',')]
-    scenario: Vec<String>,
-    /// Print the cells without booting anything.
-    #[arg(long)]
-    list: bool,
-}
-
-fn run_kernels(args: &[String]) -> Result<()> {
-    let args = KernelArgs::try_parse_from(std::iter::once("kernels".to_string()).chain(args.iter().cloned()))?;
-    let options = harness::vm::KernelMatrixOptions { kernels: args.kernels, scenarios: args.scenario, ..Default::default() };
-    if args.list {
+fn run_kernels(kernels: Vec<String>, scenario: Vec<String>, list: bool) -> Result<()> {
+    let options = harness::vm::KernelMatrixOptions { kernels, scenarios: scenario, ..Default::default() };
+    if list {
         for (kernel, scenario) in harness::vm::matrix::list_cells(&options)? {
             println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
         }
@@ -168,19 +108,7 @@ fn run_kernels(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-#[derive(Parser)]
-#[command(name = "cargo xtask matrix dotnet", about = "Run scenarios on the host per installed .NET runtime")]
-struct DotnetArgs {
-    /// Runtime versions or prefixes (comma-separated, e.g. 10.0); default every installed one.
-    #[arg(long, value_delimiter = ',')]
-    dotnet: Vec<String>,
-    /// Scenarios (comma-separated or repeated); default all.
-    #[arg(long, value_delimiter = ',')]
-    scenario: Vec<String>,
-}
-
-fn run_dotnet(args: &[String]) -> Result<()> {
-    let args = DotnetArgs::try_parse_from(std::iter::once("dotnet".to_string()).chain(args.iter().cloned()))?;
+fn run_dotnet(versions: Vec<String>, scenario: Vec<String>) -> Result<()> {
     let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
     let installed: Vec<String> = dotnet
         .runtime_versions()?
@@ -188,8 +116,8 @@ fn run_dotnet(args: &[String]) -> Result<()> {
         .filter(|r| r.name == "Microsoft.NETCore.App")
         .map(|r| r.version)
         .collect();
-    let wanted = if args.dotnet.is_empty() { installed.clone() } else { args.dotnet.clone() };
-    let scenarios = if args.scenario.is_empty() { harness::scenario::list_names()? } else { args.scenario.clone() };
+    let wanted = if versions.is_empty() { installed.clone() } else { versions };
+    let scenarios = if scenario.is_empty() { harness::scenario::list_names()? } else { scenario };
     let mut failed = false;
     for version in &wanted {
         let Some(runtime) = installed.iter().find(|v| v.starts_with(version.as_str())) else {
@@ -215,5 +143,21 @@ fn run_dotnet(args: &[String]) -> Result<()> {
     if failed {
         anyhow::bail!("the .NET matrix has failures");
     }
+    Ok(())
+}
+
+fn run_lttng(suites: Vec<String>, scenario: Vec<String>) -> Result<()> {
+    let mut o = harness::collect::lttng::matrix::MatrixOptions::default();
+    if !suites.is_empty() {
+        o.suites = suites;
+    }
+    if !scenario.is_empty() {
+        o.scenarios = scenario;
+    }
+    let report = harness::collect::lttng::matrix::run(&o)?;
+    let dir = harness::project_root().join("results").join(format!("{}-matrix-lttng", harness::report::utc_stamp()));
+    let (md, json) = harness::collect::lttng::matrix::write(&report, &dir)?;
+    print!("{}", harness::collect::lttng::matrix::markdown(&report));
+    println!("written: {} and {}", md.display(), json.display());
     Ok(())
 }

@@ -10,46 +10,20 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use harness::collect::lttng::ctf;
-use xshell::Shell;
 
-#[derive(Parser, Debug)]
-#[command(name = "bench ctf")]
-struct Args {
+use super::{cargo_build_release, children_usage, median};
+use crate::collect::lttng::ctf;
+
+#[derive(Clone, Debug)]
+pub struct Options {
     /// A CTF trace folder (or a session output holding several).
-    #[arg(long)]
-    trace: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
     /// Timed runs of each reader.
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
+    pub runs: usize,
     /// Record the default trace again.
-    #[arg(long)]
-    record: bool,
+    pub record: bool,
     /// FixtureApp runs in a recording.
-    #[arg(long, default_value_t = 25)]
-    record_runs: u32,
-}
-
-#[repr(C)]
-struct Rusage {
-    utime: [i64; 2],
-    stime: [i64; 2],
-    rest: [i64; 14],
-}
-
-unsafe extern "C" {
-    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
-}
-const RUSAGE_CHILDREN: i32 = -1;
-
-/// User + system CPU seconds of `who`.
-fn cpu_seconds(who: i32) -> f64 {
-    let mut u = Rusage { utime: [0; 2], stime: [0; 2], rest: [0; 14] };
-    // SAFETY: getrusage writes one struct rusage (18 longs on x86-64 Linux) into `u`.
-    unsafe { getrusage(who, &mut u) };
-    let tv = |t: [i64; 2]| t[0] as f64 + t[1] as f64 / 1e6;
-    tv(u.utime) + tv(u.stime)
+    pub record_runs: u32,
 }
 
 struct Timing {
@@ -57,16 +31,11 @@ struct Timing {
     cpu: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 /// Runs the release build of crates/ctf's `ctfdump --count` (decodes every event with all its
 /// fields, prints nothing per event) as a child, like babeltrace2, so both are timed the same way
 /// and our reader is optimised whatever profile xtask itself was built with.
 fn decode_ours(exe: &std::path::Path, trace: &std::path::Path) -> Result<(Timing, u64)> {
-    let c0 = cpu_seconds(RUSAGE_CHILDREN);
+    let c0 = children_usage().cpu_seconds;
     let t0 = Instant::now();
     let out = Command::new(exe).arg("--count").arg(trace).output().with_context(|| format!("running {}", exe.display()))?;
     let wall = t0.elapsed();
@@ -75,11 +44,11 @@ fn decode_ours(exe: &std::path::Path, trace: &std::path::Path) -> Result<(Timing
         bail!("ctfdump failed: {stderr}");
     }
     let events = stderr.split_whitespace().next().and_then(|n| n.parse().ok()).context("ctfdump printed no event count")?;
-    Ok((Timing { wall, cpu: cpu_seconds(RUSAGE_CHILDREN) - c0 }, events))
+    Ok((Timing { wall, cpu: children_usage().cpu_seconds - c0 }, events))
 }
 
 fn babeltrace(trace: &std::path::Path, extra: &[&str]) -> Result<(Timing, String)> {
-    let c0 = cpu_seconds(RUSAGE_CHILDREN);
+    let c0 = children_usage().cpu_seconds;
     let t0 = Instant::now();
     let out = Command::new("babeltrace2")
         .arg(trace)
@@ -92,19 +61,18 @@ fn babeltrace(trace: &std::path::Path, extra: &[&str]) -> Result<(Timing, String
     if !out.status.success() {
         bail!("babeltrace2 failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok((Timing { wall, cpu: cpu_seconds(RUSAGE_CHILDREN) - c0 }, String::from_utf8_lossy(&out.stdout).into_owned()))
+    Ok((Timing { wall, cpu: children_usage().cpu_seconds - c0 }, String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
-    let args = Args::try_parse_from(std::iter::once("bench ctf".to_string()).chain(args.iter().cloned()))?;
-    let default = harness::project_root().join(".build/ctf-bench/recording");
-    let trace = match &args.trace {
+pub fn run(opts: &Options) -> Result<()> {
+    let default = crate::project_root().join(".build/ctf-bench/recording");
+    let trace = match &opts.trace {
         Some(t) => t.clone(),
         None => {
             let dir = default.join("trace");
-            if args.record || !dir.join("ust").exists() {
-                eprintln!("==> recording the bench trace ({} FixtureApp runs, bullseye image)", args.record_runs);
-                harness::collect::lttng::record_bench_trace(&default, args.record_runs)?
+            if opts.record || !dir.join("ust").exists() {
+                eprintln!("==> recording the bench trace ({} FixtureApp runs, bullseye image)", opts.record_runs);
+                crate::collect::lttng::record_bench_trace(&default, opts.record_runs)?
             } else {
                 dir
             }
@@ -123,9 +91,9 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
         .next_back()
         .unwrap_or(0);
 
-    sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "ctf", "--example", "ctfdump"]).run()?;
-    let exe = harness::project_root().join("target/release/examples/ctfdump");
-    let runs = args.runs.max(2);
+    cargo_build_release(&["-p", "ctf", "--example", "ctfdump"])?;
+    let exe = crate::project_root().join("target/release/examples/ctfdump");
+    let runs = opts.runs.max(2);
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     let mut events = 0;
@@ -141,7 +109,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
         bail!("tracelab decoded {events} events, babeltrace2 counted {bt_events}: the readers disagree");
     }
 
-    let warm = |v: &[Timing], f: fn(&Timing) -> f64| median(v[1..].iter().map(f).collect());
+    let warm = |v: &[Timing], f: fn(&Timing) -> f64| median(&v[1..].iter().map(f).collect::<Vec<_>>());
     let rate = |secs: f64| events as f64 / secs;
     let (ow, oc) = (warm(&ours, |t| t.wall.as_secs_f64()), warm(&ours, |t| t.cpu));
     let (tw, tc) = (warm(&theirs, |t| t.wall.as_secs_f64()), warm(&theirs, |t| t.cpu));

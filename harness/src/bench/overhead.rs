@@ -1,7 +1,7 @@
 //! What collection costs the app: the same workload run with no collector and with each
 //! collector, repeated and interleaved (so drift of the machine spreads over all configurations),
 //! throughput taken from the app's own truth.json, and the change against the baseline reported
-//! with a 95 % confidence interval.
+//! with a 95 % confidence interval. `cargo xtask bench overhead` is [`run`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,8 +44,32 @@ pub fn default_configs() -> Vec<Config> {
     ]
 }
 
+/// What `cargo xtask bench overhead` asks for: every default configuration.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// Rounds over all configurations.
+    pub repeats: usize,
+    /// Seconds of workload per run (gc-heavy, unpaced allocation).
+    pub seconds: f64,
+}
+
+/// Measures [`default_configs`] interleaved and prints the table.
+pub fn run(opts: &Options) -> Result<()> {
+    let configs = default_configs();
+    let measure_opts = MeasureOptions {
+        repeats: opts.repeats,
+        seconds: opts.seconds,
+        configs: configs.clone(),
+        results_root: crate::project_root().join("target/bench/overhead-runs"),
+    };
+    let measured = measure(&measure_opts, |msg| eprintln!("==> {msg}"))?;
+    println!("\nCollector overhead on gc-heavy (unpaced allocation, {} s per run, {} rounds, interleaved):\n", opts.seconds, opts.repeats);
+    println!("{}", table(&measured, &configs)?);
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+pub struct MeasureOptions {
     pub repeats: usize,
     pub seconds: f64,
     pub configs: Vec<Config>,
@@ -66,7 +90,7 @@ fn throughput(truth: &serde_json::Value) -> Option<f64> {
     (wall_ms > 0.0).then(|| bytes / 1e6 / (wall_ms / 1e3))
 }
 
-pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Measured> {
+pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<Measured> {
     let mut measured = Measured::default();
     for rep in 0..opts.repeats {
         // Rotate the order each round so no configuration always runs first (cold caches) or last.

@@ -6,20 +6,26 @@
 //! Two streams: a constructed one, with a known share of offsets inside methods (each of which
 //! must get the drawn method's name) and the rest in code-section bytes no method owns (which
 //! must stay unnamed); and the ReadyToRun frames of a real perf recording of the `framework`
-//! workload, repeated to length. `cargo xtask bench r2r` runs both through the release build of
-//! the `r2r-cost` example (harness/benches/cli/r2r_cost.rs) and prints [`table`].
+//! workload, repeated to length (made once and cached in target/bench/r2r/; `rerecord` makes it
+//! again). `cargo xtask bench r2r` ([`run`]) runs both through the release build of the `r2r-cost`
+//! example ([`child_main`]) and prints [`table`].
+//!
+//! No peer: nothing here names R2R frames (perf prints `[unknown]` for them; R2RDump is not
+//! available offline), so there is no ratio. For context, `perf script`'s own time per 1 M frames
+//! on bench perf's cached recording is printed beside it when that recording exists.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use object::{Object, ObjectSection};
 use serde::{Deserialize, Serialize};
 
+use super::{load_average, median, summary};
 use crate::collect::DecodeContext;
-use crate::collect::perf::PerfRecording;
+use crate::collect::perf::{PerfRecording, detect_perf_binary};
 use crate::dotnet::Dotnet;
 use crate::model::DsoClass;
 use crate::symbolize::Symbolizer;
@@ -400,12 +406,6 @@ pub fn measure_in(exe: &Path, spec: &Spec) -> Result<Measurement> {
     serde_json::from_slice(&out.stdout).with_context(|| format!("{} printed no measurement", exe.display()))
 }
 
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Whether a measurement's named count is what its stream was built to have, with every name
 /// the drawn method's; `None` for a recorded stream (nothing to hold it against).
 pub fn verdict(m: &Measurement) -> Option<Result<(), String>> {
@@ -430,13 +430,11 @@ pub fn verdict(m: &Measurement) -> Option<Result<(), String>> {
 pub fn table(m: &Measurement) -> String {
     let per_m = |ms: f64| ms * 1e6 / m.frames.max(1) as f64;
     let rate = |ms: f64| m.frames as f64 / (ms / 1e3);
+    let median = |v: &[f64]| summary(v).map_or(f64::NAN, |s| s.median);
     let (open, first, cached) = (median(&m.open_ms), median(&m.first_ms), median(&m.cached_ms));
     let mut out = String::new();
     out.push_str(&format!("stream: {}\n", m.description));
-    let spread = |v: &[f64]| {
-        let (lo, hi) = v.iter().fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        format!("{lo:.1}-{hi:.1}")
-    };
+    let spread = |v: &[f64]| summary(v).map_or_else(String::new, |s| format!("{:.1}-{:.1}", s.min, s.max));
     out.push_str(&format!(
         "{:<52} {:>10} {:>14} {:>18} {:>14}\n",
         format!("medians of {} runs", m.open_ms.len()),
@@ -474,6 +472,139 @@ pub fn table(m: &Measurement) -> String {
         None => out.push_str(" (a recording: no truth to hold the count against)\n"),
     }
     out
+}
+
+
+/// Which stream(s) [`run`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamKind {
+    Constructed,
+    Recorded,
+    Both,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub stream: StreamKind,
+    /// Frames per stream.
+    pub frames: usize,
+    /// Share of the constructed stream's offsets placed outside any method's code.
+    pub gap_fraction: f64,
+    /// Seed of the constructed stream.
+    pub seed: u64,
+    /// Framework assemblies the constructed stream draws from; empty: [`DEFAULT_IMAGES`].
+    pub images: Vec<String>,
+    /// Timed runs per stream (the median is reported); each opens the images afresh.
+    pub runs: usize,
+    /// Record the framework workload again even if a cached recording exists.
+    pub rerecord: bool,
+    /// Seconds the framework workload runs while recorded.
+    pub seconds: u32,
+    /// Sampling frequency of the recording.
+    pub frequency: u32,
+}
+
+impl Options {
+    /// Refuses values no stream can be built with, before anything is recorded or built.
+    pub fn check(&self) -> Result<()> {
+        if !(0.0..1.0).contains(&self.gap_fraction) {
+            bail!("--gap-fraction must be in [0, 1)");
+        }
+        if self.frames == 0 || self.runs == 0 {
+            bail!("--frames and --runs must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+pub fn run(opts: &Options) -> Result<()> {
+    opts.check()?;
+    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
+    let mut specs = Vec::new();
+    if opts.stream != StreamKind::Recorded {
+        let names: Vec<String> =
+            if opts.images.is_empty() { DEFAULT_IMAGES.iter().map(|s| s.to_string()).collect() } else { opts.images.clone() };
+        let images = framework_images(&dotnet, &names)?;
+        specs.push(StreamSpec::Synthetic { images, frames: opts.frames, gap_fraction: opts.gap_fraction, seed: opts.seed });
+    }
+    let perf = detect_perf_binary();
+    if opts.stream != StreamKind::Constructed {
+        let perf = perf.as_ref().context("no `perf` on PATH for the recorded stream: install linux-perf, or pass --stream constructed")?;
+        let dir = crate::project_root().join("target/bench/r2r");
+        let data = dir.join("perf.data");
+        if opts.rerecord || !data.is_file() {
+            eprintln!("recording the framework workload ({} s at {} Hz) into {} …", opts.seconds, opts.frequency, data.display());
+            record_framework(&dotnet, perf, &dir, opts.seconds, opts.frequency)?;
+        }
+        specs.push(StreamSpec::Recorded { perf_data: data, frames: opts.frames });
+    }
+
+    super::cargo_build_release(&["-p", "harness", "--example", "r2r-cost"])?;
+    let exe = crate::project_root().join("target/release/examples/r2r-cost");
+    let mut failed = Vec::new();
+    println!("R2R symbolization cost: crate::symbolize::r2r::R2rResolver, release build, one process per stream\n");
+    for stream in specs {
+        let m = measure_in(&exe, &Spec { stream, runs: opts.runs })?;
+        println!("{}", table(&m));
+        if let Some(Err(e)) = verdict(&m) {
+            failed.push(e);
+        }
+    }
+
+    println!("peer: none. No tool here names ReadyToRun frames (perf script prints [unknown] for them; R2RDump is not");
+    println!("available offline), so there is no ratio.");
+    match perf_script_context(perf.as_deref(), opts.runs) {
+        Ok(line) => println!("{line}"),
+        Err(e) => println!("for context, perf script's own rate: not measured ({e:#})"),
+    }
+    println!("load average while measuring: {}", load_average());
+    if !failed.is_empty() {
+        bail!("the constructed stream was not named as built: {}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// `perf script` (every frame of every sample, symbolized by perf) on bench perf's cached
+/// recording: its median time scaled to 1 M frames.
+fn perf_script_context(perf: Option<&Path>, runs: usize) -> Result<String> {
+    let perf = perf.context("no `perf` on PATH")?;
+    let data = crate::project_root().join("target/bench/perf/perf.data");
+    if !data.is_file() {
+        bail!("{} does not exist; `cargo xtask bench perf` records it", data.display());
+    }
+    let rec = PerfRecording::read(&data)?;
+    let frames: usize = rec.samples.iter().map(|s| rec.frames(s).count()).sum();
+    let mut times = Vec::new();
+    for _ in 0..runs.clamp(1, 3) {
+        let t = Instant::now();
+        let status = Command::new(perf).args(["script", "-i"]).arg(&data).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+        if !status.success() {
+            bail!("perf script failed: {status}");
+        }
+        times.push(t.elapsed());
+    }
+    let d: Duration = median(&times);
+    Ok(format!(
+        "for context, perf script on {} ({frames} frames, all kinds): {:.1} ms = {:.1} ms per 1 M frames, {:.0} frames/s",
+        data.display(),
+        d.as_secs_f64() * 1e3,
+        d.as_secs_f64() * 1e3 * 1e6 / frames.max(1) as f64,
+        frames as f64 / d.as_secs_f64()
+    ))
+}
+
+/// `r2r-cost SPEC_JSON`: times naming one stream (a [`Spec`] as JSON) and prints the
+/// [`Measurement`] as JSON. The `r2r-cost` example is this function, built in release by [`run`], so
+/// the timed loop is optimised whatever profile the driver itself was built with.
+pub fn child_main(args: &[String]) -> Result<()> {
+    let Some(spec) = args.first() else {
+        bail!("usage: r2r-cost SPEC_JSON");
+    };
+    let spec: Spec = serde_json::from_str(spec)?;
+    let stream = spec.stream.build()?;
+    let measured = measure(&stream, spec.runs)?;
+    println!("{}", serde_json::to_string(&measured)?);
+    Ok(())
 }
 
 /// Records the `framework` workload under `perf record -g` (cpu-clock at `frequency` Hz) into
@@ -552,5 +683,27 @@ mod tests {
         };
         assert!(verdict(&m).unwrap().unwrap_err().contains("named 8 frames"));
         assert!(table(&m).contains("NOT as constructed"));
+    }
+
+    fn options() -> Options {
+        Options {
+            stream: StreamKind::Both,
+            frames: 1_000_000,
+            gap_fraction: 0.1,
+            seed: 1,
+            images: vec![],
+            runs: 5,
+            rerecord: false,
+            seconds: 10,
+            frequency: 999,
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(options().check().is_ok());
+        assert!(Options { gap_fraction: 1.0, ..options() }.check().is_err());
+        assert!(Options { runs: 0, ..options() }.check().is_err());
+        assert!(Options { frames: 0, ..options() }.check().is_err());
     }
 }

@@ -8,17 +8,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use harness::model::DsoClass;
-use harness::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
-use xshell::Shell;
 
-#[derive(Parser, Debug)]
-#[command(name = "cargo xtask bench unwind")]
-struct Args {
+use super::median;
+use crate::model::DsoClass;
+use crate::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
+
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Timed runs per tool (the median is reported).
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
+    pub runs: usize,
 }
 
 const APP_PID: u32 = 28884;
@@ -27,30 +25,22 @@ fn no_path(_: &Path) -> Option<PathBuf> {
     None
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
-    let args = Args::try_parse_from(std::iter::once("unwind".to_string()).chain(args.iter().cloned()))?;
-    if args.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    let fixtures = harness::shared_dir().join("fixtures/perf");
+pub fn run(opts: &Options) -> Result<()> {
+    super::check_runs(opts.runs)?;
+    let fixtures = crate::shared_dir().join("fixtures/perf");
     let data = fixtures.join("perf-offcpu-dwarf.data");
     if !data.is_file() {
         bail!("{} is missing (../shared/fixtures)", data.display());
     }
-    let perf = harness::collect::perf::detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
-    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
+    let perf = crate::collect::perf::detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
+    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
     let map = fixtures.join(format!("perf-offcpu-dwarf.perf-{APP_PID}.map"));
     // perf script finds JIT names only in /tmp/perf-PID.map.
     let tmp_map = PathBuf::from(format!("/tmp/perf-{APP_PID}.map"));
     if !tmp_map.is_file() {
         std::fs::copy(&map, &tmp_map).with_context(|| format!("could not copy {} to /tmp", map.display()))?;
     }
-    let opts = || UnwindOptions {
+    let unwind_opts = || UnwindOptions {
         pids: None,
         perf_maps: [(APP_PID, map.clone())].into_iter().collect(),
         search_dirs: vec![
@@ -66,9 +56,9 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     // Ours, cold (a new unwinder per run: images read again, as perf script reads them).
     let mut ours = Vec::new();
     let mut last = None;
-    for _ in 0..args.runs {
+    for _ in 0..opts.runs {
         let t = Instant::now();
-        let u = unwind_perf_data_with(&data, &mut StackUnwinder::new(opts()))?;
+        let u = unwind_perf_data_with(&data, &mut StackUnwinder::new(unwind_opts()))?;
         ours.push(t.elapsed());
         last = Some(u);
     }
@@ -83,7 +73,7 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     // perf script with the same fields perf's fixture answer uses.
     let mut theirs = Vec::new();
     let mut script = String::new();
-    for _ in 0..args.runs {
+    for _ in 0..opts.runs {
         let t = Instant::now();
         let out = Command::new(&perf)
             .args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"])
@@ -102,7 +92,7 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
         .filter(|b| b.contains(&format!(" {APP_PID}/")) && b.contains(&format!("perf-{APP_PID}.map")))
         .count();
 
-    let (o, t) = (median(ours), median(theirs));
+    let (o, t) = (median(&ours), median(&theirs));
     let rate = |d: Duration| samples as f64 / d.as_secs_f64();
     println!("unwind: {} ({samples} samples, {} of the .NET app)", data.display(), app.len());
     println!("  tracelab     {:>9.1} ms  {:>10.0} samples/s  app switch-outs reaching managed code: {ours_managed}", o.as_secs_f64() * 1e3, rate(o));

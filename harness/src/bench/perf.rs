@@ -2,41 +2,38 @@
 //! `perf script | inferno-collapse-perf`, on the same recording in one run.
 //!
 //! The recording (FixtureApp `cpu N` under `perf record -g -F HZ`, its perf map beside it) is made
-//! once and cached in target/bench/perf/; `--rerecord` makes it again.
+//! once and cached in target/bench/perf/; `rerecord` makes it again. Ours runs as the release build
+//! of harness's `perf-fold` example ([`fold_main`]), a process per run like the peer pipeline.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use harness::collect::perf::{PerfRecording, detect_perf_binary, fixture_app};
-use xshell::Shell;
 
-#[derive(Parser, Debug)]
-#[command(name = "cargo xtask bench perf")]
-struct Args {
+use super::{cargo_build_release, load_average, median};
+use crate::collect::DecodeContext;
+use crate::collect::perf::{PerfRecording, detect_perf_binary, fixture_app, fold_perf_file};
+
+#[derive(Clone, Debug)]
+pub struct Options {
     /// Seconds the app burns CPU while recorded (on a shared machine it gets less than a CPU).
-    #[arg(long, default_value_t = 40)]
-    seconds: u32,
+    pub seconds: u32,
     /// Sampling frequency.
-    #[arg(long, default_value_t = 1999)]
-    frequency: u32,
+    pub frequency: u32,
     /// Timed runs per tool (the median is reported).
-    #[arg(long, default_value_t = 5)]
-    runs: usize,
+    pub runs: usize,
     /// Record again even if a cached recording exists.
-    #[arg(long)]
-    rerecord: bool,
+    pub rerecord: bool,
 }
 
-pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
-    let args = Args::try_parse_from(std::iter::once("perf".to_string()).chain(args.iter().cloned()))?;
-    let dir = harness::project_root().join("target").join("bench").join("perf");
+pub fn run(opts: &Options) -> Result<()> {
+    super::check_runs(opts.runs)?;
+    let dir = crate::project_root().join("target").join("bench").join("perf");
     let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
     let data = dir.join("perf.data");
-    if args.rerecord || !data.is_file() || !dir.join("pid.txt").is_file() {
-        record(&perf, &dir, &args)?;
+    if opts.rerecord || !data.is_file() || !dir.join("pid.txt").is_file() {
+        record(&perf, &dir, opts)?;
     }
     let pid: u32 = std::fs::read_to_string(dir.join("pid.txt"))?.trim().parse()?;
     // perf script finds JIT names only in /tmp/perf-PID.map.
@@ -48,8 +45,8 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
 
     // Ours runs as the release build of harness's `perf-fold` example, a process per run like
     // the peer pipeline: read perf.data, load symbol sources, symbolize, fold, write.
-    sh.cmd("cargo").args(["build", "--quiet", "--release", "-p", "harness", "--example", "perf-fold"]).run()?;
-    let exe = harness::project_root().join("target/release/examples/perf-fold");
+    cargo_build_release(&["-p", "harness", "--example", "perf-fold"])?;
+    let exe = crate::project_root().join("target/release/examples/perf-fold");
     let ours_out = dir.join("ours.folded");
     let samples = PerfRecording::read(&data)?.samples.len();
     // The first run starts with an empty symbol cache (tracelab keeps the running kernel's
@@ -59,7 +56,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     let _ = std::fs::remove_dir_all(&cache);
     let mut ours = Vec::new();
     let mut breakdown = Vec::new();
-    for _ in 0..args.runs + 1 {
+    for _ in 0..opts.runs + 1 {
         let t = Instant::now();
         let out = Command::new(&exe)
             .arg(&data)
@@ -83,7 +80,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
         peer_out.display()
     );
     let mut peer = Vec::new();
-    for _ in 0..args.runs + 1 {
+    for _ in 0..opts.runs + 1 {
         let t = Instant::now();
         let status = Command::new("sh").arg("-c").arg(&script).status()?;
         if !status.success() {
@@ -92,7 +89,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
         peer.push(t.elapsed());
     }
     let mut script_only = Vec::new();
-    for _ in 0..args.runs.min(3) {
+    for _ in 0..opts.runs.min(3) {
         let t = Instant::now();
         let out = Command::new(&perf).args(["script", "-i"]).arg(&data).stderr(std::process::Stdio::null()).output()?;
         if !out.status.success() {
@@ -102,7 +99,7 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     }
 
     let (ours_cold, peer_cold) = (ours[0], peer[0]);
-    let (o, p, s) = (median(&mut ours[1..]), median(&mut peer[1..]), median(&mut script_only));
+    let (o, p, s) = (median(&ours[1..]), median(&peer[1..]), median(&script_only));
     let rate = |d: Duration| samples as f64 / d.as_secs_f64();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!("recording: {} ({samples} samples, {} MB)", data.display(), std::fs::metadata(&data)?.len() / 1_000_000);
@@ -118,18 +115,10 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     );
     println!("tracelab stages, first run: {}", breakdown[0]);
     println!("tracelab stages, last run:  {}", breakdown[breakdown.len() - 1]);
-    println!(
-        "load average while measuring: {}",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    );
-    println!("warm: medians of {} runs after the first; folded outputs: {} and {}", args.runs, ours_out.display(), peer_out.display());
+    println!("load average while measuring: {}", load_average());
+    println!("warm: medians of {} runs after the first; folded outputs: {} and {}", opts.runs, ours_out.display(), peer_out.display());
     compare_outputs(&ours_out, &peer_out)?;
     Ok(())
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 /// Total samples and the CpuHot share of CpuHot + CpuCold leaves in both outputs, as a check
@@ -161,7 +150,7 @@ fn compare_outputs(ours: &Path, peer: &Path) -> Result<()> {
 }
 
 fn ensure_inferno() -> Result<PathBuf> {
-    if let Some(p) = harness::environment::which("inferno-collapse-perf") {
+    if let Some(p) = crate::environment::which("inferno-collapse-perf") {
         return Ok(p);
     }
     let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {
@@ -179,22 +168,22 @@ fn ensure_inferno() -> Result<PathBuf> {
     Ok(installed)
 }
 
-fn record(perf: &Path, dir: &Path, args: &Args) -> Result<()> {
+fn record(perf: &Path, dir: &Path, opts: &Options) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
-    let app_dir = harness::project_root().join("target").join("bench").join("fixture-app");
+    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
+    let app_dir = crate::project_root().join("target").join("bench").join("fixture-app");
     let dll = fixture_app::build(&dotnet, &app_dir)?;
     let data = dir.join("perf.data");
-    println!("recording FixtureApp `cpu {}` at {} Hz into {} …", args.seconds, args.frequency, data.display());
+    println!("recording FixtureApp `cpu {}` at {} Hz into {} …", opts.seconds, opts.frequency, data.display());
     let out = Command::new(perf)
         .args(["record", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
-        .arg(args.frequency.to_string())
+        .arg(opts.frequency.to_string())
         .arg("-o")
         .arg(&data)
         .arg("--")
         .arg(&dotnet.dotnet)
         .arg(&dll)
-        .args(["cpu", &args.seconds.to_string()])
+        .args(["cpu", &opts.seconds.to_string()])
         .env("DOTNET_ROOT", &dotnet.root)
         .env("DOTNET_PerfMapEnabled", "1")
         .env("DOTNET_EnableWriteXorExecute", "0")
@@ -204,7 +193,7 @@ fn record(perf: &Path, dir: &Path, args: &Args) -> Result<()> {
         bail!(
             "perf record failed ({}): {}",
             out.status,
-            harness::collect::perf::explain_perf_failure(&String::from_utf8_lossy(&out.stderr))
+            crate::collect::perf::explain_perf_failure(&String::from_utf8_lossy(&out.stderr))
         );
     }
     let rec = PerfRecording::read(&data)?;
@@ -220,5 +209,45 @@ fn record(perf: &Path, dir: &Path, args: &Args) -> Result<()> {
     std::fs::copy(&map, dir.join(format!("perf-{pid}.map")))
         .with_context(|| format!("the app wrote no {}", map.display()))?;
     std::fs::write(dir.join("pid.txt"), pid.to_string())?;
+    Ok(())
+}
+
+/// `perf-fold PERF.DATA PID [OUT]`: perf.data → folded stacks through [`fold_perf_file`] (perf
+/// map of PID beside PERF.DATA or in /tmp); prints what it did on stderr. The `perf-fold` example
+/// is this function, so [`run`] times it as a release-built process.
+pub fn fold_main(args: &[String]) -> Result<()> {
+    let (Some(data), Some(pid)) = (args.first(), args.get(1)) else {
+        bail!("usage: perf-fold PERF.DATA PID [OUT]");
+    };
+    let data = PathBuf::from(data);
+    let pid: u32 = pid.parse()?;
+    let dir = data.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // A host run: recorded paths are host paths.
+    let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
+    let ctx = DecodeContext {
+        artifacts: &dir,
+        app_tmp_dir: &dir,
+        host_pid: pid,
+        target_pid: pid,
+        path_map: &identity,
+        symbol_dirs: &[],
+    };
+    let t0 = Instant::now();
+    let fold = fold_perf_file(&data, &ctx)?;
+    let t1 = Instant::now();
+    let text = crate::fold::folded_text(&fold.folded);
+    match args.get(2) {
+        Some(out) => std::fs::write(out, text)?,
+        None => print!("{text}"),
+    }
+    let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+    eprintln!(
+        "{} samples, {} distinct callchains, {} stacks: read+symbolize+fold {:.1} ms, total {:.1} ms",
+        fold.samples,
+        fold.distinct_callchains,
+        fold.folded.len(),
+        ms(t0, t1),
+        ms(t0, Instant::now())
+    );
     Ok(())
 }

@@ -11,29 +11,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use harness::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, Provider, RUNTIME, SAMPLE_PROFILER, SessionConfig, record_app};
-use harness::collect::perf::fixture_app;
-use harness::dotnet::Dotnet;
-use xshell::{Shell, cmd};
 
-#[derive(Parser, Debug)]
-#[command(name = "bench nettrace")]
-struct Args {
+use super::{cargo_build_release, median};
+use crate::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, Provider, RUNTIME, SAMPLE_PROFILER, SessionConfig, record_app};
+use crate::collect::perf::fixture_app;
+use crate::dotnet::Dotnet;
+
+#[derive(Clone, Debug)]
+pub struct Options {
     /// A .nettrace file to decode (default: the recorded benchmark trace).
-    #[arg(long)]
-    trace: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
     /// Timed runs of each decoder.
-    #[arg(long, default_value_t = 6)]
-    runs: usize,
+    pub runs: usize,
     /// Record the default trace again.
-    #[arg(long)]
-    record: bool,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+    pub record: bool,
 }
 
 /// Parses `… run N: E events, … = R ev/s, …` lines with the given prefix; returns (events, ev/s) per run.
@@ -50,7 +41,7 @@ fn parse_runs(text: &str, prefix: &str) -> Vec<(u64, f64)> {
 
 fn warm(runs: &[(u64, f64)]) -> f64 {
     let rest: Vec<f64> = runs.iter().skip(1).map(|r| r.1).collect();
-    if rest.is_empty() { runs.first().map_or(0.0, |r| r.1) } else { median(rest) }
+    if rest.is_empty() { runs.first().map_or(0.0, |r| r.1) } else { median(&rest) }
 }
 
 fn record(dotnet: &Dotnet, out: &Path) -> Result<()> {
@@ -75,7 +66,7 @@ fn build_tracedump(dotnet: &Dotnet, dir: &Path) -> Result<PathBuf> {
     if dll.is_file() {
         return Ok(dll);
     }
-    let src = harness::shared_dir().join("reference").join("TraceDump");
+    let src = crate::shared_dir().join("reference").join("TraceDump");
     let copy = dir.join("src");
     std::fs::create_dir_all(&copy)?;
     for f in ["Program.cs", "TraceDump.csproj"] {
@@ -96,16 +87,15 @@ fn build_tracedump(dotnet: &Dotnet, dir: &Path) -> Result<PathBuf> {
     Ok(dll)
 }
 
-pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
-    let args = Args::try_parse_from(std::iter::once("bench nettrace".to_string()).chain(args.iter().cloned()))?;
-    let bench_dir = harness::project_root().join("target").join("bench");
+pub fn run(opts: &Options) -> Result<()> {
+    let bench_dir = crate::project_root().join("target").join("bench");
     std::fs::create_dir_all(&bench_dir)?;
     let dotnet = Dotnet::locate_or_install()?;
-    let trace = match &args.trace {
+    let trace = match &opts.trace {
         Some(t) => t.clone(),
         None => {
             let t = bench_dir.join("nettrace-bench.nettrace");
-            if args.record || !t.is_file() {
+            if opts.record || !t.is_file() {
                 record(&dotnet, &t)?;
             }
             t
@@ -113,10 +103,10 @@ pub fn run(sh: &Shell, args: &[String]) -> Result<()> {
     };
     let size = std::fs::metadata(&trace).with_context(|| format!("{}", trace.display()))?.len();
     eprintln!("building the release decoder and TraceDump …");
-    cmd!(sh, "cargo build --release --quiet -p eventpipe --bin nettrace").run()?;
-    let ours_exe = harness::project_root().join("target").join("release").join("nettrace");
+    cargo_build_release(&["-p", "eventpipe", "--bin", "nettrace"])?;
+    let ours_exe = crate::project_root().join("target").join("release").join("nettrace");
     let tracedump = build_tracedump(&dotnet, &bench_dir.join("tracedump"))?;
-    let runs = args.runs.max(2).to_string();
+    let runs = opts.runs.max(2).to_string();
 
     let ours = Command::new(&ours_exe).arg("bench").arg(&trace).arg(&runs).output()?;
     if !ours.status.success() {

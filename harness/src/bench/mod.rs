@@ -1,0 +1,120 @@
+//! Benchmarks: each times tracelab and the peer tool on the same input in one run and prints both
+//! rates and the ratio (`cargo xtask bench WHAT` calls `bench::<what>::run`). They live here, not
+//! in the driver, so what they measure is library code a test can call; the criterion benches in
+//! harness/benches time the same paths in-process.
+//!
+//! What the benchmarks share is here: one summary of repeated timings (min / median / max), the
+//! CPU time and peak RSS of finished children (getrusage through `libc`), the machine's load, and
+//! the release build of the child processes they time.
+
+pub mod ctf;
+pub mod nettrace;
+pub mod overhead;
+pub mod perf;
+pub mod r2r;
+pub mod unwind;
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The spread of repeated measurements of one thing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary<T> {
+    pub min: T,
+    pub median: T,
+    pub max: T,
+}
+
+/// Min, median (the upper one of an even count, as every benchmark here has always reported)
+/// and max; `None` when nothing was measured.
+pub fn summary<T: Copy + PartialOrd>(values: &[T]) -> Option<Summary<T>> {
+    let mut v = values.to_vec();
+    // Timings are never NaN; if one were, it sorts as equal rather than panicking mid-report.
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Some(Summary { min: *v.first()?, median: v[v.len() / 2], max: *v.last()? })
+}
+
+/// The median of at least one measurement (every benchmark refuses zero runs before timing).
+pub fn median<T: Copy + PartialOrd>(values: &[T]) -> T {
+    summary(values).expect("at least one measurement").median
+}
+
+/// What the finished children of this process used, summed (CPU) or the largest (RSS).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChildUsage {
+    /// User + system CPU seconds.
+    pub cpu_seconds: f64,
+    /// Peak resident set of the largest child, in KiB (Linux reports `ru_maxrss` in KiB).
+    pub max_rss_kib: u64,
+}
+
+/// `getrusage(RUSAGE_CHILDREN)`: the difference of two calls around one child is that child's CPU
+/// time, so a child is timed the same way whatever its language (babeltrace2, TraceEvent, ours).
+pub fn children_usage() -> ChildUsage {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct getrusage fills in.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a live, writable rusage; RUSAGE_CHILDREN cannot fail on Linux.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    ChildUsage { cpu_seconds: tv(u.ru_utime) + tv(u.ru_stime), max_rss_kib: u.ru_maxrss.max(0) as u64 }
+}
+
+/// The 1-, 5- and 15-minute load averages, printed beside results: a busy machine explains a
+/// slow run.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// `cargo build --release --quiet ARGS` in the project root: the timed children are optimised
+/// whatever profile the driver itself was built with. Echoed like the driver's own commands.
+pub fn cargo_build_release(args: &[&str]) -> Result<()> {
+    eprintln!("$ cargo build --release --quiet {}", args.join(" "));
+    let status = Command::new("cargo")
+        .args(["build", "--release", "--quiet"])
+        .args(args)
+        .current_dir(crate::project_root())
+        .status()
+        .context("cannot run cargo")?;
+    if !status.success() {
+        bail!("`cargo build --release {}` failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Refuses zero timed runs up front: every benchmark reports a median.
+pub fn check_runs(runs: usize) -> Result<()> {
+    if runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn summary_is_min_upper_median_max() {
+        assert_eq!(summary(&[3.0, 1.0, 2.0, 5.0]), Some(Summary { min: 1.0, median: 3.0, max: 5.0 }));
+        let d = |ms| Duration::from_millis(ms);
+        assert_eq!(median(&[d(9), d(1), d(4)]), d(4));
+        assert_eq!(summary::<f64>(&[]), None);
+    }
+
+    #[test]
+    fn children_usage_grows_after_a_child() {
+        let before = children_usage();
+        let _ = Command::new("true").status();
+        let after = children_usage();
+        assert!(after.cpu_seconds >= before.cpu_seconds);
+        assert!(after.max_rss_kib > 0, "a finished child has a peak RSS");
+    }
+
+    #[test]
+    fn zero_runs_are_refused() {
+        assert!(check_runs(0).is_err());
+        assert!(check_runs(1).is_ok());
+    }
+}

@@ -1,0 +1,364 @@
+//! The whole command tree, declared once: `main` parses it and hands each task its own flags, so
+//! no task parses arguments again and `--help` at every level shows every option.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs")]
+pub struct Flags {
+    #[command(subcommand)]
+    pub task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Task {
+    /// Run a scenario (scenarios/NAME.toml, or a path to your own TOML) and write results/.
+    Scenario(Scenario),
+    /// List the scenarios with their collectors and default target.
+    List,
+    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET.
+    Doctor,
+    /// Benchmarks that time tracelab against the peer tool on the same input.
+    Bench {
+        #[command(subcommand)]
+        what: Bench,
+    },
+    /// Build the offline container images (debootstrap rootfs + .NET runtime + workloads).
+    Images(Images),
+    /// Remove leftover tracelab containers, volumes and LTTng sessions.
+    Sweep,
+    /// Run a slice of the compatibility matrix: caps | kernels | dotnet | lttng, --list, --all.
+    Matrix(Matrix),
+    /// Inspect a trace file: summarise a .nettrace, fold a perf.data.
+    Trace {
+        #[command(subcommand)]
+        what: Trace,
+    },
+    /// Merge result folders into one HTML page and one markdown file.
+    Report(Report),
+    /// Generate (or check) the nightly CI workflow under ci/; boot one matrix kernel by hand.
+    Ci {
+        #[command(subcommand)]
+        what: Ci,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct Scenario {
+    /// Scenario name (scenarios/NAME.toml) or a path to your own TOML file.
+    pub name: String,
+    /// host | container | sidecar (default: the scenario's, else container when Docker answers).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Base image for container targets: bullseye | bookworm | trixie.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Exit 0 on SKIP too (a skip is a verdict about the environment, not the tool).
+    #[arg(long)]
+    pub allow_skip: bool,
+    /// Folder with separate debug files (libcoreclr.so.dbg …), as dotnet-symbol fetches them.
+    #[arg(long = "symbols")]
+    pub symbols: Vec<PathBuf>,
+    /// Where result folders go (default results/).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Bench {
+    /// perf.data → folded stacks: tracelab against `perf script | inferno-collapse-perf`.
+    Perf {
+        /// Seconds the app burns CPU while recorded (on a shared machine it gets less than a CPU).
+        #[arg(long, default_value_t = 40)]
+        seconds: u32,
+        /// Sampling frequency.
+        #[arg(long, default_value_t = 1999)]
+        frequency: u32,
+        /// Timed runs per tool (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Record again even if a cached recording exists.
+        #[arg(long)]
+        rerecord: bool,
+    },
+    /// Decoding a large .nettrace: tracelab's eventpipe against TraceEvent (TraceDump).
+    Nettrace {
+        /// A .nettrace file to decode (default: the recorded benchmark trace).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Timed runs of each decoder.
+        #[arg(long, default_value_t = 6)]
+        runs: usize,
+        /// Record the default trace again.
+        #[arg(long)]
+        record: bool,
+    },
+    /// Decoding a large LTTng trace: tracelab's CTF reader against babeltrace2.
+    Ctf {
+        /// A CTF trace folder (or a session output holding several).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Timed runs of each reader.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Record the default trace again.
+        #[arg(long)]
+        record: bool,
+        /// FixtureApp runs in a recording.
+        #[arg(long, default_value_t = 25)]
+        record_runs: u32,
+    },
+    /// What naming ReadyToRun frames costs per 1 M frames (no peer tool names them).
+    R2r(R2r),
+    /// Unwinding perf's sampled user stacks: tracelab against `perf script`.
+    Unwind {
+        /// Timed runs per tool (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+    /// The app's throughput with no collector and with each, interleaved, with 95 % intervals.
+    Overhead {
+        /// Rounds over all configurations.
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// Seconds of workload per run (gc-heavy, unpaced allocation).
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct R2r {
+    /// Which stream(s) to name.
+    #[arg(long, value_enum, default_value_t = R2rStream::Both)]
+    pub stream: R2rStream,
+    /// Frames per stream.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub frames: usize,
+    /// Share of the constructed stream's offsets placed outside any method's code.
+    #[arg(long, default_value_t = 0.1)]
+    pub gap_fraction: f64,
+    /// Seed of the constructed stream.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Framework assemblies the constructed stream draws from (repeatable; default: CoreLib,
+    /// System.Text.Json, System.Text.RegularExpressions, System.Linq, System.Collections).
+    #[arg(long = "image")]
+    pub images: Vec<String>,
+    /// Timed runs per stream (the median is reported); each opens the images afresh.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Record the framework workload again even if a cached recording exists.
+    #[arg(long)]
+    pub rerecord: bool,
+    /// Seconds the framework workload runs while recorded.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u32,
+    /// Sampling frequency of the recording.
+    #[arg(long, default_value_t = 999)]
+    pub frequency: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum R2rStream {
+    Constructed,
+    Recorded,
+    Both,
+}
+
+#[derive(Args, Debug)]
+pub struct Images {
+    /// Comma-separated Debian suites, built in this order (bullseye first: LTTng and the
+    /// perf-in-container cases need it).
+    #[arg(long, value_delimiter = ',', default_value = "bullseye,bookworm,trixie")]
+    pub suite: Vec<String>,
+}
+
+/// `matrix AXIS [options]`, or `--list` / `--all`; `matrix --kernels 5.10,6.1 --scenario X` and
+/// `matrix --dotnet 10.0` name their axis by its flag.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Matrix {
+    #[command(subcommand)]
+    pub axis: Option<MatrixAxis>,
+    /// List the axes with what each one varies.
+    #[arg(long)]
+    pub list: bool,
+    /// Run every axis with its defaults, in the order --list shows.
+    #[arg(long)]
+    pub all: bool,
+    /// Shorthand for `matrix kernels --kernels …` (with --list: print its cells).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Vec<String>,
+    /// Shorthand for `matrix dotnet --dotnet …`.
+    #[arg(long, value_delimiter = ',')]
+    pub dotnet: Vec<String>,
+    /// Scenarios of the --kernels / --dotnet shorthand (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',')]
+    pub scenario: Vec<String>,
+}
+
+/// Declared in the order `--all` runs them.
+#[derive(Subcommand, Debug)]
+pub enum MatrixAxis {
+    /// Container capability sets × collectors: which least set works, with the exact error of each failure.
+    Caps {
+        /// Debian suite of the image the probes run in.
+        #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
+        suite: String,
+        /// Collectors to probe (comma-separated); default all.
+        #[arg(long, value_delimiter = ',')]
+        collectors: Vec<String>,
+        /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
+        #[arg(long, value_delimiter = ',')]
+        caps: Vec<String>,
+    },
+    /// Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel.
+    Kernels {
+        /// Kernels (comma-separated labels such as 5.10,6.1,6.12); default all.
+        #[arg(long, value_delimiter = ',')]
+        kernels: Vec<String>,
+        /// Scenarios (comma-separated or repeated); default all.
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<String>,
+        /// Print the cells without booting anything.
+        #[arg(long)]
+        list: bool,
+    },
+    /// .NET runtimes × scenarios on the host: each scenario's verdict per installed runtime.
+    Dotnet {
+        /// Runtime versions or prefixes (comma-separated, e.g. 10.0); default every installed one.
+        #[arg(long, value_delimiter = ',')]
+        dotnet: Vec<String>,
+        /// Scenarios (comma-separated or repeated); default all.
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<String>,
+    },
+    /// Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason.
+    Lttng {
+        /// Debian suites (comma-separated); default bullseye,bookworm,trixie.
+        #[arg(long, value_delimiter = ',')]
+        suites: Vec<String>,
+        /// Scenarios to run in each suite; default the LTTng scenarios.
+        #[arg(long)]
+        scenario: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Trace {
+    /// Summarise a .nettrace file and write its stacks (folded, speedscope).
+    Inspect {
+        file: PathBuf,
+        /// Where to write FILE.folded and FILE.speedscope.json (default target/inspect/STEM/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Fold a perf.data recording into stacks (JIT frames from /tmp/perf-PID.map or a perf map
+    /// beside the file, ReadyToRun frames from the mapped assemblies, kernel from kallsyms).
+    Fold {
+        file: PathBuf,
+        /// Write the folded stacks here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Symbol folders (.dbg files, kallsyms copies).
+        #[arg(long)]
+        symbols: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct Report {
+    /// Folders holding result folders (default: results/).
+    pub dirs: Vec<PathBuf>,
+    /// Where index.html, report.md and the flame graphs go (default: results/report).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Result folders of an earlier run to compare with: lists regressions.
+    #[arg(long)]
+    pub baseline: Vec<PathBuf>,
+    /// A resolution ratio dropping by more than this (0..1) is a regression.
+    #[arg(long, default_value_t = harness::report::merge::Thresholds::default().ratio_drop)]
+    pub ratio_drop: f64,
+    /// A rate dropping by more than this fraction is a regression.
+    #[arg(long, default_value_t = harness::report::merge::Thresholds::default().rate_drop)]
+    pub rate_drop: f64,
+    /// Exit non-zero when there are regressions.
+    #[arg(long)]
+    pub fail_on_regression: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Ci {
+    /// Write ci/nightly.yml from the scenarios and the matrix axes (`--check`: only compare).
+    Workflow {
+        #[arg(long)]
+        check: bool,
+    },
+    /// Boot one kernel of the matrix and run a shell script in it; prints the job's output.
+    Boot {
+        /// 5.10 | 6.1 | 6.12 (or the suite name)
+        #[arg(long, default_value = "6.1")]
+        kernel: String,
+        /// The script to run in the guest (its output is in out/job.log).
+        script: PathBuf,
+        /// Files to place in the guest: HOST=GUEST (absolute guest path).
+        #[arg(long = "file")]
+        files: Vec<String>,
+        /// Where to keep the console log and the results (default: .build/vm/boot-KERNEL).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every command's path from the root, e.g. `["bench", "r2r"]`.
+    fn paths(cmd: &clap::Command, prefix: Vec<String>, out: &mut Vec<(Vec<String>, clap::Command)>) {
+        out.push((prefix.clone(), cmd.clone()));
+        for sub in cmd.get_subcommands() {
+            let mut p = prefix.clone();
+            p.push(sub.get_name().to_string());
+            paths(sub, p, out);
+        }
+    }
+
+    #[test]
+    fn tree_is_consistent() {
+        Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn every_help_lists_every_option_and_exits_0() {
+        let mut all = Vec::new();
+        paths(&Flags::command(), vec![], &mut all);
+        assert!(all.len() >= 25, "{} commands", all.len());
+        for (path, cmd) in all {
+            let argv = std::iter::once("xtask".to_string()).chain(path.iter().cloned()).chain(["--help".into()]);
+            let err = Flags::try_parse_from(argv).expect_err("--help stops parsing");
+            assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp, "{path:?}");
+            assert_eq!(err.exit_code(), 0, "{path:?}");
+            let help = err.render().to_string();
+            assert!(!help.contains("[ARGS]..."), "{path:?} still takes raw arguments:\n{help}");
+            for arg in cmd.get_arguments() {
+                if let Some(long) = arg.get_long() {
+                    assert!(help.contains(&format!("--{long}")), "{path:?} help lacks --{long}:\n{help}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn usage_errors_exit_2() {
+        for argv in [&["xtask", "matrix", "nosuchaxis"][..], &["xtask", "bench", "nosuchbench"], &["xtask", "images", "--nope"]] {
+            let err = Flags::try_parse_from(argv).expect_err("a usage error");
+            assert_eq!(err.exit_code(), 2, "{argv:?}");
+        }
+    }
+}
