@@ -3,14 +3,8 @@
 //! loaded (the cost per recording, not per process start). `cargo bench -p harness --bench unwind`.
 //! `cargo xtask bench unwind` times the same work against `perf script` side by side.
 
-use std::path::{Path, PathBuf};
-
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use harness::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
-
-fn no_path(_: &Path) -> Option<PathBuf> {
-    None
-}
+use harness::unwind::{StackUnwinder, unwind_perf_data_with};
 
 fn bench(c: &mut Criterion) {
     let dir = harness::shared_dir().join("fixtures/perf");
@@ -23,19 +17,7 @@ fn bench(c: &mut Criterion) {
         eprintln!("SKIP bench unwind: {} is missing", data.display());
         return;
     }
-    let opts = UnwindOptions {
-        // Every process of the system-wide recording: 398 samples, 96 of them the .NET app's.
-        pids: None,
-        perf_maps: [(28884, dir.join("perf-offcpu-dwarf.perf-28884.map"))].into_iter().collect(),
-        search_dirs: vec![
-            dir.join("dsos"),
-            dotnet.root.join("shared/Microsoft.NETCore.App/10.0.12"),
-            dotnet.root.join("host/fxr/10.0.12"),
-            dotnet.root.clone(),
-        ],
-        path_map: &no_path,
-        ..Default::default()
-    };
+    let opts = harness::bench::unwind::fixture_options(&dir, &dotnet);
     let mut unwinder = StackUnwinder::new(opts);
     let first = unwind_perf_data_with(&data, &mut unwinder).expect("fixture decodes");
     let with_stack = first.samples.iter().filter(|s| s.user_stack_bytes > 0).count() as u64;

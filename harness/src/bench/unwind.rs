@@ -19,10 +19,29 @@ pub struct Options {
     pub runs: usize,
 }
 
-const APP_PID: u32 = 28884;
+/// The .NET app's pid in the recorded off-CPU fixture (perf-offcpu-dwarf.data).
+pub const APP_PID: u32 = 28884;
 
 fn no_path(_: &Path) -> Option<PathBuf> {
     None
+}
+
+/// How the off-CPU fixture in `fixtures` (../shared/fixtures/perf) is unwound, here and by the
+/// criterion bench: every process of the system-wide recording (398 samples, 96 of them the .NET
+/// app's), JIT names from the app's perf map, images from the fixture's `dsos/` and the SDK.
+pub fn fixture_options(fixtures: &Path, dotnet: &crate::dotnet::Dotnet) -> UnwindOptions<'static> {
+    UnwindOptions {
+        pids: None,
+        perf_maps: [(APP_PID, fixtures.join(format!("perf-offcpu-dwarf.perf-{APP_PID}.map")))].into_iter().collect(),
+        search_dirs: vec![
+            fixtures.join("dsos"),
+            dotnet.root.join("shared/Microsoft.NETCore.App/10.0.12"),
+            dotnet.root.join("host/fxr/10.0.12"),
+            dotnet.root.clone(),
+        ],
+        path_map: &no_path,
+        ..Default::default()
+    }
 }
 
 pub fn run(opts: &Options) -> Result<()> {
@@ -40,18 +59,7 @@ pub fn run(opts: &Options) -> Result<()> {
     if !tmp_map.is_file() {
         std::fs::copy(&map, &tmp_map).with_context(|| format!("could not copy {} to /tmp", map.display()))?;
     }
-    let unwind_opts = || UnwindOptions {
-        pids: None,
-        perf_maps: [(APP_PID, map.clone())].into_iter().collect(),
-        search_dirs: vec![
-            fixtures.join("dsos"),
-            dotnet.root.join("shared/Microsoft.NETCore.App/10.0.12"),
-            dotnet.root.join("host/fxr/10.0.12"),
-            dotnet.root.clone(),
-        ],
-        path_map: &no_path,
-        ..Default::default()
-    };
+    let unwind_opts = || fixture_options(&fixtures, &dotnet);
 
     // Ours, cold (a new unwinder per run: images read again, as perf script reads them).
     let mut ours = Vec::new();
