@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod expect;
+
+pub use expect::{CheckKind, Expectation, FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
+
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
@@ -125,227 +129,6 @@ impl CollectorSpec {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShareMode {
-    /// A sample counts for a method when the method is anywhere on its stack.
-    #[default]
-    Inclusive,
-    /// A sample counts for a method only when the method is its leaf frame.
-    Leaf,
-}
-
-/// An expectation. `collector` picks which collector's data it reads (default: the first).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Expectation {
-    /// A frame matching `pattern` (regex over resolved names, code versions merged) is present
-    /// (or absent) in at least `min_share` of the samples.
-    Frame {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        pattern: String,
-        #[serde(default = "yes")]
-        present: bool,
-        #[serde(default)]
-        leaf_only: bool,
-        #[serde(default)]
-        min_share: Option<f64>,
-        /// Only samples of the thread whose id truth.json gives at this path (e.g. the blocked
-        /// thread of the off-CPU workload). Tids are as the collector's pid namespace sees them.
-        #[serde(default)]
-        tid_truth: Option<String>,
-        /// Only samples of this kind (`blocked` / `preempted` off-CPU samples, `managed` /
-        /// `external` SampleProfiler samples).
-        #[serde(default)]
-        sample_kind: Option<String>,
-    },
-    /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
-    /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.
-    Share {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        method: String,
-        among: Vec<String>,
-        truth: String,
-        #[serde(default)]
-        mode: ShareMode,
-        #[serde(default)]
-        sample_kind: Option<String>,
-        #[serde(default)]
-        tolerance_pts: Option<f64>,
-        #[serde(default)]
-        min_samples: Option<u64>,
-    },
-    /// Share of `method` among `among` is at least `min` (fraction; "≈ only X" uses 0.9).
-    ShareAtLeast {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        method: String,
-        among: Vec<String>,
-        min: f64,
-        #[serde(default)]
-        mode: ShareMode,
-        #[serde(default)]
-        sample_kind: Option<String>,
-        #[serde(default)]
-        min_samples: Option<u64>,
-    },
-    /// Resolved-frame ratio for a DSO class (`jit`, `r2r`, `runtime_native`, `libc`, `kernel`,
-    /// `managed` = jit + r2r) at least `min` and/or at most `max`.
-    Resolved {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        class: String,
-        #[serde(default)]
-        min: Option<f64>,
-        #[serde(default)]
-        max: Option<f64>,
-        /// Count leaf frames only (the default) or every frame.
-        #[serde(default = "yes")]
-        leaf_only: bool,
-    },
-    /// Count of events named `event` (version suffix ignored) against literal bounds or truth.
-    EventCount {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        event: String,
-        #[serde(default)]
-        provider: Option<String>,
-        #[serde(default)]
-        min: Option<u64>,
-        #[serde(default)]
-        max: Option<u64>,
-        /// Count must be ≥ this truth value.
-        #[serde(default)]
-        at_least_truth: Option<String>,
-        /// Count must equal this truth value within `tolerance`.
-        #[serde(default)]
-        equals_truth: Option<String>,
-        #[serde(default)]
-        tolerance: Option<u64>,
-    },
-    /// |count(a) − count(b)| ≤ max_diff.
-    EventBalance {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        a: String,
-        b: String,
-        #[serde(default = "two")]
-        max_diff: u64,
-    },
-    /// Exceptions by "type: message" equal truth's map at `truth` exactly.
-    Exceptions {
-        #[serde(default)]
-        name: Option<String>,
-        #[serde(default)]
-        collector: Option<String>,
-        truth: String,
-        /// Only exception types matching this regex are compared.
-        #[serde(default)]
-        type_pattern: Option<String>,
-    },
-    /// A run metric (manifest `metrics`) within bounds.
-    Metric {
-        #[serde(default)]
-        name: Option<String>,
-        metric: String,
-        #[serde(default)]
-        min: Option<f64>,
-        #[serde(default)]
-        max: Option<f64>,
-    },
-    /// Two collectors agree on an event count within `tolerance`.
-    AgreeCount {
-        #[serde(default)]
-        name: Option<String>,
-        event: String,
-        collectors: Vec<String>,
-        #[serde(default = "two")]
-        tolerance: u64,
-    },
-    /// Two collectors name the same hot methods: each ranks the managed methods of assemblies
-    /// matching `assembly` by sample weight, and their top `top` lists share at least
-    /// `min_common` names. Besides, every method of the first collector's top list that was
-    /// named mostly from a ReadyToRun image must be known to the second under the same name —
-    /// among its frames or the names its symbol source listed (a perf map lists every method the
-    /// JIT compiled, sampled or not) — so precompiled frames are not merely ranked alike but
-    /// spelled as the runtime spells them.
-    AgreeFrames {
-        #[serde(default)]
-        name: Option<String>,
-        /// Exactly two collectors.
-        collectors: Vec<String>,
-        /// Regex over a frame's assembly (`System.Private.CoreLib`, `framework` …); the default
-        /// is the shared framework's assemblies.
-        #[serde(default = "framework_assemblies")]
-        assembly: String,
-        /// `leaf`: a sample counts for the managed frame nearest its leaf (native helpers below it
-        /// count for it, as EventPipe stacks hold managed frames only); `inclusive`: for every
-        /// managed method on its stack, once.
-        #[serde(default = "leaf")]
-        mode: ShareMode,
-        /// How names compare (code versions are merged either way).
-        #[serde(default)]
-        names: NameMatch,
-        #[serde(default = "ten")]
-        top: usize,
-        min_common: usize,
-        /// At least this many of the first collector's top methods must be named mostly from
-        /// ReadyToRun images: a comparison meant to check precompiled frames must see some.
-        #[serde(default)]
-        min_r2r: Option<usize>,
-        /// Collector → sample kind to count (e.g. `{ eventpipe = "managed" }`: SampleProfiler
-        /// samples blocked threads too, which on-CPU perf never sees).
-        #[serde(default)]
-        sample_kinds: BTreeMap<String, String>,
-    },
-}
-
-/// How [`Expectation::AgreeFrames`] compares method names.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NameMatch {
-    /// The full name as the collector spells it (perf map and ReadyToRun resolver alike).
-    #[default]
-    Exact,
-    /// `Namespace.Type::Method/ARITY`: across spellings (EventPipe's parameter types are spelled
-    /// differently from the perf map's).
-    MethodAndArity,
-}
-
-/// The assemblies of the .NET shared framework (Microsoft.NETCore.App, Microsoft.AspNetCore.App).
-pub const FRAMEWORK_ASSEMBLIES: &str = r"^(System|Microsoft)(\.|$)|^(mscorlib|netstandard)$";
-
-fn framework_assemblies() -> String {
-    FRAMEWORK_ASSEMBLIES.to_string()
-}
-fn leaf() -> ShareMode {
-    ShareMode::Leaf
-}
-fn ten() -> usize {
-    10
-}
-
-fn yes() -> bool {
-    true
-}
-fn two() -> u64 {
-    2
-}
-
 impl Scenario {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
         let scenario: Scenario =
@@ -398,12 +181,7 @@ impl Scenario {
             bail!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>());
         }
         for e in &self.expectations {
-            for c in e.collectors() {
-                if !names.contains(c) {
-                    bail!("an expectation reads collector `{c}`, which the scenario does not have");
-                }
-            }
-            e.compile_patterns()?;
+            e.validate(&names)?;
         }
         for group in self.run_groups() {
             self.run_env(&group)?;
@@ -446,58 +224,6 @@ impl Scenario {
         } else {
             self.runs.clone()
         }
-    }
-}
-
-impl Expectation {
-    pub fn collector(&self) -> Option<&str> {
-        match self {
-            Expectation::Frame { collector, .. }
-            | Expectation::Share { collector, .. }
-            | Expectation::ShareAtLeast { collector, .. }
-            | Expectation::Resolved { collector, .. }
-            | Expectation::EventCount { collector, .. }
-            | Expectation::EventBalance { collector, .. }
-            | Expectation::Exceptions { collector, .. } => collector.as_deref(),
-            Expectation::Metric { .. } | Expectation::AgreeCount { .. } | Expectation::AgreeFrames { .. } => None,
-        }
-    }
-
-    /// Every collector the expectation reads.
-    pub fn collectors(&self) -> Vec<&str> {
-        match self {
-            Expectation::AgreeCount { collectors, .. } | Expectation::AgreeFrames { collectors, .. } => {
-                collectors.iter().map(String::as_str).collect()
-            }
-            other => other.collector().into_iter().collect(),
-        }
-    }
-
-    fn compile_patterns(&self) -> Result<()> {
-        let pats: Vec<&String> = match self {
-            Expectation::Frame { pattern, .. } => vec![pattern],
-            Expectation::Share { method, among, .. } | Expectation::ShareAtLeast { method, among, .. } => {
-                std::iter::once(method).chain(among.iter()).collect()
-            }
-            Expectation::Exceptions { type_pattern: Some(p), .. } => vec![p],
-            Expectation::AgreeFrames { assembly, .. } => vec![assembly],
-            _ => vec![],
-        };
-        for p in pats {
-            regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
-        }
-        if let Expectation::AgreeFrames { collectors, top, min_common, min_r2r, sample_kinds, .. } = self {
-            if collectors.len() != 2 {
-                bail!("agree_frames compares exactly two collectors, got {collectors:?}");
-            }
-            if *top == 0 || *min_common > *top || min_r2r.is_some_and(|m| m > *top) {
-                bail!("agree_frames needs 0 < top, min_common ≤ top and min_r2r ≤ top (top {top}, min_common {min_common}, min_r2r {min_r2r:?})");
-            }
-            if let Some(c) = sample_kinds.keys().find(|k| !collectors.contains(k)) {
-                bail!("agree_frames `sample_kinds` names `{c}`, which is not one of its collectors {collectors:?}");
-            }
-        }
-        Ok(())
     }
 }
 
@@ -572,40 +298,6 @@ mod tests {
         );
         let err = Scenario::from_toml(&one_run, Path::new("x.toml")).unwrap_err();
         assert!(format!("{err:#}").contains("set B differently"), "{err:#}");
-    }
-
-    #[test]
-    fn agree_frames_is_checked_when_loaded() {
-        let base = r#"
-            name = "x"
-            workload = "framework"
-            [[collector]]
-            kind = "perf-cpu"
-            [[collector]]
-            kind = "eventpipe"
-            profile = "thread-time"
-            [[expect]]
-            kind = "agree_frames"
-        "#;
-        let ok = format!("{base}collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 8\nsample_kinds = {{ eventpipe = \"managed\" }}\n");
-        let s = Scenario::from_toml(&ok, Path::new("x.toml")).unwrap();
-        match &s.expectations[0] {
-            Expectation::AgreeFrames { top, mode, names, assembly, .. } => {
-                assert_eq!((*top, *mode, *names), (10, ShareMode::Leaf, NameMatch::Exact));
-                assert!(regex::Regex::new(assembly).unwrap().is_match("System.Private.CoreLib"));
-                assert!(!regex::Regex::new(assembly).unwrap().is_match("framework"));
-            }
-            other => panic!("{other:?}"),
-        }
-        for (bad, why) in [
-            ("collectors = [\"perf-cpu\", \"lttng\"]\nmin_common = 8\n", "collector `lttng`"),
-            ("collectors = [\"perf-cpu\"]\nmin_common = 8\n", "exactly two"),
-            ("collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 11\n", "min_common ≤ top"),
-            ("collectors = [\"perf-cpu\", \"eventpipe\"]\nmin_common = 8\nsample_kinds = { dotnet-trace = \"managed\" }\n", "not one of its collectors"),
-        ] {
-            let err = Scenario::from_toml(&format!("{base}{bad}"), Path::new("x.toml")).unwrap_err();
-            assert!(format!("{err:#}").contains(why), "{bad}: {err:#}");
-        }
     }
 
     #[test]
