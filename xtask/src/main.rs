@@ -3,6 +3,7 @@
 
 mod bench;
 mod ci;
+mod codegen;
 mod doctor;
 mod images;
 mod list;
@@ -63,6 +64,12 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Regenerate the tables generated from the runtime's event manifest (eventpipe, LTTng).
+    Codegen {
+        /// Only check that the committed files are what the generator writes.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -86,6 +93,7 @@ fn main() -> std::process::ExitCode {
         Task::Trace { args } => trace::run(&sh, &args),
         Task::Report { args } => report::run(&sh, &args),
         Task::Ci { args } => ci::run(&sh, &args),
+        Task::Codegen { check } => codegen::run(&sh, check),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
