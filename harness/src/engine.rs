@@ -445,7 +445,7 @@ fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec
             details: Vec::new(),
         });
     }
-    checks.extend(scenario.expectations.iter().map(|e| assert::evaluate(e, &ev)));
+    checks.extend(scenario.expectations.iter().map(|e| e.evaluate(&ev)));
     let failed: Vec<&Check> = checks.iter().filter(|c| c.verdict == Verdict::Fail).collect();
     if failed.is_empty() {
         (Verdict::Pass, None, checks)
@@ -525,7 +525,7 @@ fn resolution_json(c: &Collection) -> serde_json::Value {
 
 /// One table per distinct set of compared methods in the scenario's share expectations.
 fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::ShareTable> {
-    use crate::scenario::{Expectation, ShareMode};
+    use crate::scenario::{CheckKind, ShareMode};
     // Per set of compared methods: its mode, the truth path per method, and the sample kind each
     // collector's expectation asked for (off-CPU rows count blocked time, not preemption).
     struct Set {
@@ -539,14 +539,13 @@ fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::Sha
     let mut truths: BTreeMap<String, String> = BTreeMap::new();
     let first = state.collections.first().map(|c| c.collector.clone()).unwrap_or_default();
     for e in &scenario.expectations {
-        let (among, mode, kind, collector, scored) = match e {
-            Expectation::Share { among, mode, sample_kind, method, truth, collector, .. } => {
-                truths.insert(method.clone(), truth.clone());
-                (among, mode, sample_kind, collector, true)
+        let collector = &e.collector;
+        let (among, mode, kind, scored) = match &e.check {
+            CheckKind::Share(s) => {
+                truths.insert(s.method.clone(), s.truth.clone());
+                (&s.among, &s.mode, &s.sample_kind, true)
             }
-            Expectation::ShareAtLeast { among, mode, sample_kind, collector, .. } => {
-                (among, mode, sample_kind, collector, false)
-            }
+            CheckKind::ShareAtLeast(s) => (&s.among, &s.mode, &s.sample_kind, false),
             _ => continue,
         };
         let idx = match sets.iter().position(|s| &s.among == among) {

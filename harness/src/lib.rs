@@ -39,6 +39,8 @@ pub mod caps;
 pub mod bench;
 pub mod inspect;
 pub mod workflow;
+/// The tables generated from the runtime's event manifest (`cargo xtask codegen`).
+pub mod codegen;
 pub mod progress;
 pub mod testing;
 

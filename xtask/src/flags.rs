@@ -43,6 +43,15 @@ pub enum Task {
         #[command(subcommand)]
         what: Ci,
     },
+    /// Regenerate the tables made from the runtime's event manifest (eventpipe's manifest.rs, LTTng's events.rs).
+    Codegen(Codegen),
+}
+
+#[derive(Args, Debug)]
+pub struct Codegen {
+    /// Only compare the committed files with what the generator writes; exit 2 and name them when they differ.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Args, Debug)]

@@ -5,6 +5,7 @@
 
 mod bench;
 mod ci;
+mod codegen;
 mod doctor;
 mod flags;
 mod images;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
             Task::Trace { what } => done(trace::run(&sh, what)),
             Task::Report(f) => done(report::run(&sh, f)),
             Task::Ci { what } => done(ci::run(&sh, what)),
+            Task::Codegen(f) => done(codegen::run(&sh, f.check)),
         }
     });
     result.unwrap_or_else(|e| {

@@ -1,0 +1,316 @@
+//! Scenarios are data: `scenarios/<name>.toml` names the workload, the collectors, the target and
+//! the expectations. A user points one at their own app with `workload = { dll = "…" }` or
+//! `workload = { project = "…" }` and their own expectations file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+mod expect;
+
+pub use expect::{CheckKind, Expectation, FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub workload: WorkloadRef,
+    /// Arguments passed to the workload (after the ones the engine adds: --truth, --go-file).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for the app.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// `host`, `container` or `sidecar`; absent = container when a Docker daemon answers, else host.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Base image for container targets (`bullseye`, `bookworm`, `trixie`).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Capabilities for container targets; absent = the least set measured to work.
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// Hard limit for the app's run, seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    #[serde(rename = "collector", default)]
+    pub collectors: Vec<CollectorSpec>,
+    #[serde(rename = "expect", default)]
+    pub expectations: Vec<Expectation>,
+    /// Free-form notes shown in summary.md (what the scenario demonstrates).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// HTTP load on loopback while the app runs (web workloads that print
+    /// `TRACELAB LISTENING http://127.0.0.1:PORT`).
+    #[serde(default)]
+    pub load: Option<LoadSpec>,
+    /// Collectors that would perturb each other run in separate runs of the same workload (with
+    /// the same arguments and load): e.g. EventPipe's SampleProfiler suspends every managed thread
+    /// each millisecond, which an off-CPU view of the same run would count as blocked time.
+    /// Each inner list names the collectors of one run; empty = one run with every collector.
+    #[serde(default)]
+    pub runs: Vec<Vec<String>>,
+}
+
+/// Equal load on each route, from a loopback load generator, bounded in time.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    pub routes: Vec<String>,
+    #[serde(default = "five")]
+    pub connections_per_route: u32,
+    pub seconds: f64,
+}
+
+fn five() -> u32 {
+    5
+}
+
+fn default_timeout() -> u64 {
+    120
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum WorkloadRef {
+    /// A workload of this repository: `workloads/<name>`.
+    Named(String),
+    /// A user's project folder (built with `dotnet build`) or a built dll.
+    Path {
+        #[serde(default)]
+        project: Option<PathBuf>,
+        #[serde(default)]
+        dll: Option<PathBuf>,
+        /// Publish ReadyToRun (precompiled) instead of a plain build.
+        #[serde(default)]
+        ready_to_run: bool,
+    },
+}
+
+/// One collector of a scenario: a kind plus kind-specific options (frequency, profile …),
+/// which the collector reads itself.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct CollectorSpec {
+    pub kind: String,
+    /// Name in results; defaults to the kind.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Environment of the app in the run this collector observes, over the scenario's `env`
+    /// (e.g. `{ DOTNET_ReadyToRun = "0" }` for a ground-truth run in which the JIT compiles every
+    /// framework method). Collectors sharing a run must not disagree on a variable.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(flatten)]
+    pub options: toml::Table,
+}
+
+impl CollectorSpec {
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.kind)
+    }
+    pub fn opt_str(&self, key: &str) -> Option<&str> {
+        self.options.get(key).and_then(|v| v.as_str())
+    }
+    pub fn opt_u64(&self, key: &str) -> Option<u64> {
+        self.options.get(key).and_then(|v| v.as_integer()).map(|v| v as u64)
+    }
+    pub fn opt_bool(&self, key: &str) -> Option<bool> {
+        self.options.get(key).and_then(|v| v.as_bool())
+    }
+    pub fn opt_strings(&self, key: &str) -> Option<Vec<String>> {
+        self.options
+            .get(key)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+    }
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
+        let scenario: Scenario =
+            toml::from_str(text).with_context(|| format!("{} is not a valid scenario", origin.display()))?;
+        scenario.validate().with_context(|| format!("in {}", origin.display()))?;
+        Ok(scenario)
+    }
+
+    pub fn load(path: &Path) -> Result<Scenario> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Scenario::from_toml(&text, path)
+    }
+
+    /// `scenarios/<name>.toml`, or a path to a TOML file.
+    pub fn find(name_or_path: &str) -> Result<Scenario> {
+        let as_path = Path::new(name_or_path);
+        if name_or_path.ends_with(".toml") || as_path.is_file() {
+            return Scenario::load(as_path);
+        }
+        let path = crate::project_root().join("scenarios").join(format!("{name_or_path}.toml"));
+        if !path.is_file() {
+            let known = list_names().unwrap_or_default().join(", ");
+            bail!("no scenario `{name_or_path}` ({} does not exist); known: {known}", path.display());
+        }
+        Scenario::load(&path)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.collectors.is_empty() {
+            bail!("scenario `{}` names no [[collector]]", self.name);
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for c in &self.collectors {
+            if !names.insert(c.name().to_string()) {
+                bail!("two collectors are named `{}`: give one a `name`", c.name());
+            }
+        }
+        let mut grouped = std::collections::BTreeSet::new();
+        for group in &self.runs {
+            for c in group {
+                if !names.contains(c.as_str()) {
+                    bail!("`runs` names collector `{c}`, which the scenario does not have");
+                }
+                if !grouped.insert(c.clone()) {
+                    bail!("`runs` names collector `{c}` twice: each collector belongs to one run");
+                }
+            }
+        }
+        if !self.runs.is_empty() && grouped.len() != names.len() {
+            bail!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>());
+        }
+        for e in &self.expectations {
+            e.validate(&names)?;
+        }
+        for group in self.run_groups() {
+            self.run_env(&group)?;
+        }
+        if let Some(t) = &self.target {
+            crate::run::TargetKind::parse(t)?;
+        }
+        Ok(())
+    }
+}
+
+impl Scenario {
+    /// The app's environment for the run of `group` (collector names): the scenario's `env`,
+    /// then the collectors' own `env`. Collectors of one run that disagree on a variable are an
+    /// error: one app cannot run both ways.
+    pub fn run_env(&self, group: &[String]) -> Result<BTreeMap<String, String>> {
+        let mut env = self.env.clone();
+        let mut set_by: BTreeMap<&str, &str> = BTreeMap::new();
+        for spec in self.collectors.iter().filter(|c| group.iter().any(|g| g == c.name())) {
+            for (k, v) in &spec.env {
+                if let Some(other) = set_by.get(k.as_str())
+                    && env.get(k) != Some(v)
+                {
+                    bail!(
+                        "collectors `{other}` and `{}` share a run but set {k} differently: put them in separate `runs`",
+                        spec.name()
+                    );
+                }
+                set_by.insert(k, spec.name());
+                env.insert(k.clone(), v.clone());
+            }
+        }
+        Ok(env)
+    }
+
+    /// The collectors of each run, by name.
+    pub fn run_groups(&self) -> Vec<Vec<String>> {
+        if self.runs.is_empty() {
+            vec![self.collectors.iter().map(|c| c.name().to_string()).collect()]
+        } else {
+            self.runs.clone()
+        }
+    }
+}
+
+/// Names of the scenarios under `scenarios/`.
+pub fn list_names() -> Result<Vec<String>> {
+    let dir = crate::project_root().join("scenarios");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            names.push(path.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_checked_in_scenario_parses() {
+        for name in list_names().unwrap() {
+            Scenario::find(&name).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn unknown_collector_reference_is_rejected() {
+        let text = r#"
+            name = "x"
+            workload = "cpu-bound"
+            [[collector]]
+            kind = "perf-cpu"
+            [[expect]]
+            kind = "resolved"
+            collector = "eventpipe"
+            class = "jit"
+            min = 0.9
+        "#;
+        let err = Scenario::from_toml(text, Path::new("x.toml")).unwrap_err();
+        assert!(format!("{err:#}").contains("collector `eventpipe`"), "{err:#}");
+    }
+
+    #[test]
+    fn collector_env_applies_to_its_run_and_conflicts_are_rejected() {
+        let text = r#"
+            name = "x"
+            workload = "framework"
+            env = { A = "1", B = "scenario" }
+            runs = [["perf-cpu"], ["jit-only"]]
+            [[collector]]
+            kind = "perf-cpu"
+            [[collector]]
+            kind = "perf-cpu"
+            name = "jit-only"
+            env = { DOTNET_ReadyToRun = "0", B = "collector" }
+        "#;
+        let s = Scenario::from_toml(text, Path::new("x.toml")).unwrap();
+        // `env` is the collector's, not a perf option (perf-cpu rejects unknown options).
+        assert!(s.collectors[1].options.get("env").is_none());
+        let first = s.run_env(&["perf-cpu".into()]).unwrap();
+        assert_eq!(first.get("DOTNET_ReadyToRun"), None);
+        let second = s.run_env(&["jit-only".into()]).unwrap();
+        assert_eq!(second["DOTNET_ReadyToRun"], "0");
+        assert_eq!((second["A"].as_str(), second["B"].as_str()), ("1", "collector"));
+        // Without `runs`, both collectors would watch one app that cannot run both ways.
+        let one_run = text.replace(r#"runs = [["perf-cpu"], ["jit-only"]]"#, "").replace(
+            "[[collector]]\n            kind = \"perf-cpu\"\n            [[collector]]",
+            "[[collector]]\n            kind = \"perf-cpu\"\n            env = { B = \"other\" }\n            [[collector]]",
+        );
+        let err = Scenario::from_toml(&one_run, Path::new("x.toml")).unwrap_err();
+        assert!(format!("{err:#}").contains("set B differently"), "{err:#}");
+    }
+
+    #[test]
+    fn user_workload_by_path() {
+        let text = r#"
+            name = "mine"
+            workload = { dll = "/srv/app/My.dll" }
+            [[collector]]
+            kind = "perf-cpu"
+            frequency = 499
+        "#;
+        let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
+        assert!(matches!(s.workload, WorkloadRef::Path { dll: Some(_), .. }));
+        assert_eq!(s.collectors[0].opt_u64("frequency"), Some(499));
+    }
+}
