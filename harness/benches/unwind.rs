@@ -13,7 +13,7 @@ fn no_path(_: &Path) -> Option<PathBuf> {
 }
 
 fn bench(c: &mut Criterion) {
-    let dir = harness::shared_dir().join("fixtures/perf");
+    let dir = tracelab_fixtures::fixtures_dir().join("perf");
     let data = dir.join("perf-offcpu-dwarf.data");
     let Ok(dotnet) = harness::dotnet::Dotnet::locate_or_install() else {
         eprintln!("SKIP bench unwind: no .NET SDK (its libcoreclr.so is needed)");
