@@ -2,7 +2,7 @@
 //! checked and decoded into owned records.
 //!
 //! linux-perf-data reads the header, attributes and feature sections; before it sees a file,
-//! [`check`] tests every section, count and record size against the file (the crate allocates
+//! [`check()`] tests every section, count and record size against the file (the crate allocates
 //! whatever they claim, and a failed allocation aborts the process). The data section is then
 //! walked here over the borrowed (mapped) bytes, two halves on two threads, each record parsed by
 //! linux-perf-event-reader. Every error names the file and the byte offset where it goes wrong.

@@ -3,7 +3,7 @@
 
 use crate::recording::PerfSample;
 
-/// The order of [`PerfRecording::samples`].
+/// The order of [`PerfRecording::samples`](crate::PerfRecording::samples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleOrder {
     /// By timestamp, ties in file order: what a timeline needs (perf writes each CPU's buffer
