@@ -24,7 +24,7 @@ fn input() -> Input {
         let pid: u32 = meta.trim().parse().unwrap();
         return Input { data: std::fs::read(big.join("perf.data")).unwrap(), artifacts: big, host_pid: pid, target_pid: pid, _dir: None };
     }
-    let fixtures = harness::shared_dir().join("fixtures/perf");
+    let fixtures = tracelab_fixtures::fixture("perf");
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(fixtures.join("perf-container.perf-1.map"), dir.path().join("perf-1.map")).unwrap();
     std::fs::copy(fixtures.join("perf-container.data"), dir.path().join("perf.data")).unwrap();

@@ -7,7 +7,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use harness::unwind::{StackUnwinder, unwind_perf_data_with};
 
 fn bench(c: &mut Criterion) {
-    let dir = harness::shared_dir().join("fixtures/perf");
+    let dir = tracelab_fixtures::fixtures_dir().join("perf");
     let data = dir.join("perf-offcpu-dwarf.data");
     let Ok(dotnet) = harness::dotnet::Dotnet::locate_or_install() else {
         eprintln!("SKIP bench unwind: no .NET SDK (its libcoreclr.so is needed)");

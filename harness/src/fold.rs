@@ -1,6 +1,8 @@
 //! Stacks for people: folded stacks (`root;…;leaf COUNT`, Brendan Gregg's format) with code
 //! versions of a method merged, flame graphs (inferno), speedscope JSON, and the per-DSO-class
-//! resolution report the assert stage and the manifest read.
+//! resolution report the assert stage and the manifest read. Also the streaming path from a
+//! perf.data file straight to folded stacks ([`fold_perf_file`]), which names each distinct
+//! callchain once instead of building model samples.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -9,6 +11,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Collection, DsoClass, Frame, merge_code_version};
+use crate::symbolize::{DecodeContext, Symbolizer};
+use perfdata::{ChainCounts, PerfRecording, chain_frames};
 
 /// A frame's label in folded stacks: its name with the code version merged, else
 /// `[unknown] (dso)`. Separators of the folded format are replaced.
@@ -340,6 +344,68 @@ pub fn resolution_report(coll: &Collection) -> ResolutionReport {
     report
 }
 
+/// Folded stacks of a perf.data file, with what named them.
+pub struct PerfFold {
+    pub folded: std::collections::BTreeMap<String, u64>,
+    pub samples: u64,
+    pub distinct_callchains: usize,
+    pub sources: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// perf.data → folded stacks, streaming: samples are counted by raw callchain straight from the
+/// mapped file (two threads, one per half of the data section), the slow symbol sources are read
+/// meanwhile on a third ([`crate::symbolize::prefetch_job`]), and each distinct chain is named
+/// once. No per-sample structure is built: for folding, that was most of the cost. What
+/// `cargo xtask trace fold` and `cargo xtask bench perf` run.
+pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
+    let ChainCounts { recording: rec, chains } =
+        ChainCounts::read_with(path, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+    let mut pids: Vec<u32> = chains.iter().map(|c| c.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let kernel_frames = chains.iter().any(|c| chain_frames(&c.chain, c.in_kernel).any(|f| f.in_kernel));
+    let mut symbolizer = Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
+    let samples = chains.iter().map(|c| c.count).sum();
+    let distinct_callchains = chains.len();
+    let folded = fold_chains(chains.iter().map(|c| (c.pid, c.in_kernel, c.chain.as_slice(), c.count)), &mut symbolizer);
+    Ok(PerfFold { folded, samples, distinct_callchains, sources: symbolizer.sources.clone(), warnings: symbolizer.warnings.clone() })
+}
+
+/// perf.data → folded stacks without building model samples: frames are interned per address
+/// and equal stacks counted before any label is built (what `cargo xtask bench perf` times).
+/// Folding only counts, so `rec` may be in either [`SampleOrder`].
+pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> std::collections::BTreeMap<String, u64> {
+    // Samples of a busy loop repeat the same raw callchain: count them before naming anything,
+    // so each distinct chain's addresses are looked up once.
+    let mut chains: rustc_hash::FxHashMap<(u32, bool, &[u64]), u64> = Default::default();
+    for s in &rec.samples {
+        *chains.entry((s.pid, s.in_kernel, rec.callchain(s))).or_default() += 1;
+    }
+    fold_chains(chains.into_iter().map(|((pid, in_kernel, chain), n)| (pid, in_kernel, chain, n)), symbolizer)
+}
+
+/// Folds distinct (pid, sampled in the kernel, raw callchain, count): names every address once
+/// (symbol sources read in parallel first), then labels each distinct frame once.
+fn fold_chains<'c>(
+    chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>,
+    symbolizer: &mut Symbolizer,
+) -> std::collections::BTreeMap<String, u64> {
+    let chains: Vec<(u32, bool, &[u64], u64)> = chains.collect();
+    symbolizer.preload(
+        chains.iter().flat_map(|&(pid, in_kernel, chain, _)| chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))),
+    );
+    let stacks: Vec<(Vec<u32>, u64)> = chains
+        .iter()
+        .map(|&(pid, in_kernel, chain, count)| {
+            (chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)).collect(), count)
+        })
+        .collect();
+    fold_interned(stacks.iter().map(|(ids, count)| (ids.as_slice(), *count)), |id| {
+        frame_label(symbolizer.frame_by_id(id))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +483,61 @@ mod tests {
         assert!(write_folded(&c, dir.path()).unwrap().ends_with("stacks/perf-cpu.folded"));
         write_all(&c, dir.path(), &dir.path().join("stacks")).unwrap();
         assert!(dir.path().join("perf-cpu.speedscope.json").is_file());
+    }
+}
+
+/// Damaged perf.data through the streaming fold (the decoder's own answers are the perfdata
+/// crate's tests).
+#[cfg(test)]
+mod malformed {
+    use std::path::Path;
+
+    use proptest::prelude::*;
+
+    fn fixture_bytes() -> &'static [u8] {
+        static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        BYTES.get_or_init(|| std::fs::read(tracelab_fixtures::fixture("perf/perf-offcpu.data")).unwrap())
+    }
+
+    /// The data section's (offset, size), from the header.
+    fn data_section(bytes: &[u8]) -> (usize, usize) {
+        let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap()) as usize;
+        (at(40), at(48))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// The streaming fold walks records and reads sample fields on its own: the same damage
+        /// must give it an error naming the file and offset, or stacks, never a panic.
+        #[test]
+        fn corrupted_perf_data_folds_or_errs_never_panics(
+            flips in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 1..16),
+            cut in 0.5f64..1.0,
+        ) {
+            let bytes = fixture_bytes();
+            let (offset, size) = data_section(bytes);
+            let mut corrupt = bytes.to_vec();
+            for (at, value) in flips {
+                corrupt[(offset + (at * size as f64) as usize).min(bytes.len() - 1)] = value;
+            }
+            corrupt.truncate((corrupt.len() as f64 * cut) as usize);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("bad.data");
+            std::fs::write(&path, &corrupt).unwrap();
+            let no_files = |_: &Path| -> Option<std::path::PathBuf> { None };
+            let ctx = crate::symbolize::DecodeContext {
+                artifacts: dir.path(),
+                app_tmp_dir: dir.path(),
+                host_pid: 0,
+                target_pid: 0,
+                path_map: &no_files,
+                symbol_dirs: &[],
+            };
+            if let Err(e) = super::fold_perf_file(&path, &ctx) {
+                let msg = format!("{e:#}");
+                prop_assert!(msg.contains("bad.data") && msg.contains("byte offset"), "error lacks file or offset: {}", msg);
+            }
+        }
     }
 }

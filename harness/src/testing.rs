@@ -54,3 +54,44 @@ pub fn prerequisites(test: &str, checks: &[&dyn Fn() -> Result<(), String>]) -> 
     }
     true
 }
+/// The fixture app (../shared/fixtures/FixtureApp), built for tests and benchmarks that need a
+/// real .NET process with a known CPU split.
+pub mod fixture_app {
+    use std::path::{Path, PathBuf};
+
+    use anyhow::{Context, Result, bail};
+
+    use crate::dotnet::Dotnet;
+
+    /// Builds FixtureApp into `out_dir/app` (sources copied to `out_dir/src`: the shared folder
+    /// is read-only and a build writes `obj/` beside the project). Reuses a previous build.
+    pub fn build(dotnet: &Dotnet, out_dir: &Path) -> Result<PathBuf> {
+        let dll = out_dir.join("app").join("FixtureApp.dll");
+        if dll.is_file() {
+            return Ok(dll);
+        }
+        let source = crate::shared_dir().join("fixtures").join("FixtureApp");
+        let src = out_dir.join("src");
+        std::fs::create_dir_all(&src).with_context(|| format!("cannot create {}", src.display()))?;
+        for file in ["FixtureApp.csproj", "Program.cs"] {
+            std::fs::copy(source.join(file), src.join(file))
+                .with_context(|| format!("cannot copy {} (is ../shared present?)", source.join(file).display()))?;
+        }
+        let out = dotnet
+            .command()
+            .args(["build", "-c", "Release", "-v", "q", "-nologo", "-o"])
+            .arg(out_dir.join("app"))
+            .arg(src.join("FixtureApp.csproj"))
+            .output()
+            .context("cannot run `dotnet build`")?;
+        if !out.status.success() || !dll.is_file() {
+            bail!(
+                "`dotnet build` of FixtureApp failed ({}):\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(dll)
+    }
+}

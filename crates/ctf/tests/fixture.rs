@@ -7,14 +7,8 @@ use std::path::PathBuf;
 use ctf::{Event, Trace, Value};
 use proptest::prelude::*;
 
-fn shared() -> PathBuf {
-    std::env::var_os("TRACELAB_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
-
 fn fixture_dir() -> PathBuf {
-    shared().join("fixtures/lttng/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit")
+    tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit")
 }
 
 fn value_text(v: &Value, out: &mut String) {
@@ -73,7 +67,7 @@ fn babeltrace_line(ev: &Event, prev: Option<i64>, hostname: &str) -> String {
 #[test]
 fn fixture_matches_babeltrace_text() {
     let dir = fixture_dir();
-    let expected = std::fs::read_to_string(shared().join("fixtures/lttng/ctf-bullseye-gc-exceptions.babeltrace.txt"))
+    let expected = std::fs::read_to_string(tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions.babeltrace.txt"))
         .expect("the LTTng fixture's babeltrace text");
     let expected: Vec<&str> = expected.lines().collect();
     let trace = Trace::open(&dir).unwrap();

@@ -2,16 +2,11 @@
 //! input). `cargo bench -p eventpipe`; the side-by-side comparison with TraceEvent is
 //! `cargo xtask bench nettrace`.
 
-use std::path::PathBuf;
-
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use eventpipe::{DecodeOptions, NettraceReader, decode};
 
 fn fixture(name: &str) -> Vec<u8> {
-    let dir = std::env::var_os("NETTRACE_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nettrace"));
-    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e} (set NETTRACE_FIXTURES)"))
+    std::fs::read(tracelab_fixtures::fixture(&format!("nettrace/{name}"))).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn benches(c: &mut Criterion) {

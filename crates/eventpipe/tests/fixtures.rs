@@ -1,6 +1,6 @@
 //! Decodes each real recording in shared/fixtures/nettrace and compares it with the golden file
 //! TraceEvent 4.0.0 wrote for it (shared/reference/TraceDump `summary`). The fixtures folder is
-//! `$NETTRACE_FIXTURES`, else `../../../shared/fixtures/nettrace` from this crate.
+//! found by tracelab-fixtures (`$TRACELAB_SHARED/fixtures/nettrace`, else ../shared beside the workspace).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,16 +9,13 @@ use eventpipe::{DecodeOptions, Decoded, SampleKind, Value, decode};
 use serde_json::Value as Json;
 
 fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("NETTRACE_FIXTURES") {
-        Some(d) => d.into(),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nettrace"),
-    }
+    tracelab_fixtures::fixture("nettrace")
 }
 
 fn load(name: &str) -> (Decoded, Json) {
     let dir = fixtures_dir();
     let path = dir.join(name);
-    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e} (set NETTRACE_FIXTURES)", path.display()));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e} (set TRACELAB_SHARED)", path.display()));
     let decoded = decode(std::io::BufReader::new(file), &DecodeOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     let golden_path = dir.join(format!("{name}.golden.json"));
     let golden: Json = serde_json::from_str(&std::fs::read_to_string(&golden_path).unwrap()).unwrap();

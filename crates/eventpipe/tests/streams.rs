@@ -259,10 +259,7 @@ fn read_all(bytes: &[u8]) -> Result<u64, Error> {
 fn real_recording() -> &'static [u8] {
     static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     BYTES.get_or_init(|| {
-        let dir = std::env::var_os("NETTRACE_FIXTURES")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/nettrace"));
-        std::fs::read(dir.join("fixture-jit-norundown.nettrace")).expect("fixture (set NETTRACE_FIXTURES)")
+        std::fs::read(tracelab_fixtures::fixture("nettrace/fixture-jit-norundown.nettrace")).unwrap()
     })
 }
 

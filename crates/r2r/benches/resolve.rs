@@ -8,7 +8,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use r2r::{ModuleCache, R2rImage};
 
 fn corelib() -> PathBuf {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/toolchains/install-dotnet.sh");
+    let script = tracelab_fixtures::shared_dir().join("toolchains/install-dotnet.sh");
     let out = std::process::Command::new("bash").arg(&script).output().expect("install-dotnet.sh");
     let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let base = root.join("shared/Microsoft.NETCore.App");

@@ -415,7 +415,7 @@ mod tests {
     /// The model view of a recorded trace: names without version suffix, decoded fields, frames.
     #[test]
     fn fixture_decodes_into_the_model() {
-        let path = crate::shared_dir().join("fixtures/nettrace/fixture-dotnet-common.nettrace");
+        let path = tracelab_fixtures::fixture("nettrace/fixture-dotnet-common.nettrace");
         let coll = decode_nettrace(&path, "eventpipe").unwrap();
         let gc_starts = coll.events.iter().filter(|e| e.name == "GCStart").count();
         assert_eq!(gc_starts, 22);

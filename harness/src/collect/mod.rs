@@ -8,14 +8,18 @@ pub mod offcpu;
 pub mod eventpipe;
 pub mod dotnet_trace;
 pub mod lttng;
+#[cfg(test)]
+mod perf_fixtures;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, bail};
 
 use crate::model::Collection;
 use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
+/// Decoding's inputs belong to symbolize (which reads them); collectors take them from there.
+pub use crate::symbolize::DecodeContext;
 
 /// A collector that cannot work in this environment for a reason the environment proves (the
 /// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).
@@ -36,22 +40,6 @@ impl std::error::Error for Unsupported {}
 /// The skip reason if `err` (or anything in its chain) is an [`Unsupported`].
 pub fn unsupported_reason(err: &anyhow::Error) -> Option<String> {
     err.chain().find_map(|e| e.downcast_ref::<Unsupported>()).map(|u| u.reason.clone())
-}
-
-/// What decoding may need besides the collector's own artifacts.
-pub struct DecodeContext<'a> {
-    /// The run's artifacts folder (host path).
-    pub artifacts: &'a Path,
-    /// Host folder where the app's /tmp was visible (perf maps, jitdump).
-    pub app_tmp_dir: &'a Path,
-    pub host_pid: u32,
-    /// The pid inside the app's namespace (names perf-PID.map).
-    pub target_pid: u32,
-    /// Maps a path as the target saw it to a host path where the same file can be read
-    /// (container runs: the image's files; host runs: identity).
-    pub path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
-    /// Symbol folders given with `--symbols DIR`.
-    pub symbol_dirs: &'a [PathBuf],
 }
 
 pub trait Collector {

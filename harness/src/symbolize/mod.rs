@@ -12,8 +12,6 @@ pub mod table;
 #[cfg(test)]
 mod malformed;
 #[cfg(test)]
-pub(crate) mod perf_fixtures;
-#[cfg(test)]
 mod split_debug;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,11 +19,26 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::collect::DecodeContext;
-use crate::collect::perf::{KERNEL_PID, PerfMmap, PerfRecording, PrefetchJob};
+use perfdata::{KERNEL_PID, PerfMmap, PerfRecording, PrefetchJob};
 use crate::model::{DsoClass, Frame};
 use elf::ElfSymbols;
 use table::SymbolTable;
+
+/// What decoding may need besides the collector's own artifacts.
+pub struct DecodeContext<'a> {
+    /// The run's artifacts folder (host path).
+    pub artifacts: &'a Path,
+    /// Host folder where the app's /tmp was visible (perf maps, jitdump).
+    pub app_tmp_dir: &'a Path,
+    pub host_pid: u32,
+    /// The pid inside the app's namespace (names perf-PID.map).
+    pub target_pid: u32,
+    /// Maps a path as the target saw it to a host path where the same file can be read
+    /// (container runs: the image's files; host runs: identity).
+    pub path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
+    /// Symbol folders given with `--symbols DIR`.
+    pub symbol_dirs: &'a [PathBuf],
+}
 
 /// Maps a file read-only. Recordings and the binaries they name run to tens of megabytes and
 /// are read once, front to back or sparsely: copying them into fresh heap pages cost more than

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::collect::DecodeContext;
-use crate::collect::perf::{ChainRange, PerfMmap, PerfRecording, PerfSample, PERF_CONTEXT_USER};
+use perfdata::{ChainRange, PERF_CONTEXT_USER, PerfMmap, PerfRecording, PerfSample};
+
+use crate::symbolize::DecodeContext;
 use crate::model::DsoClass;
 use crate::symbolize::Symbolizer;
 use crate::symbolize::elf::{ElfSymbols, hex};

@@ -12,6 +12,8 @@
 pub mod completeness;
 pub mod images;
 pub mod names;
+#[cfg(test)]
+mod malformed;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
@@ -538,7 +540,7 @@ pub fn unwind_perf_data(perf_data: &Path, opts: UnwindOptions) -> Result<Unwound
 pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
     let bytes = crate::symbolize::map_file(perf_data)
         .with_context(|| format!("could not open {}: was perf recording?", perf_data.display()))?;
-    crate::collect::perf::check_recording(&bytes, perf_data)?;
+    perfdata::check(&bytes, perf_data)?;
     unwinder.processes.clear();
     // The reader crates assert on some malformed fields; a bad file must give an error here.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -18,7 +18,7 @@ const MAIN_TID: u32 = 28884;
 const RUNTIME: &str = "shared/Microsoft.NETCore.App/10.0.12";
 
 fn fixture_dir() -> PathBuf {
-    harness::shared_dir().join("fixtures/perf")
+    tracelab_fixtures::fixtures_dir().join("perf")
 }
 
 /// The fixture and the .NET root whose runtime files it needs, or why they are missing.

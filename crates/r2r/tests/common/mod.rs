@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// System.Private.CoreLib.dll of the installed .NET 10 runtime.
 pub fn corelib() -> PathBuf {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/toolchains/install-dotnet.sh");
+    let script = tracelab_fixtures::shared_dir().join("toolchains/install-dotnet.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .output()

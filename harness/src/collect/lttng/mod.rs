@@ -412,7 +412,7 @@ mod tests {
     use super::*;
 
     fn fixture() -> PathBuf {
-        crate::shared_dir().join("fixtures/lttng/ctf-bullseye-gc-exceptions")
+        tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions")
     }
 
     #[test]

@@ -1,16 +1,18 @@
-//! Decoding and naming checked against perf's own answers on the recorded fixtures
+//! Decoding into the model and naming checked against perf's own answers on the recorded fixtures
 //! (../shared/fixtures/perf, README there). Fixture files are copied to a temp dir first, under
 //! the names the runtime gave them (`perf-PID.map`), so the fixture folder stays untouched.
 
 use std::path::{Path, PathBuf};
 
-use crate::collect::DecodeContext;
-use crate::collect::perf::{PerfRecording, decode_recording};
+use perfdata::PerfRecording;
+
+use super::DecodeContext;
+use super::perf::decode_recording;
 use crate::fold::{fold, resolution_report};
 use crate::model::{Collection, DsoClass, merge_code_version};
 
-pub(crate) fn fixture(name: &str) -> PathBuf {
-    crate::shared_dir().join("fixtures").join("perf").join(name)
+fn fixture(name: &str) -> PathBuf {
+    tracelab_fixtures::fixture(&format!("perf/{name}"))
 }
 
 pub(crate) struct Decoded {
@@ -218,21 +220,6 @@ fn kernel_and_libc_frames_are_named_from_given_files() {
 }
 
 #[test]
-fn recordings_keep_what_the_unwinder_needs() {
-    let rec = PerfRecording::read(&fixture("perf-offcpu-dwarf.data")).unwrap();
-    assert_eq!(rec.samples.len(), 398);
-    assert!(rec.event_names.iter().any(|n| n == "sched:sched_switch"), "{:?}", rec.event_names);
-    let s = rec.samples.iter().find(|s| s.user_stack.as_ref().is_some_and(|b| !b.is_empty())).expect("a sample with user stack bytes");
-    let regs = s.user_regs.as_ref().expect("user registers");
-    assert!(regs.get(crate::collect::perf::x86_regs::SP).is_some() && regs.get(crate::collect::perf::x86_regs::IP).is_some());
-    assert!(s.raw.as_ref().is_some_and(|r| r.len() > 40), "tracepoint payload");
-    // A system-wide recording carries every process's mappings.
-    let sys = PerfRecording::read(&fixture("perf-offcpu-sys.data")).unwrap();
-    let pids: std::collections::BTreeSet<u32> = sys.mmaps.iter().map(|m| m.pid).collect();
-    assert!(pids.len() > 3, "{} pids with mappings", pids.len());
-}
-
-#[test]
 fn folded_stacks_of_a_fixture_merge_code_versions() {
     let d = decode_fixture("perf-cpu", 16459, 16459, &[], &no_files);
     let folded = fold(&d.collection);
@@ -241,7 +228,6 @@ fn folded_stacks_of_a_fixture_merge_code_versions() {
     assert!(!folded.keys().any(|k| k.contains("[OptimizedTier1]") && k.contains("CpuHot")));
     assert_eq!(folded.values().sum::<u64>(), 1227);
 }
-
 
 /// The streaming fold (`fold_perf_file`: samples counted by raw callchain straight from the
 /// file, no samples built) gives exactly the folded stacks of the full decode.
@@ -261,7 +247,7 @@ fn streaming_fold_equals_the_full_decode() {
             path_map: &no_files,
             symbol_dirs: &symbol_dirs,
         };
-        let streamed = crate::collect::perf::fold_perf_file(&artifacts.join("perf-cpu.data"), &ctx).unwrap();
+        let streamed = crate::fold::fold_perf_file(&artifacts.join("perf-cpu.data"), &ctx).unwrap();
         let full = crate::fold::fold(&d.collection);
         assert_eq!(streamed.samples, d.collection.samples.len() as u64, "{name}");
         assert!(full.len() >= 5, "{name}: {} stacks", full.len());

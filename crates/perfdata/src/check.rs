@@ -1,0 +1,206 @@
+//! Everything linux-perf-data would take on trust, checked before it reads a file: the header's
+//! sections against the file length, the event descriptions' counts against their bytes, and the
+//! framing of every record. The crate allocates whatever a size or count claims, and a failed
+//! allocation aborts the process (no panic to catch), so a flipped bit must be an error here.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Returns an [`Error::Header`] about the field at byte `offset`; the message names the offset.
+macro_rules! bail_at {
+    ($path:expr, $offset:expr, $($fmt:tt)+) => {
+        return Err(Error::Header { path: $path.to_path_buf(), offset: $offset, message: format!($($fmt)+) })
+    };
+}
+
+/// perf.data header (tools/perf/util/header.h, `struct perf_file_header`): 104 bytes.
+pub const PERF_HEADER_SIZE: usize = 104;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Section {
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
+}
+
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Checks that every section the header names lies inside the file; returns the data section.
+pub(crate) fn check_header(bytes: &[u8], path: &Path) -> Result<Section> {
+    if bytes.len() < PERF_HEADER_SIZE {
+        bail_at!(path, 0,
+            "{} bytes is too short for a perf.data header ({PERF_HEADER_SIZE} bytes at byte offset 0): \
+             the recording is truncated; record it again",
+            bytes.len()
+        );
+    }
+    if &bytes[0..8] != b"PERFILE2" {
+        bail_at!(path, 0,
+            "not a perf.data file (magic {:?} at byte offset 0, expected \"PERFILE2\"; \
+             pipe-mode output is not supported: record with `-o FILE`)",
+            String::from_utf8_lossy(&bytes[0..8])
+        );
+    }
+    let header_size = le_u64(bytes, 8);
+    if header_size != PERF_HEADER_SIZE as u64 {
+        bail_at!(path, 8, "header size {header_size} at byte offset 8 (expected {PERF_HEADER_SIZE}): the file is corrupt");
+    }
+    let len = bytes.len() as u64;
+    let section = |at: usize, what: &str| -> Result<Section> {
+        let s = Section { offset: le_u64(bytes, at), size: le_u64(bytes, at + 8) };
+        match s.offset.checked_add(s.size) {
+            Some(end) if end <= len => Ok(s),
+            _ => bail_at!(path, at as u64,
+                "the {what} section named at byte offset {at} (offset {}, size {}) lies outside the \
+                 file ({len} bytes): the file is truncated or corrupt",
+                s.offset,
+                s.size
+            ),
+        }
+    };
+    let attr_size = le_u64(bytes, 16);
+    // From PERF_ATTR_SIZE_VER0 (64) up; today's perf_event_attr is 136 bytes.
+    if !(64..=1024).contains(&attr_size) {
+        bail_at!(path, 16, "attribute size {attr_size} at byte offset 16 is not plausible: the file is corrupt");
+    }
+    section(24, "attrs")?;
+    let data = section(40, "data")?;
+    section(56, "event types")?;
+    let features: u32 = (0..4).map(|i| le_u64(bytes, 72 + 8 * i).count_ones()).sum();
+    let table = data.offset + data.size;
+    let table_end = table + 16 * features as u64;
+    if table_end > len {
+        bail_at!(path, table,
+            "the feature table at byte offset {table} ({features} entries) runs past the end of the file \
+             ({len} bytes): the recording is truncated (did perf get killed before it finished writing?)"
+        );
+    }
+    for i in 0..features as usize {
+        section(table as usize + 16 * i, "feature")?;
+    }
+    check_attribute_descriptions(bytes, path, data)?;
+    Ok(data)
+}
+
+/// HEADER_EVENT_DESC (feature bit 12, tools/perf/util/header.h).
+const FEATURE_EVENT_DESC: usize = 12;
+
+/// linux-perf-data reads the event descriptions eagerly and sizes its vectors by the counts they
+/// declare, taken on trust: one flipped bit asks for terabytes, and a failed allocation aborts
+/// the process (no panic to catch). So the counts are checked against the bytes that hold them
+/// first: the HEADER_EVENT_DESC feature, or without it the legacy event-types section.
+fn check_attribute_descriptions(bytes: &[u8], path: &Path, data: Section) -> Result<()> {
+    let len = bytes.len() as u64;
+    let feature_bits = &bytes[72..104];
+    let has = |bit: usize| feature_bits[bit / 8] & (1 << (bit % 8)) != 0;
+    if has(FEATURE_EVENT_DESC) {
+        // Feature sections follow the data section in the order of their bits.
+        let index = (0..FEATURE_EVENT_DESC).filter(|b| has(*b)).count();
+        let entry = (data.offset + data.size) as usize + 16 * index;
+        let (offset, size) = (le_u64(bytes, entry), le_u64(bytes, entry + 8));
+        let desc = &bytes[offset as usize..(offset + size) as usize];
+        if let Err((at, why)) = check_event_desc(desc) {
+            bail_at!(path, offset + at as u64, "event description at byte offset {}: {why}; the file is corrupt", offset + at as u64);
+        }
+        return Ok(());
+    }
+    let attr_size = le_u64(bytes, 16);
+    let types = Section { offset: le_u64(bytes, 56), size: le_u64(bytes, 64) };
+    // An event-types entry is an attribute followed by the file section of its ids.
+    let entry = attr_size + 16;
+    for i in 0..types.size / entry {
+        let at = types.offset + i * entry + attr_size;
+        let (offset, size) = (le_u64(bytes, at as usize), le_u64(bytes, at as usize + 8));
+        if offset.checked_add(size).is_none_or(|end| end > len) {
+            bail_at!(path, at,
+                "the event ids named at byte offset {at} (offset {offset}, size {size}) lie outside the \
+                 file ({len} bytes): the file is corrupt"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks HEADER_EVENT_DESC's counts against its section: (offset within it, what is wrong).
+fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
+    let u32_at = |o: usize| -> std::result::Result<u32, (usize, String)> {
+        d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or((o, "truncated".to_string()))
+    };
+    let nr = u32_at(0)? as usize;
+    let attr_size = u32_at(4)? as usize;
+    if !(64..=1024).contains(&attr_size) || nr > d.len() / attr_size {
+        return Err((0, format!("{nr} events of {attr_size} bytes do not fit its {} bytes", d.len())));
+    }
+    let mut at = 8;
+    for _ in 0..nr {
+        at += attr_size;
+        let nr_ids_at = at;
+        let nr_ids = u32_at(at)? as usize;
+        let str_len = u32_at(at + 4)? as usize;
+        at += 8;
+        if str_len > d.len() - at.min(d.len()) {
+            return Err((at - 4, format!("an event name of {str_len} bytes runs past the section")));
+        }
+        at += str_len;
+        if nr_ids > (d.len() - at.min(d.len())) / 8 {
+            return Err((nr_ids_at, format!("{nr_ids} event ids run past the section")));
+        }
+        at += nr_ids * 8;
+    }
+    Ok(())
+}
+
+/// Everything linux-perf-data would take on trust, checked before it reads `bytes`: the header's
+/// sections, the event descriptions and the framing of every record (an AUXTRACE record's claimed
+/// size would otherwise be allocated as is). Returns the data section.
+pub(crate) fn check_recording(bytes: &[u8], path: &Path) -> Result<Section> {
+    let data = check_header(bytes, path)?;
+    if let Some((offset, why)) = first_bad_record(bytes, data) {
+        return Err(Error::Framing { path: path.to_path_buf(), offset, why });
+    }
+    Ok(data)
+}
+
+/// Walks record headers of the data section in file order; returns the byte offset and a
+/// description of the first record whose framing is broken.
+fn first_bad_record(bytes: &[u8], data: Section) -> Option<(u64, String)> {
+    let end = data.offset + data.size;
+    let mut at = data.offset;
+    while at < end {
+        if at + 8 > end {
+            return Some((at, format!("record header needs 8 bytes, {} left in the data section", end - at)));
+        }
+        let size = u16::from_le_bytes([bytes[at as usize + 6], bytes[at as usize + 7]]) as u64;
+        if size < 8 {
+            return Some((at, format!("record size {size} is smaller than its 8-byte header")));
+        }
+        if at + size > end {
+            return Some((at, format!("record of {size} bytes runs past the data section's end at {end}")));
+        }
+        let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
+        if ty == PERF_RECORD_AUXTRACE {
+            // AUX data follows the record; the reader allocates whatever size the record claims.
+            if size < 16 {
+                return Some((at, "AUXTRACE record too short for its size field".into()));
+            }
+            let aux = le_u64(bytes, at as usize + 8);
+            match (at + size).checked_add(aux) {
+                Some(next) if next <= end => at = next,
+                _ => return Some((at, format!("AUXTRACE record claims {aux} bytes of data beyond the data section"))),
+            }
+            continue;
+        }
+        at += size;
+    }
+    None
+}
+
+/// PERF_RECORD_AUXTRACE (tools/perf/util/event.h): a user record followed by its AUX data.
+pub(crate) const PERF_RECORD_AUXTRACE: u32 = 71;
+/// perf's own record types start here (PERF_RECORD_USER_TYPE_START, tools/lib/perf/include/perf/event.h).
+pub(crate) const PERF_RECORD_USER_TYPE_START: u32 = 64;
+/// PERF_RECORD_COMPRESSED and PERF_RECORD_COMPRESSED2 (`perf record -z`).
+pub(crate) const PERF_RECORD_COMPRESSED: u32 = 81;
+pub(crate) const PERF_RECORD_COMPRESSED2: u32 = 83;

@@ -1,0 +1,336 @@
+//! The data section's records: walking their framing, reading each with its attribute's layout
+//! (linux-perf-event-reader parses one record at a time over the borrowed bytes), and decoding
+//! a stretch of them into owned samples, mappings and process names. The file's framing has been
+//! checked by [`crate::check`] before any of this runs.
+
+use std::path::Path;
+
+use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, RawData, RecordType};
+
+use crate::check::{PERF_RECORD_AUXTRACE, PERF_RECORD_COMPRESSED, PERF_RECORD_COMPRESSED2, PERF_RECORD_USER_TYPE_START, Section, le_u64};
+use crate::error::{Error, Result};
+use crate::recording::{ChainRange, PerfComm, PerfMmap, PerfSample, UserRegs};
+
+
+/// Where a SAMPLE record's callchain entries lie in its body (`None` when it has none), after
+/// checking that the length fits inside the record.
+pub(crate) fn callchain_range(record: &linux_perf_data::linux_perf_event_reader::RawEventRecord) -> std::result::Result<Option<std::ops::Range<usize>>, String> {
+    use linux_perf_data::linux_perf_event_reader::{Endianness, SampleFormat};
+    let format = record.parse_info.sample_format;
+    if record.record_type != RecordType::SAMPLE || !format.contains(SampleFormat::CALLCHAIN) || format.contains(SampleFormat::READ) {
+        return Ok(None);
+    }
+    let before = [
+        SampleFormat::IDENTIFIER,
+        SampleFormat::IP,
+        SampleFormat::TID,
+        SampleFormat::TIME,
+        SampleFormat::ADDR,
+        SampleFormat::ID,
+        SampleFormat::STREAM_ID,
+        SampleFormat::CPU,
+        SampleFormat::PERIOD,
+    ];
+    let at = 8 * before.iter().filter(|f| format.contains(**f)).count();
+    let body = record.data.as_slice();
+    if body.len() < at + 8 {
+        return Err(format!("a {}-byte sample is too short for its fields", body.len()));
+    }
+    let raw: [u8; 8] = body[at..at + 8].try_into().unwrap();
+    let nr = match record.parse_info.endian {
+        Endianness::LittleEndian => u64::from_le_bytes(raw),
+        Endianness::BigEndian => u64::from_be_bytes(raw),
+    };
+    if nr > ((body.len() - at - 8) / 8) as u64 {
+        return Err(format!("a callchain of {nr} entries does not fit the {}-byte sample", body.len()));
+    }
+    Ok(Some(at + 8..at + 8 + 8 * nr as usize))
+}
+
+
+/// One record of the data section as it lies in the file.
+pub(crate) struct RawRecord<'b> {
+    pub(crate) offset: usize,
+    pub(crate) ty: u32,
+    pub(crate) misc: u16,
+    pub(crate) body: &'b [u8],
+}
+
+/// The records of `bytes[start..end]`, whose framing [`first_bad_record`] has checked; an
+/// AUXTRACE record's trailing AUX data is stepped over.
+pub(crate) fn raw_records(bytes: &[u8], start: usize, end: usize) -> impl Iterator<Item = RawRecord<'_>> {
+    let mut at = start;
+    std::iter::from_fn(move || {
+        if at + 8 > end {
+            return None;
+        }
+        let offset = at;
+        let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let misc = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]);
+        let size = u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
+        at += size;
+        if ty == PERF_RECORD_AUXTRACE {
+            at += le_u64(bytes, offset + 8) as usize;
+        }
+        Some(RawRecord { offset, ty, misc, body: &bytes[offset + 8..offset + size] })
+    })
+}
+
+fn refuse_compressed(ty: u32, offset: usize, path: &Path) -> Result<()> {
+    if ty == PERF_RECORD_COMPRESSED || ty == PERF_RECORD_COMPRESSED2 {
+        return Err(Error::Compressed { path: path.to_path_buf(), offset: offset as u64 });
+    }
+    Ok(())
+}
+
+/// Samples counted by (pid, sampled in the kernel, raw callchain bytes).
+pub(crate) type ChainCounts<'b> = rustc_hash::FxHashMap<(u32, bool, &'b [u8]), u64>;
+
+/// Counts the samples of `bytes[start..end]` by callchain, reading each sample's pid and chain
+/// where its attribute's format puts them, without decoding the rest of the record.
+pub(crate) fn count_chains<'b>(bytes: &'b [u8], start: usize, end: usize, layout: &RecordLayout, path: &Path) -> Result<ChainCounts<'b>> {
+    use linux_perf_data::linux_perf_event_reader::SampleFormat;
+    let mut counts = ChainCounts::default();
+    for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
+        refuse_compressed(ty, offset, path)?;
+        if ty != RecordType::SAMPLE.0 {
+            continue;
+        }
+        let (record, _) = layout.record(ty, misc, body);
+        let format = record.parse_info.sample_format;
+        let chain = callchain_range(&record)
+            .map_err(|why| Error::Record { path: path.to_path_buf(), offset: offset as u64, kind: "SAMPLE".into(), why })?
+            .map_or(&body[..0], |range| &body[range]);
+        let pid = if format.contains(SampleFormat::TID) {
+            let tid_at = 8 * [SampleFormat::IDENTIFIER, SampleFormat::IP].iter().filter(|f| format.contains(**f)).count();
+            body.get(tid_at..tid_at + 4).map_or(u32::MAX, |b| u32::from_le_bytes(b.try_into().unwrap()))
+        } else {
+            u32::MAX
+        };
+        let in_kernel = cpu_mode_is_kernel(CpuMode::from_misc(misc));
+        *counts.entry((pid, in_kernel, chain)).or_default() += 1;
+    }
+    Ok(counts)
+}
+
+/// How to read the records of one recording: each attribute's layout, and which attribute an
+/// event id belongs to.
+pub(crate) struct RecordLayout {
+    pub(crate) parse_infos: Vec<linux_perf_data::linux_perf_event_reader::RecordParseInfo>,
+    pub(crate) attr_of_id: rustc_hash::FxHashMap<u64, usize>,
+    pub(crate) sample_regs_user: u64,
+}
+
+impl RecordLayout {
+    /// From a little-endian recording's attributes (at least one).
+    pub(crate) fn new(attributes: &[linux_perf_data::AttributeDescription]) -> RecordLayout {
+        use linux_perf_data::linux_perf_event_reader::{Endianness, RecordParseInfo};
+        RecordLayout {
+            parse_infos: attributes.iter().map(|a| RecordParseInfo::new(a.attributes(), Endianness::LittleEndian)).collect(),
+            attr_of_id: attributes.iter().enumerate().flat_map(|(i, a)| a.ids().iter().map(move |id| (*id, i))).collect(),
+            sample_regs_user: attributes.first().map_or(0, |a| a.attributes().sample_regs_user),
+        }
+    }
+
+    /// A record of the data section with the layout of its attribute, and that attribute's index.
+    /// With several events a record's id says whose it is. perf places it where every
+    /// attribute's layout agrees (or in PERF_SAMPLE_IDENTIFIER), so the first attribute's
+    /// layout finds it.
+    pub(crate) fn record<'b>(
+        &self,
+        ty: u32,
+        misc: u16,
+        body: &'b [u8],
+    ) -> (linux_perf_data::linux_perf_event_reader::RawEventRecord<'b>, usize) {
+        let mut record = linux_perf_data::linux_perf_event_reader::RawEventRecord::new(
+            RecordType(ty),
+            misc,
+            RawData::Single(body),
+            self.parse_infos[0],
+        );
+        let attr_index = if self.parse_infos.len() == 1 {
+            0
+        } else {
+            record.id().and_then(|id| self.attr_of_id.get(&id).copied()).unwrap_or(0)
+        };
+        record.parse_info = self.parse_infos[attr_index];
+        (record, attr_index)
+    }
+}
+
+/// What one stretch of the data section holds, each list in time order.
+#[derive(Default)]
+pub(crate) struct RecordsPart {
+    /// In file order; their callchains index `callchains`.
+    pub(crate) samples: Vec<PerfSample>,
+    pub(crate) callchains: Vec<u64>,
+    pub(crate) mmaps: Vec<(u64, PerfMmap)>,
+    pub(crate) comms: Vec<(u64, PerfComm)>,
+    pub(crate) lost: u64,
+}
+
+/// The byte offset of the first record header at or after the middle of `data`, walking the
+/// (already checked) framing from its start.
+pub(crate) fn middle_record_boundary(bytes: &[u8], data: Section) -> usize {
+    let end = (data.offset + data.size) as usize;
+    let middle = data.offset as usize + data.size as usize / 2;
+    raw_records(bytes, data.offset as usize, end).map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end)
+}
+
+/// Decodes the records in `bytes[start..end]` (whole records, framing checked by
+/// [`first_bad_record`]); samples stay in file order, the other lists are sorted by time
+/// (stable: records of equal time keep their file order). The capacities size the sample list
+/// and the callchain pool: an upper bound only reserves address space, pages are touched as
+/// they fill.
+pub(crate) fn decode_records(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+    (sample_capacity, chain_capacity): (usize, usize),
+    layout: &RecordLayout,
+    path: &Path,
+) -> Result<RecordsPart> {
+    let mut part = RecordsPart {
+        samples: Vec::with_capacity(sample_capacity),
+        callchains: Vec::with_capacity(chain_capacity),
+        ..RecordsPart::default()
+    };
+    for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
+        refuse_compressed(ty, offset, path)?;
+        if ty >= PERF_RECORD_USER_TYPE_START {
+            continue;
+        }
+        let record_type = RecordType(ty);
+        let (record, attr_index) = layout.record(ty, misc, body);
+        // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
+        // overflow panic on a corrupt length): check the length against the record first.
+        let chain_at = callchain_range(&record);
+        let parsed = match &chain_at {
+            Err(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why.clone())),
+            Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse())).unwrap_or_else(|_| {
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the record's fields do not fit its size"))
+            }),
+        };
+        let parsed = parsed
+            .map_err(|e| Error::Record { path: path.to_path_buf(), offset: offset as u64, kind: format!("{record_type:?}"), why: e.to_string() })?;
+        let time = record.timestamp();
+        match parsed {
+            EventRecord::Sample(s) => {
+                // Read in one pass from the body: the reader's per-entry accessor re-walks
+                // the record for every entry.
+                let start = part.callchains.len();
+                if let Ok(Some(range)) = chain_at {
+                    part.callchains.extend(body[range].chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())));
+                }
+                let callchain = ChainRange { start: start as u32, len: (part.callchains.len() - start) as u32 };
+                part.samples.push(PerfSample {
+                    attr_index,
+                    pid: s.pid.unwrap_or(-1) as u32,
+                    tid: s.tid.unwrap_or(-1) as u32,
+                    time_ns: s.timestamp.unwrap_or(0),
+                    cpu: s.cpu,
+                    period: s.period.unwrap_or(1),
+                    ip: s.ip,
+                    callchain,
+                    raw: s.raw.map(|r| r.as_slice().into_owned().into_boxed_slice()),
+                    user_regs: s.user_regs.map(|r| {
+                        let mask = layout.sample_regs_user;
+                        let values = (0..64u64).filter(|b| mask & (1 << b) != 0).filter_map(|b| r.get(b)).collect();
+                        Box::new(UserRegs { mask, values })
+                    }),
+                    user_stack: s.user_stack.map(|(stack, dyn_size)| {
+                        let mut bytes = stack.as_slice().into_owned();
+                        bytes.truncate(dyn_size.min(bytes.len() as u64) as usize);
+                        bytes.into_boxed_slice()
+                    }),
+                    in_kernel: cpu_mode_is_kernel(s.cpu_mode),
+                });
+            }
+            EventRecord::Mmap(_) | EventRecord::Mmap2(_) => {
+                if let Some(m) = mmap_of(parsed, time) {
+                    part.mmaps.push((time.unwrap_or(0), m));
+                }
+            }
+            EventRecord::Comm(c) => part.comms.push((
+                time.unwrap_or(0),
+                PerfComm { pid: c.pid as u32, tid: c.tid as u32, time_ns: time, name: lossy(c.name), exec: c.is_execve },
+            )),
+            EventRecord::Lost(l) => part.lost += l.count,
+            EventRecord::Raw(r) if r.record_type == RecordType::LOST_SAMPLES => {
+                // PERF_RECORD_LOST_SAMPLES: u64 lost, then sample_id.
+                let body = r.data.as_slice();
+                if body.len() >= 8 {
+                    part.lost += le_u64(&body, 0);
+                }
+            }
+            _ => {}
+        }
+    }
+    part.mmaps.sort_by_key(|(t, _)| *t);
+    part.comms.sort_by_key(|(t, _)| *t);
+    Ok(part)
+}
+
+
+/// An MMAP or MMAP2 record as a [`PerfMmap`] (`None` for any other record).
+pub(crate) fn mmap_of(record: EventRecord, time: Option<u64>) -> Option<PerfMmap> {
+    Some(match record {
+        EventRecord::Mmap(m) => PerfMmap {
+            pid: m.pid as u32,
+            tid: m.tid as u32,
+            time_ns: time,
+            start: m.address,
+            len: m.length,
+            pgoff: m.page_offset,
+            path: lossy(m.path),
+            build_id: None,
+            executable: m.is_executable,
+            in_kernel: cpu_mode_is_kernel(m.cpu_mode),
+        },
+        EventRecord::Mmap2(m) => PerfMmap {
+            pid: m.pid as u32,
+            tid: m.tid as u32,
+            time_ns: time,
+            start: m.address,
+            len: m.length,
+            pgoff: m.page_offset,
+            path: lossy(m.path),
+            build_id: match m.file_id {
+                Mmap2FileId::BuildId(id) => Some(id),
+                Mmap2FileId::InodeAndVersion(_) => None,
+            },
+            executable: m.protection & 4 != 0,
+            in_kernel: cpu_mode_is_kernel(m.cpu_mode),
+        },
+        _ => return None,
+    })
+}
+
+/// The MMAP and MMAP2 records of the data section, in file order: a walk of record headers
+/// that parses only those (a few hundred among the samples), so that symbol sources can be
+/// read while the samples are still being decoded. Records that do not parse are left to the
+/// full decode to report.
+pub(crate) fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> Vec<PerfMmap> {
+    let end = (data.offset + data.size) as usize;
+    let mut found = Vec::new();
+    for RawRecord { ty, misc, body, .. } in raw_records(bytes, data.offset as usize, end) {
+        if ty != RecordType::MMAP.0 && ty != RecordType::MMAP2.0 {
+            continue;
+        }
+        let (record, _) = layout.record(ty, misc, body);
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse()));
+        if let Ok(Ok(parsed)) = parsed {
+            found.extend(mmap_of(parsed, None));
+        }
+    }
+    found
+}
+
+
+pub(crate) fn cpu_mode_is_kernel(mode: CpuMode) -> bool {
+    matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
+}
+
+fn lossy(raw: RawData) -> String {
+    String::from_utf8_lossy(&raw.as_slice()).into_owned()
+}
