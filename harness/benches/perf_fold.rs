@@ -6,9 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use harness::collect::DecodeContext;
-use harness::collect::perf::{PerfRecording, decode_recording, fold_perf_file, fold_recording};
-use harness::symbolize::Symbolizer;
+use harness::collect::perf::decode_recording;
+use harness::fold::{fold_perf_file, fold_recording};
+use harness::symbolize::{DecodeContext, Symbolizer};
+use perfdata::PerfRecording;
 
 struct Input {
     data: Vec<u8>,

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::assert::{self, Check, Evidence, Verdict};
-use crate::collect::{self, Collector, DecodeContext};
+use crate::collect::{self, Collector};
+use crate::symbolize::DecodeContext;
 use crate::model::{Collection, DsoClass};
 use crate::report::{Manifest, ResultsDir};
 use crate::scenario::Scenario;

@@ -5,7 +5,7 @@
 //! interval, process, top leaf frames) and its SampleProfiler stacks as folded lines and a
 //! speedscope file; the work is crates/eventpipe's `inspect` module.
 //! [`perf_fold`]: perf.data → folded stacks (what `perf script | inferno-collapse-perf` gives, with
-//! ReadyToRun frames named too), through `collect::perf::fold_perf_file`.
+//! ReadyToRun frames named too), through `fold::fold_perf_file`.
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +34,7 @@ pub fn perf_fold(file: &Path, out: Option<&Path>, symbols: &[PathBuf]) -> Result
     // Recorded paths are this machine's: the recording is from the host (a container run's
     // recording is decoded by its scenario run, which knows the image's paths).
     let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
-    let ctx = crate::collect::DecodeContext {
+    let ctx = crate::symbolize::DecodeContext {
         artifacts: &dir,
         app_tmp_dir: Path::new("/tmp"),
         host_pid: 0,
@@ -42,7 +42,7 @@ pub fn perf_fold(file: &Path, out: Option<&Path>, symbols: &[PathBuf]) -> Result
         path_map: &identity,
         symbol_dirs: symbols,
     };
-    let fold = crate::collect::perf::fold_perf_file(file, &ctx)?;
+    let fold = crate::fold::fold_perf_file(file, &ctx)?;
     let text = crate::fold::folded_text(&fold.folded);
     for w in &fold.warnings {
         eprintln!("warning: {w}");

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::{cargo_build_release, children_usage, median};
-use crate::collect::lttng::ctf;
 
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{cargo_build_release, median};
 use crate::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, Provider, RUNTIME, SAMPLE_PROFILER, SessionConfig, record_app};
-use crate::collect::perf::fixture_app;
+use crate::testing::fixture_app;
 use crate::dotnet::Dotnet;
 
 #[derive(Clone, Debug)]

@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::{cargo_build_release, load_average, median};
-use crate::collect::DecodeContext;
-use crate::collect::perf::{PerfRecording, detect_perf_binary, fixture_app, fold_perf_file};
+use crate::collect::perf::detect_perf_binary;
+use crate::fold::fold_perf_file;
+use crate::symbolize::DecodeContext;
+use crate::testing::fixture_app;
+use perfdata::PerfRecording;
 
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -24,8 +24,9 @@ use object::{Object, ObjectSection};
 use serde::{Deserialize, Serialize};
 
 use super::{load_average, median, summary};
-use crate::collect::DecodeContext;
-use crate::collect::perf::{PerfRecording, detect_perf_binary};
+use crate::collect::perf::detect_perf_binary;
+use crate::symbolize::DecodeContext;
+use perfdata::PerfRecording;
 use crate::dotnet::Dotnet;
 use crate::model::DsoClass;
 use crate::symbolize::Symbolizer;

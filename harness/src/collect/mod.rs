@@ -19,7 +19,7 @@ use crate::model::Collection;
 use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
 /// Decoding's inputs belong to symbolize (which reads them); collectors take them from there.
-pub use crate::symbolize::DecodeContext;
+use crate::symbolize::DecodeContext;
 
 /// A collector that cannot work in this environment for a reason the environment proves (the
 /// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).

@@ -16,13 +16,7 @@ use crate::scenario::CollectorSpec;
 use crate::symbolize::Symbolizer;
 use crate::run::{RunningApp, Target, ToolProcess};
 
-pub use crate::fold::{PerfFold, fold_perf_file, fold_recording};
-pub use crate::testing::fixture_app;
-pub use perfdata::{
-    ChainFrame, ChainRange, KERNEL_PID, PERF_CONTEXT_GUEST, PERF_CONTEXT_GUEST_KERNEL, PERF_CONTEXT_GUEST_USER,
-    PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PerfComm, PerfMmap, PerfRecording,
-    PerfSample, PrefetchJob, SampleOrder, UserRegs, chain_frames, x86_regs,
-};
+use perfdata::{PerfRecording, PerfSample, SampleOrder, chain_frames};
 
 /// Turns the samples of a recording into model samples (frames symbolized, leaf first).
 pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight_of: impl Fn(&PerfSample) -> u64) -> Vec<Sample> {

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use eventpipe::ipc::{DiagnosticsClient, IpcError, Provider, SessionConfig};
-use harness::collect::{Collector, DecodeContext};
-use harness::collect::perf::fixture_app;
+use harness::collect::Collector;
+use harness::symbolize::DecodeContext;
+use harness::testing::fixture_app;
 use harness::dotnet::Dotnet;
 use harness::model::Collection;
 use harness::scenario::CollectorSpec;

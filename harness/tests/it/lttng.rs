@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use harness::collect::lttng::session::{self, Place, Session, Tools};
 use harness::collect::lttng::{LttngCollector, preflight};
-use harness::collect::{Collector, DecodeContext, unsupported_reason};
+use harness::collect::{Collector, unsupported_reason};
+use harness::symbolize::DecodeContext;
 use harness::model::Collection;
 use harness::scenario::CollectorSpec;
 use harness::run::container::{ContainerOptions, ContainerTarget};

@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use harness::collect::DecodeContext;
-use harness::collect::perf::{detect_perf_binary, fixture_app};
+use harness::collect::perf::detect_perf_binary;
+use harness::symbolize::DecodeContext;
+use harness::testing::fixture_app;
 use harness::dotnet::Dotnet;
 use harness::fold::resolution_report;
 use harness::model::merge_code_version;

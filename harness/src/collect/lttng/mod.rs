@@ -31,15 +31,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-pub use ctf;
-
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Event, Value};
 use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
 use session::{Place, Session, Tools};
 
-pub use super::Unsupported;
 
 /// How long the app may take to register its tracepoints with a daemon started after it.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(20);
