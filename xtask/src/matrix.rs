@@ -1,59 +1,25 @@
-//! `cargo xtask matrix AXIS [options]`: one slice of the compatibility matrix. Each axis is a
-//! function of `harness` (`harness::caps` for `caps`); this module only parses flags and prints.
-//! Add an axis with one entry in `AXES` and a `run_<axis>` function that calls into harness.
+//! `cargo xtask matrix AXIS [options]`: one axis of the compatibility matrix. Every axis lives in
+//! `harness::matrix` (its cells, its run, its result folder); this module only parses each axis's
+//! flags and prints. `--list` names every axis of `harness::matrix::AXES`.
 
 use anyhow::{Result, bail};
 use clap::Parser;
 use xshell::Shell;
 
+use harness::collect::CollectorKind;
+use harness::matrix;
+
 type AxisFn = fn(&[String]) -> Result<()>;
 
-/// Axes by name, with a one-line description (`--list`). `--all` runs them in this order.
-const AXES: &[(&str, &str, AxisFn)] = &[
-    (
-        "caps",
-        "container capability sets × collectors: which least set works, with the exact error of each failure",
-        run_caps,
-    ),
-    ("kernels", "Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel", run_kernels),
-    (
-        "dotnet",
-        ".NET runtimes × scenarios on the host: each scenario's verdict per installed runtime",
-        run_dotnet,
-    ),
-    (
-        "lttng",
-        "Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason",
-        run_lttng,
-    ),
-];
+/// The flag parser of each axis of `harness::matrix::AXES`, by name.
+const PARSERS: &[(&str, AxisFn)] = &[("caps", run_caps), ("kernels", run_kernels), ("dotnet", run_dotnet), ("lttng", run_lttng)];
 
-#[derive(Parser)]
-#[command(name = "cargo xtask matrix lttng")]
-struct LttngArgs {
-    /// Debian suites (comma-separated); default bullseye,bookworm,trixie.
-    #[arg(long, value_delimiter = ',')]
-    suites: Vec<String>,
-    /// Scenarios to run in each suite; default the LTTng scenarios.
-    #[arg(long)]
-    scenario: Vec<String>,
-}
-
-fn run_lttng(args: &[String]) -> Result<()> {
-    let a = LttngArgs::try_parse_from(std::iter::once("lttng".to_string()).chain(args.iter().cloned()))?;
-    let mut o = harness::collect::lttng::matrix::MatrixOptions::default();
-    if !a.suites.is_empty() {
-        o.suites = a.suites;
+fn parser(name: &str) -> Result<AxisFn> {
+    let axis = matrix::axis(name)?;
+    match PARSERS.iter().find(|(n, _)| *n == axis.name) {
+        Some((_, f)) => Ok(*f),
+        None => bail!("matrix axis `{name}` has no flags in xtask/src/matrix.rs"),
     }
-    if !a.scenario.is_empty() {
-        o.scenarios = a.scenario;
-    }
-    let report = harness::collect::lttng::matrix::run(&o)?;
-    let dir = harness::project_root().join("results").join(format!("{}-matrix-lttng", harness::report::utc_stamp()));
-    let (md, json) = harness::collect::lttng::matrix::write(&report, &dir)?;
-    print!("{}", harness::collect::lttng::matrix::markdown(&report));
-    println!("written: {} and {}", md.display(), json.display());
-    Ok(())
 }
 
 pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
@@ -69,26 +35,47 @@ pub fn run(_sh: &Shell, args: &[String]) -> Result<()> {
     }
     match first.as_str() {
         "--list" => {
-            for (name, what, _) in AXES {
-                println!("{name:<8} {what}");
+            for axis in matrix::AXES {
+                println!("{:<8} {}", axis.name, axis.description);
             }
             Ok(())
         }
         "--all" => {
-            for (name, _, axis) in AXES {
-                println!("== matrix {name}");
-                axis(&args[1..])?;
+            for axis in matrix::AXES {
+                println!("== matrix {}", axis.name);
+                parser(axis.name)?(&args[1..])?;
             }
             Ok(())
         }
-        name => match AXES.iter().find(|(n, _, _)| *n == name) {
-            Some((_, _, axis)) => axis(&args[1..]),
-            None => bail!(
-                "unknown matrix axis `{name}`: expected one of {} (or --list, --all)",
-                AXES.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
-            ),
-        },
+        name => parser(name)?(&args[1..]),
     }
+}
+
+#[derive(Parser)]
+#[command(name = "cargo xtask matrix lttng")]
+struct LttngArgs {
+    /// Debian suites (comma-separated); default bullseye,bookworm,trixie.
+    #[arg(long, value_delimiter = ',')]
+    suites: Vec<String>,
+    /// Scenarios to run in each suite; default the LTTng scenarios.
+    #[arg(long)]
+    scenario: Vec<String>,
+}
+
+fn run_lttng(args: &[String]) -> Result<()> {
+    let a = LttngArgs::try_parse_from(std::iter::once("lttng".to_string()).chain(args.iter().cloned()))?;
+    let mut o = matrix::lttng::MatrixOptions::default();
+    if !a.suites.is_empty() {
+        o.suites = a.suites;
+    }
+    if !a.scenario.is_empty() {
+        o.scenarios = a.scenario;
+    }
+    let report = matrix::lttng::run(&o)?;
+    let dir = matrix::lttng::write(&report, &matrix::results_root())?;
+    print!("{}", matrix::lttng::markdown(&report));
+    println!("written to {}", dir.display());
+    Ok(())
 }
 
 #[derive(Parser)]
@@ -97,7 +84,8 @@ struct CapsArgs {
     /// Debian suite of the image the probes run in.
     #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
     suite: String,
-    /// Collectors to probe (comma-separated); default all.
+    /// Collectors to probe (comma-separated); default all. A full run also rewrites the
+    /// committed table harness/data/caps.toml.
     #[arg(long, value_delimiter = ',')]
     collectors: Vec<String>,
     /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
@@ -107,14 +95,15 @@ struct CapsArgs {
 
 fn run_caps(args: &[String]) -> Result<()> {
     let args = CapsArgs::try_parse_from(std::iter::once("caps".to_string()).chain(args.iter().cloned()))?;
-    let mut options = harness::caps::MatrixOptions { suite: args.suite, ..Default::default() };
+    let mut options = matrix::caps::MatrixOptions { suite: args.suite, ..Default::default() };
+    let full = args.collectors.is_empty() && args.caps.is_empty();
     if !args.collectors.is_empty() {
-        options.collectors = args.collectors;
+        options.collectors = args.collectors.iter().map(|c| CollectorKind::parse(c)).collect::<Result<_>>()?;
     }
     if !args.caps.is_empty() {
         options.cap_sets = args.caps;
     }
-    let matrix = harness::caps::run_matrix(&options, &mut |p| {
+    let table = matrix::caps::run_matrix(&options, &mut |p| {
         println!(
             "{:<13} {:<21} {} {}",
             p.collector,
@@ -123,9 +112,13 @@ fn run_caps(args: &[String]) -> Result<()> {
             if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() }
         );
     })?;
-    let dir = harness::caps::write(&matrix, &harness::project_root().join("results"))?;
-    println!("\n{}", matrix.markdown());
+    let dir = matrix::caps::write(&table, &matrix::results_root())?;
+    println!("\n{}", table.markdown());
     println!("written to {}", dir.display());
+    // Only a run over every cell may replace the committed table (its test checks coverage).
+    if full {
+        println!("committed table rewritten: {}", matrix::caps::write_table(&table)?.display());
+    }
     Ok(())
 }
 
@@ -145,23 +138,18 @@ struct KernelArgs {
 
 fn run_kernels(args: &[String]) -> Result<()> {
     let args = KernelArgs::try_parse_from(std::iter::once("kernels".to_string()).chain(args.iter().cloned()))?;
-    let options = harness::vm::KernelMatrixOptions { kernels: args.kernels, scenarios: args.scenario, ..Default::default() };
+    let options = matrix::kernels::KernelMatrixOptions { kernels: args.kernels, scenarios: args.scenario, ..Default::default() };
     if args.list {
-        for (kernel, scenario) in harness::vm::matrix::list_cells(&options)? {
+        for (kernel, scenario) in matrix::kernels::list_cells(&options)? {
             println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
         }
         return Ok(());
     }
-    let cells = harness::vm::run_kernel_matrix(&options)?;
+    let cells = matrix::kernels::run_kernel_matrix(&options)?;
     for c in &cells {
-        println!(
-            "{:<6} {:<24} {:<5} {}",
-            c.kernel,
-            c.scenario,
-            c.verdict,
-            c.reason.clone().unwrap_or_default()
-        );
+        println!("{:<6} {:<24} {:<5} {}", c.kernel, c.scenario, c.verdict, c.reason.clone().unwrap_or_default());
     }
+    println!("written to {}", matrix::kernels::write(&cells, &matrix::results_root())?.display());
     if cells.iter().any(|c| c.verdict == "fail") {
         bail!("some cells failed");
     }
@@ -181,39 +169,20 @@ struct DotnetArgs {
 
 fn run_dotnet(args: &[String]) -> Result<()> {
     let args = DotnetArgs::try_parse_from(std::iter::once("dotnet".to_string()).chain(args.iter().cloned()))?;
-    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
-    let installed: Vec<String> = dotnet
-        .runtime_versions()?
-        .into_iter()
-        .filter(|r| r.name == "Microsoft.NETCore.App")
-        .map(|r| r.version)
-        .collect();
-    let wanted = if args.dotnet.is_empty() { installed.clone() } else { args.dotnet.clone() };
-    let scenarios = if args.scenario.is_empty() { harness::scenario::list_names()? } else { args.scenario.clone() };
-    let mut failed = false;
-    for version in &wanted {
-        let Some(runtime) = installed.iter().find(|v| v.starts_with(version.as_str())) else {
-            // Not a skip of the scenario: the matrix cell cannot exist on this machine.
-            println!(".NET {version}: not installed (installed: {}); ../shared/toolchains provides only these", installed.join(", "));
-            failed = true;
-            continue;
-        };
-        for name in &scenarios {
-            let scenario = harness::scenario::Scenario::find(name)?;
-            let opts = harness::engine::RunOptions { target: Some(harness::run::TargetKind::Host), ..Default::default() };
-            let outcome = harness::engine::run(&scenario, &opts)?;
-            // The runtime the app itself reported: a cell is only labelled with what really ran.
-            let ran = outcome.manifest.environment.dotnet_runtimes.join("; ");
-            println!(
-                ".NET {runtime:<10} {name:<22} {} {} (runtimes present: {ran})",
-                outcome.verdict.upper(),
-                outcome.reason.as_deref().unwrap_or("")
-            );
-            failed |= outcome.verdict == harness::assert::Verdict::Fail;
-        }
-    }
-    if failed {
-        anyhow::bail!("the .NET matrix has failures");
+    let options = matrix::dotnet::DotnetMatrixOptions { runtimes: args.dotnet, scenarios: args.scenario, ..Default::default() };
+    let cells = matrix::dotnet::run(&options, &mut |c| match &c.runtime {
+        Some(runtime) => println!(
+            ".NET {runtime:<10} {:<22} {} {} (runtimes present: {})",
+            c.scenario,
+            c.verdict.to_uppercase(),
+            c.reason.as_deref().unwrap_or(""),
+            c.runtimes_present
+        ),
+        None => println!(".NET {}: {}", c.wanted, c.reason.as_deref().unwrap_or("")),
+    })?;
+    println!("written to {}", matrix::dotnet::write(&cells, &matrix::results_root())?.display());
+    if cells.iter().any(|c| c.failed()) {
+        bail!("the .NET matrix has failures");
     }
     Ok(())
 }
