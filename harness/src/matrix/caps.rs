@@ -181,7 +181,9 @@ impl Default for MatrixOptions {
             suite: crate::image::DEFAULT_SUITE.into(),
             collectors: CollectorKind::ALL.to_vec(),
             cap_sets: CAP_SETS.iter().map(|(n, _)| n.to_string()).collect(),
-            timeout: Duration::from_secs(90),
+            // The probe app runs 1 s once released; a collector that cannot start leaves it
+            // waiting for its go-file until this limit, so the limit is the cost of a failing cell.
+            timeout: Duration::from_secs(20),
             work: None,
         }
     }

@@ -24,15 +24,15 @@ fn dotnet() -> harness::dotnet::Dotnet {
     harness::dotnet::Dotnet::locate_or_install().expect(".NET SDK")
 }
 
-fn dotnet_available() -> Result<(), String> {
+pub(crate) fn dotnet_available() -> Result<(), String> {
     harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"))
 }
 
-fn docker_available() -> Result<(), String> {
+pub(crate) fn docker_available() -> Result<(), String> {
     harness::docker::Docker::available()
 }
 
-fn work_dir(test: &str) -> tempfile::TempDir {
+pub(crate) fn work_dir(test: &str) -> tempfile::TempDir {
     let base = harness::project_root().join("target").join("tracelab-it");
     std::fs::create_dir_all(&base).unwrap();
     tempfile::Builder::new().prefix(test).tempdir_in(base).unwrap()

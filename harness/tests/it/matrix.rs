@@ -15,19 +15,8 @@ use harness::report::merge::{self, Thresholds};
 use harness::testing::{prerequisites, require_program, require_root};
 use harness::vm;
 
-fn dotnet_available() -> Result<(), String> {
-    harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"))
-}
-
-fn docker_available() -> Result<(), String> {
-    harness::docker::Docker::available()
-}
-
-fn work_dir(test: &str) -> tempfile::TempDir {
-    let base = harness::project_root().join("target").join("tracelab-it");
-    std::fs::create_dir_all(&base).unwrap();
-    tempfile::Builder::new().prefix(test).tempdir_in(base).unwrap()
-}
+// The matrix tests run what the LTTng tests run (.NET, Docker) and keep work under the same folder.
+use crate::lttng::{docker_available, dotnet_available, work_dir};
 
 #[test]
 fn qemu_guest_boots_and_perf_records() {
