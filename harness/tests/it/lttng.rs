@@ -38,10 +38,10 @@ pub(crate) fn work_dir(test: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(test).tempdir_in(base).unwrap()
 }
 
-fn spec(text: &str) -> LttngCollector {
+fn spec(text: &str) -> anyhow::Result<LttngCollector> {
     let spec: CollectorSpec = toml::from_str(text).unwrap();
     match &spec.options {
-        CollectorOptions::Lttng(o) => LttngCollector::new(spec.name(), o).unwrap(),
+        CollectorOptions::Lttng(o) => LttngCollector::new(spec.name(), o),
         other => panic!("not an lttng collector: {other:?}"),
     }
 }
@@ -54,7 +54,7 @@ struct Run {
 /// Runs a workload on `target` under the LTTng collector, the way the engine does.
 fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&str], collector_spec: &str) -> anyhow::Result<Run> {
     let built = harness::workload::build_named(&dotnet(), workload, false)?;
-    let mut collector = spec(collector_spec);
+    let mut collector = spec(collector_spec)?;
     let truth_path = work.join("truth.json");
     let go = work.join("go");
     let mut all_args: Vec<String> =
