@@ -40,8 +40,8 @@ pub fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(TargetKi
     if let Some(t) = opts.target {
         return Ok((t, None));
     }
-    if let Some(t) = &scenario.target {
-        return Ok((TargetKind::parse(t)?, None));
+    if let Some(t) = scenario.target {
+        return Ok((t, None));
     }
     if container_default_available() {
         Ok((TargetKind::Container, None))
@@ -66,10 +66,10 @@ fn make_target(
     match kind {
         TargetKind::Host => Ok(Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()))),
         TargetKind::Container | TargetKind::Sidecar => {
-            let kinds: Vec<&str> = scenario.collectors.iter().map(|c| c.kind.as_str()).collect();
+            let kinds: Vec<_> = scenario.collectors.iter().map(|c| c.kind()).collect();
             let caps = match &scenario.capabilities {
                 Some(c) => c.clone(),
-                None => crate::caps::least_working_for(&kinds).unwrap_or_default(),
+                None => crate::matrix::caps::least_working_for(&kinds).unwrap_or_default(),
             };
             let mut options = crate::run::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
             if scenario.load.is_some() {
@@ -603,8 +603,8 @@ fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::Sha
                 Some(k) => format!("{} ({k})", c.collector),
                 None => c.collector.clone(),
             };
-            let kind_of = scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind.as_str());
-            let measures = crate::report::collector_measures(kind_of.unwrap_or("")).to_string();
+            let kind_of = scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind());
+            let measures = kind_of.map(crate::report::collector_measures).unwrap_or_default().to_string();
             rows.push(crate::report::ShareRow { collector, samples, shares, error_pts, measures });
         }
         tables.push(crate::report::ShareTable { columns: set.among, truth, rows });

@@ -35,7 +35,7 @@ pub mod engine;
 // Around the pipeline: the machine's facts (doctor), compatibility matrices, benchmarks, the
 // nightly workflow generator, one-off looks at trace files (inspect), progress output and test helpers.
 pub mod environment;
-pub mod caps;
+pub mod matrix;
 pub mod bench;
 pub mod inspect;
 pub mod workflow;

@@ -10,7 +10,7 @@ pub fn run(_sh: &Shell) -> Result<()> {
         let collectors: Vec<&str> = s.collectors.iter().map(|c| c.name()).collect();
         println!(
             "{name:<22} target={:<9} collectors={:<40} checks={:<3} {}",
-            s.target.as_deref().unwrap_or("default"),
+            s.target.map_or("default", |t| t.as_str()),
             collectors.join(","),
             s.expectations.len(),
             s.description

@@ -1,12 +1,13 @@
-//! `cargo xtask matrix AXIS [options]`: one slice of the compatibility matrix. Each axis is a
-//! function of `harness` (`harness::caps` for `caps`); this module only dispatches and prints.
-//! The axes, their options and their one-line descriptions (`--list`) are `flags::MatrixAxis`.
+//! `cargo xtask matrix AXIS [options]`: one axis of the compatibility matrix. Every axis lives in
+//! `harness::matrix` (its cells, its run, its result folder); this module only dispatches and
+//! prints. The axes' flags are `flags::MatrixAxis`; `--list` names every axis of `harness::matrix::AXES`.
 
 use anyhow::{Result, bail};
-use clap::CommandFactory;
 use xshell::Shell;
 
-use crate::flags::{Flags, Matrix, MatrixAxis};
+use crate::flags::{Matrix, MatrixAxis};
+use harness::collect::CollectorKind;
+use harness::matrix;
 
 pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
     // `cargo xtask matrix --kernels 5.10,6.1 --scenario gc-heavy`: the axis named by its flag.
@@ -15,15 +16,15 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
         None if !m.kernels.is_empty() => MatrixAxis::Kernels { kernels: m.kernels, scenario: m.scenario, list: m.list },
         None if !m.dotnet.is_empty() => MatrixAxis::Dotnet { dotnet: m.dotnet, scenario: m.scenario },
         None if m.list => {
-            for (name, what) in axes() {
-                println!("{name:<8} {what}");
+            for axis in matrix::AXES {
+                println!("{:<8} {}", axis.name, axis.description);
             }
             return Ok(());
         }
         None if m.all => {
-            for (name, _) in axes() {
-                println!("== matrix {name}");
-                run_axis(default_axis(&name))?;
+            for axis in matrix::AXES {
+                println!("== matrix {}", axis.name);
+                run_axis(default_axis(axis.name))?;
             }
             return Ok(());
         }
@@ -32,23 +33,13 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
     run_axis(axis)
 }
 
-/// Axis names with their one-line help, in declaration order (the order `--all` runs them).
-fn axes() -> Vec<(String, String)> {
-    let cmd = Flags::command();
-    let matrix = cmd.find_subcommand("matrix").expect("flags declare matrix");
-    matrix
-        .get_subcommands()
-        .map(|c| (c.get_name().to_string(), c.get_about().map(|a| a.to_string()).unwrap_or_default()))
-        .collect()
-}
-
 fn default_axis(name: &str) -> MatrixAxis {
     match name {
         "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![] },
         "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
         "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![] },
         "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![] },
-        other => unreachable!("flags declare no matrix axis `{other}`"),
+        other => unreachable!("harness::matrix::AXES has an axis `{other}` that flags do not declare"),
     }
 }
 
@@ -62,102 +53,78 @@ fn run_axis(axis: MatrixAxis) -> Result<()> {
 }
 
 fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>) -> Result<()> {
-    let mut options = harness::caps::MatrixOptions { suite, ..Default::default() };
+    // Only a run over every cell of the default suite may replace the committed table (its test
+    // checks coverage; container runs default to that suite).
+    let full = collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
+    let mut options = matrix::caps::MatrixOptions { suite, ..Default::default() };
     if !collectors.is_empty() {
-        options.collectors = collectors;
+        options.collectors = collectors.iter().map(|c| CollectorKind::parse(c)).collect::<Result<_>>()?;
     }
     if !caps.is_empty() {
         options.cap_sets = caps;
     }
-    let matrix = harness::caps::run_matrix(&options, &mut |p| {
-        println!(
-            "{:<13} {:<21} {} {}",
-            p.collector,
-            p.caps,
-            if p.works { "works" } else { "FAILS" },
-            if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() }
-        );
+    let table = matrix::caps::run_matrix(&options, &mut |p| {
+        let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
+        println!("{:<13} {:<21} {} {what}", p.collector, p.caps, if p.works { "works" } else { "FAILS" });
     })?;
-    let dir = harness::caps::write(&matrix, &harness::project_root().join("results"))?;
-    println!("\n{}", matrix.markdown());
+    let dir = matrix::caps::write(&table, &matrix::results_root())?;
+    println!("\n{}", table.markdown());
     println!("written to {}", dir.display());
+    if full {
+        println!("committed table rewritten: {}", matrix::caps::write_table(&table)?.display());
+    }
     Ok(())
 }
 
-fn run_kernels(kernels: Vec<String>, scenario: Vec<String>, list: bool) -> Result<()> {
-    let options = harness::vm::KernelMatrixOptions { kernels, scenarios: scenario, ..Default::default() };
+fn run_kernels(kernels: Vec<String>, scenarios: Vec<String>, list: bool) -> Result<()> {
+    let options = matrix::kernels::KernelMatrixOptions { kernels, scenarios, ..Default::default() };
     if list {
-        for (kernel, scenario) in harness::vm::matrix::list_cells(&options)? {
+        for (kernel, scenario) in matrix::kernels::list_cells(&options)? {
             println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
         }
         return Ok(());
     }
-    let cells = harness::vm::run_kernel_matrix(&options)?;
+    let cells = matrix::kernels::run_kernel_matrix(&options)?;
     for c in &cells {
-        println!(
-            "{:<6} {:<24} {:<5} {}",
-            c.kernel,
-            c.scenario,
-            c.verdict,
-            c.reason.clone().unwrap_or_default()
-        );
+        println!("{:<6} {:<24} {:<5} {}", c.kernel, c.scenario, c.verdict, c.reason.clone().unwrap_or_default());
     }
+    println!("written to {}", matrix::kernels::write(&cells, &matrix::results_root())?.display());
     if cells.iter().any(|c| c.verdict == "fail") {
         bail!("some cells failed");
     }
     Ok(())
 }
 
-fn run_dotnet(versions: Vec<String>, scenario: Vec<String>) -> Result<()> {
-    let dotnet = harness::dotnet::Dotnet::locate_or_install()?;
-    let installed: Vec<String> = dotnet
-        .runtime_versions()?
-        .into_iter()
-        .filter(|r| r.name == "Microsoft.NETCore.App")
-        .map(|r| r.version)
-        .collect();
-    let wanted = if versions.is_empty() { installed.clone() } else { versions };
-    let scenarios = if scenario.is_empty() { harness::scenario::list_names()? } else { scenario };
-    let mut failed = false;
-    for version in &wanted {
-        let Some(runtime) = installed.iter().find(|v| v.starts_with(version.as_str())) else {
-            // Not a skip of the scenario: the matrix cell cannot exist on this machine.
-            println!(".NET {version}: not installed (installed: {}); ../shared/toolchains provides only these", installed.join(", "));
-            failed = true;
-            continue;
-        };
-        for name in &scenarios {
-            let scenario = harness::scenario::Scenario::find(name)?;
-            let opts = harness::engine::RunOptions { target: Some(harness::run::TargetKind::Host), ..Default::default() };
-            let outcome = harness::engine::run(&scenario, &opts)?;
-            // The runtime the app itself reported: a cell is only labelled with what really ran.
-            let ran = outcome.manifest.environment.dotnet_runtimes.join("; ");
-            println!(
-                ".NET {runtime:<10} {name:<22} {} {} (runtimes present: {ran})",
-                outcome.verdict.upper(),
-                outcome.reason.as_deref().unwrap_or("")
-            );
-            failed |= outcome.verdict == harness::assert::Verdict::Fail;
-        }
-    }
-    if failed {
-        anyhow::bail!("the .NET matrix has failures");
+fn run_dotnet(runtimes: Vec<String>, scenarios: Vec<String>) -> Result<()> {
+    let options = matrix::dotnet::DotnetMatrixOptions { runtimes, scenarios, ..Default::default() };
+    let cells = matrix::dotnet::run(&options, &mut |c| match &c.runtime {
+        Some(runtime) => println!(
+            ".NET {runtime:<10} {:<22} {} {} (runtimes present: {})",
+            c.scenario,
+            c.verdict.to_uppercase(),
+            c.reason.as_deref().unwrap_or(""),
+            c.runtimes_present
+        ),
+        None => println!(".NET {}: {}", c.wanted, c.reason.as_deref().unwrap_or("")),
+    })?;
+    println!("written to {}", matrix::dotnet::write(&cells, &matrix::results_root())?.display());
+    if cells.iter().any(|c| c.failed()) {
+        bail!("the .NET matrix has failures");
     }
     Ok(())
 }
 
-fn run_lttng(suites: Vec<String>, scenario: Vec<String>) -> Result<()> {
-    let mut o = harness::collect::lttng::matrix::MatrixOptions::default();
+fn run_lttng(suites: Vec<String>, scenarios: Vec<String>) -> Result<()> {
+    let mut o = matrix::lttng::MatrixOptions::default();
     if !suites.is_empty() {
         o.suites = suites;
     }
-    if !scenario.is_empty() {
-        o.scenarios = scenario;
+    if !scenarios.is_empty() {
+        o.scenarios = scenarios;
     }
-    let report = harness::collect::lttng::matrix::run(&o)?;
-    let dir = harness::project_root().join("results").join(format!("{}-matrix-lttng", harness::report::utc_stamp()));
-    let (md, json) = harness::collect::lttng::matrix::write(&report, &dir)?;
-    print!("{}", harness::collect::lttng::matrix::markdown(&report));
-    println!("written: {} and {}", md.display(), json.display());
+    let report = matrix::lttng::run(&o)?;
+    let dir = matrix::lttng::write(&report, &matrix::results_root())?;
+    print!("{}", matrix::lttng::markdown(&report));
+    println!("written to {}", dir.display());
     Ok(())
 }

@@ -21,10 +21,11 @@ pub struct Config {
 
 pub fn collector(kind: &str, options: &[(&str, toml::Value)]) -> CollectorSpec {
     let mut table = toml::Table::new();
+    table.insert("kind".into(), kind.into());
     for (k, v) in options {
         table.insert(k.to_string(), v.clone());
     }
-    CollectorSpec { kind: kind.to_string(), name: None, env: Default::default(), options: table }
+    CollectorSpec::from_table(table).unwrap_or_else(|e| panic!("benchmark collector `{kind}`: {e}"))
 }
 
 /// The default configurations: baseline plus every collector that runs on the host.
@@ -111,7 +112,7 @@ pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<
                     "0".into(),
                 ],
                 env: BTreeMap::new(),
-                target: Some("host".into()),
+                target: Some(TargetKind::Host),
                 image: None,
                 capabilities: None,
                 timeout_s: 120,

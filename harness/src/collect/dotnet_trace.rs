@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::eventpipe::{decode_nettrace, spec_list};
+use super::eventpipe::decode_nettrace;
+use super::spec::{StringList, items};
 use super::{Collector, DecodeContext};
 use crate::dotnet::Dotnet;
 use crate::model::Collection;
-use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
 
 /// dotnet-trace 10's profiles for `collect` (the `cpu-sampling` / `thread-time` ones belong to
@@ -38,8 +38,35 @@ pub struct DotnetTrace {
     commands: Vec<String>,
 }
 
-pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    Ok(Box::new(DotnetTrace::from_spec(spec)?))
+/// dotnet-trace runs on the host and finds the app's socket through /proc/PID/root/tmp: the
+/// app's container needs no capability (shared/DESIGN.md §6).
+pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+
+/// `[[collector]] kind = "dotnet-trace"` options.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DotnetTraceOptions {
+    /// dotnet-trace 10 profiles, as a list or one comma string.
+    #[serde(default)]
+    pub profile: Option<StringList>,
+    /// `Name:0xKeywords:Level`, as a list or one comma string.
+    #[serde(default)]
+    pub providers: Option<StringList>,
+    #[serde(default = "yes")]
+    pub rundown: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The capability probe: dotnet-trace's GC profile, which the gc-heavy probe app fills at once.
+pub fn probe_options() -> DotnetTraceOptions {
+    DotnetTraceOptions { profile: Some(StringList::One("gc-collect".into())), providers: None, rundown: true }
+}
+
+pub fn from_spec(name: &str, options: &DotnetTraceOptions) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(DotnetTrace::new(name, options)?))
 }
 
 /// Where dotnet-trace is installed (project-local, never $HOME).
@@ -55,29 +82,25 @@ pub fn ensure_installed() -> Result<(Dotnet, PathBuf)> {
 }
 
 impl DotnetTrace {
-    pub fn from_spec(spec: &CollectorSpec) -> Result<DotnetTrace> {
-        let profiles = spec_list(spec, "profile");
+    pub fn new(name: &str, options: &DotnetTraceOptions) -> Result<DotnetTrace> {
+        let profiles = items(&options.profile);
         for p in &profiles {
             if !PROFILES.contains(&p.as_str()) {
-                bail!(
-                    "collector `{}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}",
-                    spec.name(),
-                    PROFILES.join(", ")
-                );
+                bail!("collector `{name}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}", PROFILES.join(", "));
             }
         }
-        let providers = spec_list(spec, "providers");
+        let providers = items(&options.providers);
         for p in &providers {
-            p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{}`", spec.name()))?;
+            p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{name}`"))?;
         }
         if profiles.is_empty() && providers.is_empty() {
-            bail!("collector `{}` enables nothing: give `profile` and/or `providers`", spec.name());
+            bail!("collector `{name}` enables nothing: give `profile` and/or `providers`");
         }
         Ok(DotnetTrace {
-            name: spec.name().to_string(),
+            name: name.to_string(),
             profiles,
             providers,
-            rundown: spec.opt_bool("rundown").unwrap_or(true),
+            rundown: options.rundown,
             child: None,
             stdin: None,
             output: Arc::new(Mutex::new(Vec::new())),
@@ -221,11 +244,11 @@ mod tests {
 
     #[test]
     fn options_are_checked() {
-        let spec: CollectorSpec = toml::from_str("kind = \"dotnet-trace\"\nprofile = \"gc-verbose,dotnet-common\"").unwrap();
-        let c = DotnetTrace::from_spec(&spec).unwrap();
+        let spec: DotnetTraceOptions = toml::from_str("profile = \"gc-verbose,dotnet-common\"").unwrap();
+        let c = DotnetTrace::new("dotnet-trace", &spec).unwrap();
         assert_eq!(c.profiles, ["gc-verbose", "dotnet-common"]);
-        let spec: CollectorSpec = toml::from_str("kind = \"dotnet-trace\"\nprofile = \"cpu-sampling\"").unwrap();
-        let err = DotnetTrace::from_spec(&spec).err().unwrap();
+        let spec: DotnetTraceOptions = toml::from_str("profile = \"cpu-sampling\"").unwrap();
+        let err = DotnetTrace::new("dotnet-trace", &spec).err().unwrap();
         assert!(format!("{err:#}").contains("no profile `cpu-sampling`"), "{err:#}");
     }
 }

@@ -29,9 +29,9 @@ use anyhow::{Context, Result, bail};
 use eventpipe::ipc::{DiagnosticsClient, ReverseListener, SessionDrain};
 pub use eventpipe::ipc::{Provider, SessionConfig};
 
+use super::spec::{StringList, items};
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, DsoClass, Event, Frame, Sample, Value};
-use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target, TargetKind};
 
 pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
@@ -76,14 +76,29 @@ pub fn merge_providers(list: Vec<Provider>) -> Vec<Provider> {
     out
 }
 
-/// `providers` as a TOML list or one comma-separated string.
-pub(crate) fn spec_list(spec: &CollectorSpec, key: &str) -> Vec<String> {
-    if let Some(list) = spec.opt_strings(key) {
-        return list;
-    }
-    spec.opt_str(key)
-        .map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-        .unwrap_or_default()
+/// Our IPC client runs on the host and reaches the app's socket through /proc/PID/root/tmp: the
+/// app's container needs no capability (shared/DESIGN.md §6).
+pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+
+/// `[[collector]] kind = "eventpipe"` options.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventPipeOptions {
+    /// Comma list of our profiles (thread-time, gc, exceptions, contention).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// `Name:0xKeywords:Level`, as a list or one comma string.
+    #[serde(default)]
+    pub providers: Option<StringList>,
+    #[serde(default = "yes")]
+    pub rundown: bool,
+    /// Start the app suspended on our own diagnostics port, so the session sees its start-up.
+    #[serde(default)]
+    pub startup: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 type StartupResult = std::result::Result<(SessionDrain, u64), String>;
@@ -105,39 +120,43 @@ pub struct EventPipeCollector {
     commands: Vec<String>,
 }
 
-pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    Ok(Box::new(EventPipeCollector::from_spec(spec)?))
+/// The capability probe: GC events, which the gc-heavy probe app raises at once.
+pub fn probe_options() -> EventPipeOptions {
+    EventPipeOptions { profile: Some("gc".into()), providers: None, rundown: true, startup: false }
+}
+
+pub fn from_spec(name: &str, options: &EventPipeOptions) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(EventPipeCollector::new(name, options)?))
 }
 
 impl EventPipeCollector {
-    pub fn from_spec(spec: &CollectorSpec) -> Result<EventPipeCollector> {
+    pub fn new(name: &str, options: &EventPipeOptions) -> Result<EventPipeCollector> {
         let mut providers = Vec::new();
-        let profiles = spec.opt_str("profile").unwrap_or("");
+        let profiles = options.profile.as_deref().unwrap_or("");
         for profile in profiles.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             providers.extend(profile_providers(profile)?);
         }
-        for p in spec_list(spec, "providers") {
-            providers.push(p.parse::<Provider>().with_context(|| format!("collector `{}`", spec.name()))?);
+        for p in items(&options.providers) {
+            providers.push(p.parse::<Provider>().with_context(|| format!("collector `{name}`"))?);
         }
         if providers.is_empty() {
             bail!(
-                "collector `{}` enables nothing: give `profile` (thread-time, gc, exceptions, contention) and/or `providers`",
-                spec.name()
+                "collector `{name}` enables nothing: give `profile` (thread-time, gc, exceptions, contention) and/or `providers`"
             );
         }
         let config = SessionConfig {
             providers: merge_providers(providers),
-            rundown: spec.opt_bool("rundown").unwrap_or(true),
+            rundown: options.rundown,
             ..SessionConfig::default()
         };
-        let startup = spec.opt_bool("startup").unwrap_or(false);
+        let startup = options.startup;
         let startup_dir = if startup {
             Some(tempfile::Builder::new().prefix("tracelab-ep-").tempdir().context("creating the startup socket folder")?)
         } else {
             None
         };
         Ok(EventPipeCollector {
-            name: spec.name().to_string(),
+            name: name.to_string(),
             config,
             startup,
             startup_dir,
@@ -385,17 +404,19 @@ pub fn to_collection(d: eventpipe::Decoded, collector: &str) -> Collection {
 mod tests {
     use super::*;
 
-    fn spec(text: &str) -> CollectorSpec {
+    fn spec(text: &str) -> EventPipeOptions {
         toml::from_str(text).unwrap()
     }
 
     #[test]
     fn profiles_and_providers_merge() {
-        let c = EventPipeCollector::from_spec(&spec(
-            r#"kind = "eventpipe"
-               profile = "gc,exceptions"
+        let c = EventPipeCollector::new(
+            "eventpipe",
+            &spec(
+                r#"profile = "gc,exceptions"
                providers = ["My-Source:0x2:4"]"#,
-        ))
+            ),
+        )
         .unwrap();
         assert_eq!(c.config.providers.len(), 2);
         assert_eq!(c.config.providers[0].keywords, 0x8001);
@@ -406,9 +427,9 @@ mod tests {
 
     #[test]
     fn cpu_sampling_is_not_ours() {
-        let err = EventPipeCollector::from_spec(&spec("kind = \"eventpipe\"\nprofile = \"cpu-sampling\"")).err().unwrap();
+        let err = EventPipeCollector::new("eventpipe", &spec("profile = \"cpu-sampling\"")).err().unwrap();
         assert!(format!("{err:#}").contains("thread-time"), "{err:#}");
-        let err = EventPipeCollector::from_spec(&spec("kind = \"eventpipe\"")).err().unwrap();
+        let err = EventPipeCollector::new("eventpipe", &spec("")).err().unwrap();
         assert!(format!("{err:#}").contains("enables nothing"), "{err:#}");
     }
 

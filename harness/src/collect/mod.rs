@@ -11,15 +11,18 @@ pub mod lttng;
 #[cfg(test)]
 mod perf_fixtures;
 
+mod spec;
+
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use crate::model::Collection;
-use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
 /// Decoding's inputs belong to symbolize (which reads them); collectors take them from there.
 use crate::symbolize::DecodeContext;
+
+pub use spec::{CollectorKind, CollectorOptions, CollectorSpec, StringList};
 
 /// A collector that cannot work in this environment for a reason the environment proves (the
 /// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).
@@ -62,14 +65,12 @@ pub trait Collector {
 
 /// Builds the collector a scenario names.
 pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    Ok(match spec.kind.as_str() {
-        "perf-cpu" => perf::from_spec(spec)?,
-        "perf-offcpu" => offcpu::from_spec(spec)?,
-        "eventpipe" => eventpipe::from_spec(spec)?,
-        "dotnet-trace" => dotnet_trace::from_spec(spec)?,
-        "lttng" => lttng::from_spec(spec)?,
-        other => bail!(
-            "unknown collector kind `{other}`: expected perf-cpu, perf-offcpu, eventpipe, dotnet-trace or lttng"
-        ),
+    let name = spec.name();
+    Ok(match &spec.options {
+        CollectorOptions::PerfCpu(o) => perf::from_spec(name, o)?,
+        CollectorOptions::PerfOffcpu(o) => offcpu::from_spec(name, o)?,
+        CollectorOptions::EventPipe(o) => eventpipe::from_spec(name, o)?,
+        CollectorOptions::DotnetTrace(o) => dotnet_trace::from_spec(name, o)?,
+        CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,
     })
 }

@@ -22,7 +22,6 @@ use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
-use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target, ToolProcess};
 use crate::unwind::{self, UnwindOptions, Unwound, names::Kallsyms};
 
@@ -83,17 +82,41 @@ impl CallGraph {
     }
 }
 
-pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    let call_graph = CallGraph::parse(spec.opt_str("call_graph").unwrap_or("dwarf,16384"))?;
-    if let Some(backend) = spec.opt_str("backend").filter(|b| *b != "perf") {
+/// perf_event_open and the tracefs mount need SYS_ADMIN in a container (shared/DESIGN.md §6).
+pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+
+/// `[[collector]] kind = "perf-offcpu"` options.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffCpuOptions {
+    /// `dwarf,BYTES` (default `dwarf,16384`) or `fp`.
+    #[serde(default)]
+    pub call_graph: Option<String>,
+    /// Only `perf` is built.
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub perf_binary: Option<String>,
+    #[serde(default)]
+    pub mmap_pages: Option<u64>,
+}
+
+/// The capability probe: the defaults a scenario gets (sched_switch, dwarf stacks).
+pub fn probe_options() -> OffCpuOptions {
+    OffCpuOptions::default()
+}
+
+pub fn from_spec(name: &str, options: &OffCpuOptions) -> Result<Box<dyn Collector>> {
+    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))?;
+    if let Some(backend) = options.backend.as_deref().filter(|b| *b != "perf") {
         bail!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)");
     }
     Ok(Box::new(OffCpuCollector {
-        name: spec.name().to_string(),
+        name: name.to_string(),
         call_graph,
-        perf_binary: spec.opt_str("perf_binary").map(str::to_string),
-        mmap_pages: spec.opt_u64("mmap_pages"),
-        data_file: format!("{}.data", spec.name()),
+        perf_binary: options.perf_binary.clone(),
+        mmap_pages: options.mmap_pages,
+        data_file: format!("{name}.data"),
         tool: None,
         host_output: None,
         commands: Vec::new(),

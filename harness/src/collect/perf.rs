@@ -12,7 +12,6 @@ use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
-use crate::scenario::CollectorSpec;
 use crate::symbolize::Symbolizer;
 use crate::run::{RunningApp, Target, ToolProcess};
 
@@ -108,32 +107,63 @@ pub struct PerfCpuCollector {
     perf_stderr: Option<std::thread::JoinHandle<String>>,
 }
 
-pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    Ok(Box::new(PerfCpuCollector::from_spec(spec)?))
+/// What a container needs for perf_event_open (shared/DESIGN.md §6: PERFMON is unknown to
+/// Debian's docker.io 20.10, no capability fails).
+pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+
+/// `[[collector]] kind = "perf-cpu"` options.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerfCpuOptions {
+    /// Samples per second (cpu-clock), 1..=100000.
+    #[serde(default = "default_frequency")]
+    pub frequency: u64,
+    /// `fp` (default) or `dwarf,BYTES`.
+    #[serde(default)]
+    pub call_graph: Option<String>,
+    /// Leave .NET's W^X on (the JIT then runs code from a memfd alias).
+    #[serde(default)]
+    pub wx: bool,
+    #[serde(default)]
+    pub perf_binary: Option<String>,
+    /// Name JIT frames in the W^X alias from the perf map (perf itself leaves them unnamed).
+    #[serde(default)]
+    pub name_doublemapped: bool,
+}
+
+fn default_frequency() -> u64 {
+    999
+}
+
+impl Default for PerfCpuOptions {
+    fn default() -> Self {
+        PerfCpuOptions { frequency: default_frequency(), call_graph: None, wx: false, perf_binary: None, name_doublemapped: false }
+    }
+}
+
+/// The capability probe: the defaults a scenario gets (999 Hz, frame pointers).
+pub fn probe_options() -> PerfCpuOptions {
+    PerfCpuOptions::default()
+}
+
+pub fn from_spec(name: &str, options: &PerfCpuOptions) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(PerfCpuCollector::new(name, options)?))
 }
 
 impl PerfCpuCollector {
-    pub fn from_spec(spec: &CollectorSpec) -> Result<PerfCpuCollector> {
-        for key in spec.options.keys() {
-            if !matches!(key.as_str(), "frequency" | "call_graph" | "wx" | "perf_binary" | "name_doublemapped") {
-                bail!(
-                    "collector `{}`: unknown option `{key}` (perf-cpu takes frequency, call_graph, wx, perf_binary, name_doublemapped)",
-                    spec.name()
-                );
-            }
-        }
-        let frequency = spec.opt_u64("frequency").unwrap_or(999);
+    pub fn new(name: &str, options: &PerfCpuOptions) -> Result<PerfCpuCollector> {
+        let frequency = options.frequency;
         if frequency == 0 || frequency > 100_000 {
-            bail!("collector `{}`: frequency {frequency} Hz is out of range (1..100000)", spec.name());
+            bail!("collector `{name}`: frequency {frequency} Hz is out of range (1..100000)");
         }
         Ok(PerfCpuCollector {
-            name: spec.name().to_string(),
+            name: name.to_string(),
             frequency,
-            call_graph: CallGraph::parse(spec.opt_str("call_graph").unwrap_or("fp"))
-                .with_context(|| format!("collector `{}`", spec.name()))?,
-            wx: spec.opt_bool("wx").unwrap_or(false),
-            perf_binary: spec.opt_str("perf_binary").map(str::to_string),
-            name_doublemapped: spec.opt_bool("name_doublemapped").unwrap_or(false),
+            call_graph: CallGraph::parse(options.call_graph.as_deref().unwrap_or("fp"))
+                .with_context(|| format!("collector `{name}`"))?,
+            wx: options.wx,
+            perf_binary: options.perf_binary.clone(),
+            name_doublemapped: options.name_doublemapped,
             artifacts: None,
             target_pid: 0,
             tmp_dir_host: None,

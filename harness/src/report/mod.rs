@@ -76,13 +76,15 @@ pub struct ShareRow {
 }
 
 /// One line per collector kind on what its samples mean.
-pub fn collector_measures(kind: &str) -> &'static str {
+pub fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
+    use crate::collect::CollectorKind;
     match kind {
-        "perf-cpu" => "on-CPU time: cpu-clock samples only threads that are running",
-        "perf-offcpu" => "off-CPU time: sched_switch, weighted by time from switch-out to switch-in",
-        "eventpipe" | "dotnet-trace" => "thread time: SampleProfiler samples every managed thread, running or blocked",
-        "lttng" => "runtime events (no stacks)",
-        _ => "",
+        CollectorKind::PerfCpu => "on-CPU time: cpu-clock samples only threads that are running",
+        CollectorKind::PerfOffcpu => "off-CPU time: sched_switch, weighted by time from switch-out to switch-in",
+        CollectorKind::EventPipe | CollectorKind::DotnetTrace => {
+            "thread time: SampleProfiler samples every managed thread, running or blocked"
+        }
+        CollectorKind::Lttng => "runtime events (no stacks)",
     }
 }
 

@@ -27,7 +27,7 @@ pub struct Scenario {
     pub env: BTreeMap<String, String>,
     /// `host`, `container` or `sidecar`; absent = container when a Docker daemon answers, else host.
     #[serde(default)]
-    pub target: Option<String>,
+    pub target: Option<crate::run::TargetKind>,
     /// Base image for container targets (`bullseye`, `bookworm`, `trixie`).
     #[serde(default)]
     pub image: Option<String>,
@@ -91,43 +91,8 @@ pub enum WorkloadRef {
     },
 }
 
-/// One collector of a scenario: a kind plus kind-specific options (frequency, profile …),
-/// which the collector reads itself.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct CollectorSpec {
-    pub kind: String,
-    /// Name in results; defaults to the kind.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Environment of the app in the run this collector observes, over the scenario's `env`
-    /// (e.g. `{ DOTNET_ReadyToRun = "0" }` for a ground-truth run in which the JIT compiles every
-    /// framework method). Collectors sharing a run must not disagree on a variable.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    #[serde(flatten)]
-    pub options: toml::Table,
-}
-
-impl CollectorSpec {
-    pub fn name(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.kind)
-    }
-    pub fn opt_str(&self, key: &str) -> Option<&str> {
-        self.options.get(key).and_then(|v| v.as_str())
-    }
-    pub fn opt_u64(&self, key: &str) -> Option<u64> {
-        self.options.get(key).and_then(|v| v.as_integer()).map(|v| v as u64)
-    }
-    pub fn opt_bool(&self, key: &str) -> Option<bool> {
-        self.options.get(key).and_then(|v| v.as_bool())
-    }
-    pub fn opt_strings(&self, key: &str) -> Option<Vec<String>> {
-        self.options
-            .get(key)
-            .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
-    }
-}
+/// One collector of a scenario: the kind with its typed options, declared by the collectors.
+pub use crate::collect::{CollectorKind, CollectorSpec};
 
 impl Scenario {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
@@ -185,9 +150,6 @@ impl Scenario {
         }
         for group in self.run_groups() {
             self.run_env(&group)?;
-        }
-        if let Some(t) = &self.target {
-            crate::run::TargetKind::parse(t)?;
         }
         Ok(())
     }
@@ -285,7 +247,7 @@ mod tests {
         "#;
         let s = Scenario::from_toml(text, Path::new("x.toml")).unwrap();
         // `env` is the collector's, not a perf option (perf-cpu rejects unknown options).
-        assert!(s.collectors[1].options.get("env").is_none());
+        assert_eq!(s.collectors[1].env["DOTNET_ReadyToRun"], "0");
         let first = s.run_env(&["perf-cpu".into()]).unwrap();
         assert_eq!(first.get("DOTNET_ReadyToRun"), None);
         let second = s.run_env(&["jit-only".into()]).unwrap();
@@ -311,6 +273,9 @@ mod tests {
         "#;
         let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
         assert!(matches!(s.workload, WorkloadRef::Path { dll: Some(_), .. }));
-        assert_eq!(s.collectors[0].opt_u64("frequency"), Some(499));
+        match &s.collectors[0].options {
+            crate::collect::CollectorOptions::PerfCpu(o) => assert_eq!(o.frequency, 499),
+            other => panic!("{other:?}"),
+        }
     }
 }

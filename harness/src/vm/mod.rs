@@ -9,7 +9,6 @@
 //! (does collection work, do stacks resolve, does the split come out), never for durations.
 
 pub mod image;
-pub mod matrix;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +19,6 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 pub use image::PreparedKernel;
-pub use matrix::{KernelCell, KernelMatrixOptions, run_kernel_matrix};
 
 /// A kernel of the matrix: the Debian suite whose `linux-image-cloud-amd64` provides it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

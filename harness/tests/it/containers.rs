@@ -299,44 +299,6 @@ fn kill_at_any_phase_leaves_nothing_after_sweep() {
     assert!(docker.dangling_volumes().unwrap() <= dangling_before, "dangling volumes appeared");
 }
 
-#[test]
-fn capability_probes_match_this_engine() {
-    let test = "containers::capability_probes_match_this_engine";
-    if !ready(test) {
-        return;
-    }
-    let options = harness::caps::MatrixOptions {
-        collectors: vec!["perf-cpu".into(), "lttng".into(), "eventpipe".into()],
-        cap_sets: vec!["none".into(), "SYS_ADMIN".into(), "PERFMON".into(), "privileged".into()],
-        ..Default::default()
-    };
-    let matrix = harness::caps::run_matrix(&options, &mut |p| {
-        eprintln!("{} / {}: works={} {} {}", p.collector, p.caps, p.works, p.detail, p.error.as_deref().unwrap_or(""));
-    })
-    .unwrap();
-    let cell = |c: &str, caps: &str| matrix.get(c, caps).unwrap().clone();
-    // Docker's default seccomp profile lets perf_event_open through only with CAP_SYS_ADMIN
-    // (or CAP_PERFMON on engines that know it).
-    let none = cell("perf-cpu", "none");
-    assert!(!none.works);
-    assert!(none.error.as_deref().unwrap().contains("perf_event_open"), "{none:?}");
-    let admin = cell("perf-cpu", "SYS_ADMIN");
-    assert!(admin.works, "{admin:?}");
-    let jit: u64 = admin.detail.split("jit_frames=").nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
-    assert!(jit > 0, "perf in the container resolved no JIT frame: {}", admin.detail);
-    // LTTng user-space tracing needs no capability.
-    let lttng = cell("lttng", "none");
-    assert!(lttng.works, "{lttng:?}");
-    assert!(lttng.detail.contains("gc_start="), "{}", lttng.detail);
-    // Our IPC client reaches into the container from the host through /proc/PID/root/tmp.
-    let eventpipe = cell("eventpipe", "none");
-    assert!(eventpipe.works, "{eventpipe:?}");
-    assert!(eventpipe.detail.contains("nettrace_bytes="), "{}", eventpipe.detail);
-    for p in &matrix.probes {
-        assert!(p.works || p.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "a failure without its error: {p:?}");
-    }
-}
-
 /// The LTTng collector's shape in a sidecar: `lttng-sessiond` in one tool container, the `lttng`
 /// client in others; the app registers through the shared /var/run/lttng and IPC namespace.
 #[test]

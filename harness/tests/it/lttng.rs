@@ -16,7 +16,7 @@ use harness::collect::lttng::{LttngCollector, preflight};
 use harness::collect::{Collector, unsupported_reason};
 use harness::symbolize::DecodeContext;
 use harness::model::Collection;
-use harness::scenario::CollectorSpec;
+use harness::collect::{CollectorOptions, CollectorSpec};
 use harness::run::container::{ContainerOptions, ContainerTarget};
 use harness::run::{AppLaunch, HostTarget, Target, TargetKind};
 use harness::testing::{prerequisites, require_program, require_root};
@@ -25,22 +25,26 @@ fn dotnet() -> harness::dotnet::Dotnet {
     harness::dotnet::Dotnet::locate_or_install().expect(".NET SDK")
 }
 
-fn dotnet_available() -> Result<(), String> {
+pub(crate) fn dotnet_available() -> Result<(), String> {
     harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"))
 }
 
-fn docker_available() -> Result<(), String> {
+pub(crate) fn docker_available() -> Result<(), String> {
     harness::docker::Docker::available()
 }
 
-fn work_dir(test: &str) -> tempfile::TempDir {
+pub(crate) fn work_dir(test: &str) -> tempfile::TempDir {
     let base = harness::project_root().join("target").join("tracelab-it");
     std::fs::create_dir_all(&base).unwrap();
     tempfile::Builder::new().prefix(test).tempdir_in(base).unwrap()
 }
 
-fn spec(text: &str) -> CollectorSpec {
-    toml::from_str(text).unwrap()
+fn spec(text: &str) -> anyhow::Result<LttngCollector> {
+    let spec: CollectorSpec = toml::from_str(text).unwrap();
+    match &spec.options {
+        CollectorOptions::Lttng(o) => LttngCollector::new(spec.name(), o),
+        other => panic!("not an lttng collector: {other:?}"),
+    }
 }
 
 struct Run {
@@ -51,7 +55,7 @@ struct Run {
 /// Runs a workload on `target` under the LTTng collector, the way the engine does.
 fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&str], collector_spec: &str) -> anyhow::Result<Run> {
     let built = harness::workload::build_named(&dotnet(), workload, false)?;
-    let mut collector = LttngCollector::from_spec(&spec(collector_spec))?;
+    let mut collector = spec(collector_spec)?;
     let truth_path = work.join("truth.json");
     let go = work.join("go");
     let mut all_args: Vec<String> =
@@ -279,36 +283,4 @@ fn lttng_killed_run_leaves_no_session_or_daemon() {
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
-}
-
-/// The LTTng axis of the matrix: PASS where LTTng-UST is 2.12 (bullseye), SKIPPED with the soname
-/// reason where it is 2.13+ (bookworm, trixie); markdown and JSON written.
-#[test]
-fn lttng_matrix_passes_on_2_12_and_skips_on_2_13() {
-    let test = "lttng::lttng_matrix_passes_on_2_12_and_skips_on_2_13";
-    if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available, &|| require_program("nsenter")]) {
-        return;
-    }
-    use harness::collect::lttng::matrix;
-    let out = work_dir("lttng-matrix");
-    let opts = matrix::MatrixOptions {
-        scenarios: vec!["exceptions-lttng".into()],
-        results_root: Some(out.path().to_path_buf()),
-        ..Default::default()
-    };
-    let report = matrix::run(&opts).unwrap();
-    let (md, json) = matrix::write(&report, out.path()).unwrap();
-    eprintln!("{}", std::fs::read_to_string(&md).unwrap());
-    assert!(json.exists());
-    assert_eq!(report.rows.len(), 3);
-    for row in &report.rows {
-        match row.suite.as_str() {
-            "bullseye" => assert_eq!(row.verdict, "pass", "{row:?}"),
-            _ => {
-                assert_eq!(row.verdict, "skip", "{row:?}");
-                assert!(row.reason.as_deref().unwrap_or("").contains("needs liblttng-ust.so.0"), "{row:?}");
-            }
-        }
-        assert!(row.lttng_tools.is_some(), "no lttng-tools version for {}", row.suite);
-    }
 }

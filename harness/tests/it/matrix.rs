@@ -1,4 +1,5 @@
-//! The kernel matrix (qemu guests) and the merged report. (The nightly workflow's check is a unit
+//! The matrices (harness::matrix): the capability axis re-probed against the committed table,
+//! the LTTng axis, the kernel matrix (qemu guests) and the merged report. (The nightly workflow's check is a unit
 //! test beside its generator: `workflow::tests::checked_in_workflow_is_current`.)
 //!
 //! `qemu_guest_boots_and_perf_records` is the per-commit smoke test of the guest recipe: one
@@ -9,9 +10,13 @@
 use std::path::Path;
 use std::process::Command;
 
+use harness::collect::CollectorKind;
 use harness::report::merge::{self, Thresholds};
 use harness::testing::{prerequisites, require_program, require_root};
 use harness::vm;
+
+// The matrix tests run what the LTTng tests run (.NET, Docker) and keep work under the same folder.
+use crate::lttng::{docker_available, dotnet_available, work_dir};
 
 #[test]
 fn qemu_guest_boots_and_perf_records() {
@@ -133,4 +138,87 @@ fn merged_report_renders_in_headless_chromium() {
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
     assert_eq!(width, 1400, "screenshot of the requested size");
     eprintln!("screenshot: {}", shot.display());
+}
+
+#[test]
+fn capability_probes_match_this_engine() {
+    let test = "matrix::capability_probes_match_this_engine";
+    if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available]) {
+        return;
+    }
+    let work = work_dir("matrix-caps");
+    let options = harness::matrix::caps::MatrixOptions {
+        collectors: vec![CollectorKind::PerfCpu, CollectorKind::Lttng, CollectorKind::EventPipe],
+        cap_sets: vec!["none".into(), "SYS_ADMIN".into(), "PERFMON".into(), "privileged".into()],
+        work: Some(work.path().to_path_buf()),
+        ..Default::default()
+    };
+    let matrix = harness::matrix::caps::run_matrix(&options, &mut |p| {
+        eprintln!("{} / {}: works={} {} {}", p.collector, p.caps, p.works, p.detail, p.error.as_deref().unwrap_or(""));
+    })
+    .unwrap();
+    let cell = |c: &str, caps: &str| matrix.get(c, caps).unwrap().clone();
+    // Docker's default seccomp profile lets perf_event_open through only with CAP_SYS_ADMIN
+    // (or CAP_PERFMON on engines that know it).
+    let none = cell("perf-cpu", "none");
+    assert!(!none.works);
+    assert!(none.error.as_deref().unwrap().contains("perf_event_open"), "{none:?}");
+    let admin = cell("perf-cpu", "SYS_ADMIN");
+    assert!(admin.works, "{admin:?}");
+    let measured = |detail: &str, key: &str| -> f64 {
+        detail.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok()).unwrap_or(0.0)
+    };
+    assert!(measured(&admin.detail, "jit_resolved") > 0.0, "perf in the container resolved no JIT frame: {}", admin.detail);
+    // LTTng user-space tracing needs no capability.
+    let lttng = cell("lttng", "none");
+    assert!(lttng.works, "{lttng:?}");
+    assert!(measured(&lttng.detail, "events") > 0.0, "{}", lttng.detail);
+    // Our IPC client reaches into the container from the host through /proc/PID/root/tmp.
+    let eventpipe = cell("eventpipe", "none");
+    assert!(eventpipe.works, "{eventpipe:?}");
+    assert!(measured(&eventpipe.detail, "events") > 0.0, "{}", eventpipe.detail);
+    // Re-probed cells say what the committed table says (harness/data/caps.toml): a change of
+    // engine or kernel that moves a cell must regenerate the table.
+    let committed = harness::matrix::caps::Matrix::committed();
+    for p in &matrix.probes {
+        assert!(p.works || p.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "a failure without its error: {p:?}");
+        let was = committed.get(&p.collector, &p.caps).unwrap_or_else(|| panic!("the committed table lacks {} / {}", p.collector, p.caps));
+        assert_eq!(
+            p.works, was.works,
+            "{} / {} differs from {}: regenerate it with `cargo xtask matrix caps` ({p:?})",
+            p.collector, p.caps, harness::matrix::caps::TABLE_PATH
+        );
+    }
+}
+
+/// The LTTng axis of the matrix: PASS where LTTng-UST is 2.12 (bullseye), SKIPPED with the soname
+/// reason where it is 2.13+ (bookworm, trixie); markdown and JSON written.
+#[test]
+fn lttng_matrix_passes_on_2_12_and_skips_on_2_13() {
+    let test = "matrix::lttng_matrix_passes_on_2_12_and_skips_on_2_13";
+    if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available, &|| require_program("nsenter")]) {
+        return;
+    }
+    use harness::matrix::lttng as matrix;
+    let out = work_dir("lttng-matrix");
+    let opts = matrix::MatrixOptions {
+        scenarios: vec!["exceptions-lttng".into()],
+        results_root: Some(out.path().to_path_buf()),
+        ..Default::default()
+    };
+    let report = matrix::run(&opts).unwrap();
+    let dir = matrix::write(&report, out.path()).unwrap();
+    eprintln!("{}", std::fs::read_to_string(dir.join("lttng.md")).unwrap());
+    assert!(dir.join("lttng.json").exists());
+    assert_eq!(report.rows.len(), 3);
+    for row in &report.rows {
+        match row.suite.as_str() {
+            "bullseye" => assert_eq!(row.verdict, "pass", "{row:?}"),
+            _ => {
+                assert_eq!(row.verdict, "skip", "{row:?}");
+                assert!(row.reason.as_deref().unwrap_or("").contains("needs liblttng-ust.so.0"), "{row:?}");
+            }
+        }
+        assert!(row.lttng_tools.is_some(), "no lttng-tools version for {}", row.suite);
+    }
 }

@@ -140,8 +140,11 @@ fn perf_cpu_on_a_dead_process_says_why() {
 fn perf_cpu_options_are_checked() {
     let err = harness::collect::from_spec(&perf_spec("call_graph = \"lbr\"")).err().unwrap();
     assert!(format!("{err:#}").contains("call_graph `lbr`"), "{err:#}");
-    let err = harness::collect::from_spec(&perf_spec("freq = 99")).err().unwrap();
-    assert!(format!("{err:#}").contains("unknown option `freq`"), "{err:#}");
+    // Unknown options and wrong types are refused when the spec is read (typed options).
+    let err = toml::from_str::<CollectorSpec>("kind = \"perf-cpu\"\nfreq = 99").unwrap_err();
+    assert!(err.to_string().contains("unknown field `freq`"), "{err}");
+    let err = toml::from_str::<CollectorSpec>("kind = \"perf-cpu\"\nfrequency = \"99\"").unwrap_err();
+    assert!(err.to_string().contains("invalid type"), "{err}");
     let c = harness::collect::from_spec(&perf_spec("wx = true\ncall_graph = \"dwarf,16384\"")).unwrap();
     assert!(!c.app_env().iter().any(|(k, _)| k == "DOTNET_EnableWriteXorExecute"));
 }

@@ -19,7 +19,6 @@
 //! exit status; its decoding is checked event by event against babeltrace's text of the recorded
 //! fixture (crates/ctf/tests/fixture.rs).
 
-pub mod matrix;
 pub mod preflight;
 pub mod session;
 
@@ -33,7 +32,6 @@ use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Event, Value};
-use crate::scenario::CollectorSpec;
 use crate::run::{RunningApp, Target};
 use session::{Place, Session, Tools};
 
@@ -158,22 +156,42 @@ pub struct LttngCollector {
     metrics: BTreeMap<String, f64>,
 }
 
-pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
-    Ok(Box::new(LttngCollector::from_spec(spec)?))
+/// User-space tracing (`lttng-sessiond --no-kernel`) needs no capability (shared/DESIGN.md §6).
+pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+
+/// `[[collector]] kind = "lttng"` options.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LttngOptions {
+    /// `default` | `gc-collect-only` | `gc-only` | `gc-with-heap` | `custom`.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Tracepoints added to the profile's (`DotNETRuntime:GCStart_V2`).
+    #[serde(default)]
+    pub events: Vec<String>,
+}
+
+/// The capability probe: the default profile (GC and exception events the probe app raises).
+pub fn probe_options() -> LttngOptions {
+    LttngOptions::default()
+}
+
+pub fn from_spec(name: &str, options: &LttngOptions) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(LttngCollector::new(name, options)?))
 }
 
 impl LttngCollector {
-    pub fn from_spec(spec: &CollectorSpec) -> Result<Self> {
-        let profile = Profile::parse(spec.opt_str("profile").unwrap_or("default"))?;
-        let extra = spec.opt_strings("events").unwrap_or_default();
+    pub fn new(name: &str, options: &LttngOptions) -> Result<Self> {
+        let profile = Profile::parse(options.profile.as_deref().unwrap_or("default"))?;
+        let extra = options.events.clone();
         if profile == Profile::Custom && extra.is_empty() {
-            bail!("collector `{}`: profile = \"custom\" needs `events = [\"DotNETRuntime:GCStart_V2\", …]`", spec.name());
+            bail!("collector `{name}`: profile = \"custom\" needs `events = [\"DotNETRuntime:GCStart_V2\", …]`");
         }
         if let Some(bad) = extra.iter().find(|e| !e.contains(':')) {
-            bail!("collector `{}`: event `{bad}` is not a tracepoint name (`DotNETRuntime:GCStart_V2`)", spec.name());
+            bail!("collector `{name}`: event `{bad}` is not a tracepoint name (`DotNETRuntime:GCStart_V2`)");
         }
         Ok(LttngCollector {
-            name: spec.name().to_string(),
+            name: name.to_string(),
             tracepoints: tracepoints(&profile, &extra),
             profile,
             session: None,
@@ -471,9 +489,9 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let spec: CollectorSpec = toml::from_str("kind = \"lttng\"\nprofile = \"everything\"").unwrap();
-        assert!(LttngCollector::from_spec(&spec).is_err());
-        let spec: CollectorSpec = toml::from_str("kind = \"lttng\"\nprofile = \"custom\"").unwrap();
-        assert!(LttngCollector::from_spec(&spec).is_err());
+        let spec: LttngOptions = toml::from_str("profile = \"everything\"").unwrap();
+        assert!(LttngCollector::new("lttng", &spec).is_err());
+        let spec: LttngOptions = toml::from_str("profile = \"custom\"").unwrap();
+        assert!(LttngCollector::new("lttng", &spec).is_err());
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, RunOptions};
@@ -108,14 +108,20 @@ pub fn run(opts: &MatrixOptions) -> Result<MatrixReport> {
     Ok(MatrixReport { started_utc, rows })
 }
 
-/// Writes `lttng-matrix.md` and `lttng-matrix.json` into `dir`.
-pub fn write(report: &MatrixReport, dir: &Path) -> Result<(PathBuf, PathBuf)> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let md = dir.join("lttng-matrix.md");
-    let json = dir.join("lttng-matrix.json");
-    std::fs::write(&md, markdown(report))?;
-    std::fs::write(&json, serde_json::to_string_pretty(report)?)?;
-    Ok((md, json))
+/// Writes `lttng.md` and `lttng.json` into `results/<utc>-matrix-lttng/`.
+pub fn write(report: &MatrixReport, results: &Path) -> Result<PathBuf> {
+    super::write_result("lttng", results, &markdown(report), report)
+}
+
+/// The cells of a default run (`suite × scenario`).
+pub fn cells() -> Result<Vec<String>> {
+    let o = MatrixOptions::default();
+    Ok(o.suites.iter().flat_map(|s| o.scenarios.iter().map(move |c| format!("{s} / {c}"))).collect())
+}
+
+/// A run with default options, written to `results/`.
+pub fn run_default() -> Result<PathBuf> {
+    write(&run(&MatrixOptions::default())?, &super::results_root())
 }
 
 pub fn markdown(report: &MatrixReport) -> String {
@@ -153,7 +159,7 @@ pub fn image_versions(suite: &str) -> (Option<String>, Option<String>, Option<St
         .iter()
         .find(|(k, _)| k.starts_with("liblttng-ust") && !k.contains("ctl") && !k.contains("common") && !k.contains("python") && !k.contains("dev"))
         .map(|(k, v)| format!("{k} {v}"));
-    let soname = super::preflight::ust_sonames(&root).join(", ");
+    let soname = crate::collect::lttng::preflight::ust_sonames(&root).join(", ");
     (tools, ust, (!soname.is_empty()).then_some(soname).or(Some(s.lttng_ust.to_string())))
 }
 

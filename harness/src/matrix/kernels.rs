@@ -17,11 +17,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use super::{BootOptions, GuestJob, KernelSpec};
+use crate::vm::{BootOptions, GuestJob, KernelSpec};
 
 #[derive(Clone, Debug)]
 pub struct KernelMatrixOptions {
-    /// Kernel labels (`5.10`, `6.1`, `6.12`) or suites; empty = every kernel of [`super::KERNELS`].
+    /// Kernel labels (`5.10`, `6.1`, `6.12`) or suites; empty = every kernel of [`crate::vm::KERNELS`].
     pub kernels: Vec<String>,
     /// Scenario names (`scenarios/NAME.toml`); empty = every scenario.
     pub scenarios: Vec<String>,
@@ -70,6 +70,37 @@ pub struct KernelCell {
     pub boot_s: f64,
 }
 
+/// The cells of a default run (`kernel × scenario`).
+pub fn cells() -> Result<Vec<String>> {
+    Ok(list_cells(&KernelMatrixOptions::default())?.into_iter().map(|(k, s)| format!("{} ({}) / {s}", k.label, k.suite)).collect())
+}
+
+/// A run with default options, written to `results/`.
+pub fn run_default() -> Result<PathBuf> {
+    write(&run_kernel_matrix(&KernelMatrixOptions::default())?, &super::results_root())
+}
+
+/// One row per cell, the reason of each failure or skip in its row.
+pub fn markdown(cells: &[KernelCell]) -> String {
+    let mut s = String::from("# Kernel matrix\n\n| kernel | release | scenario | verdict | reason |\n|---|---|---|---|---|\n");
+    for c in cells {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            c.kernel,
+            c.release,
+            c.scenario,
+            c.verdict.to_uppercase(),
+            c.reason.as_deref().unwrap_or("").replace('|', "\\|").replace('\n', " ")
+        ));
+    }
+    s
+}
+
+/// Writes `kernels.md` and `kernels.json` into `results/<utc>-matrix-kernels/`.
+pub fn write(cells: &[KernelCell], results: &Path) -> Result<PathBuf> {
+    super::write_result("kernels", results, &markdown(cells), &cells)
+}
+
 /// The matrix cells as `kernel × scenario` without running anything (for `--list`).
 pub fn list_cells(opts: &KernelMatrixOptions) -> Result<Vec<(KernelSpec, String)>> {
     let kernels = selected_kernels(&opts.kernels)?;
@@ -79,9 +110,9 @@ pub fn list_cells(opts: &KernelMatrixOptions) -> Result<Vec<(KernelSpec, String)
 
 fn selected_kernels(names: &[String]) -> Result<Vec<KernelSpec>> {
     if names.is_empty() {
-        return Ok(super::KERNELS.to_vec());
+        return Ok(crate::vm::KERNELS.to_vec());
     }
-    names.iter().flat_map(|n| n.split(',')).filter(|n| !n.is_empty()).map(super::kernel_spec).collect()
+    names.iter().flat_map(|n| n.split(',')).filter(|n| !n.is_empty()).map(crate::vm::kernel_spec).collect()
 }
 
 fn selected_scenarios(names: &[String]) -> Result<Vec<String>> {
@@ -100,7 +131,7 @@ fn selected_scenarios(names: &[String]) -> Result<Vec<String>> {
 /// Results folders land in `results_root` named `…-qemu-<kernel>`, their manifest's
 /// `environment.target` set to `qemu` and a `vm` block added (kernel package, boot time, TCG).
 pub fn run_kernel_matrix(opts: &KernelMatrixOptions) -> Result<Vec<KernelCell>> {
-    super::boot_prerequisites().map_err(|e| anyhow::anyhow!("cannot boot guests: {e}"))?;
+    crate::vm::boot_prerequisites().map_err(|e| anyhow::anyhow!("cannot boot guests: {e}"))?;
     let kernels = selected_kernels(&opts.kernels)?;
     let scenarios = selected_scenarios(&opts.scenarios)?;
     let runner = runner_binary(opts.runner.as_deref())?;
@@ -112,7 +143,7 @@ pub fn run_kernel_matrix(opts: &KernelMatrixOptions) -> Result<Vec<KernelCell>> 
             .with_context(|| format!("building the workload of `{s}` for the guests"))?;
         // Tools installed from the offline feed travel with the job (.build/tools): the guest
         // has no feed to install from.
-        if scenario.collectors.iter().any(|c| c.kind == "dotnet-trace") {
+        if scenario.collectors.iter().any(|c| c.kind() == crate::collect::CollectorKind::DotnetTrace) {
             crate::collect::dotnet_trace::ensure_installed().context("installing dotnet-trace for the guests")?;
         }
     }
@@ -212,13 +243,13 @@ fn boot_and_run(
     attempt: u32,
 ) -> Result<BootRun> {
     let job = scenario_job(scenarios, runner)?;
-    let work = super::image::cache_dir().join("runs").join(format!("{}-{}", kernel.label, crate::report::utc_stamp()));
+    let work = crate::vm::image::cache_dir().join("runs").join(format!("{}-{}", kernel.label, crate::report::utc_stamp()));
     let started = Instant::now();
     // Under emulation a scenario takes minutes (decoding and flame graphs included): the boot's
     // limit grows with the scenarios it runs.
     let mut boot = opts.boot.clone();
     boot.timeout = boot.timeout.max(std::time::Duration::from_secs(300 + 900 * scenarios.len() as u64));
-    let (prepared, outcome) = super::run_job(kernel, &job, &boot, &work)?;
+    let (prepared, outcome) = crate::vm::run_job(kernel, &job, &boot, &work)?;
     let boot_s = started.elapsed().as_secs_f64();
     let Some(code) = outcome.exit_code else {
         bail!(
@@ -249,7 +280,7 @@ fn boot_and_run(
             }
             let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path)?)
                 .with_context(|| format!("{} from the guest is not JSON", manifest_path.display()))?;
-            let label = super::environment_label(kernel);
+            let label = crate::vm::environment_label(kernel);
             manifest["environment"]["target"] = "qemu".into();
             manifest["vm"] = serde_json::json!({
                 "kernel": kernel.label,
@@ -345,7 +376,7 @@ const GUEST_LIB: &str = "/opt/tracelab/hostlib";
 const GUEST_RUNNER: &str = "/opt/tracelab/bin/xtask";
 
 fn scenario_job(scenarios: &[String], runner: &Path) -> Result<GuestJob> {
-    let dotnet = super::image::dotnet_root()?;
+    let dotnet = crate::vm::image::dotnet_root()?;
     let root = crate::project_root();
     let mut script = String::new();
     script.push_str(&format!(
@@ -407,7 +438,7 @@ mod tests {
         let k = selected_kernels(&["5.10,6.12".into()]).unwrap();
         assert_eq!(k.iter().map(|k| k.label).collect::<Vec<_>>(), ["5.10", "6.12"]);
         assert!(selected_kernels(&["4.9".into()]).is_err());
-        assert_eq!(selected_kernels(&[]).unwrap().len(), super::super::KERNELS.len());
+        assert_eq!(selected_kernels(&[]).unwrap().len(), crate::vm::KERNELS.len());
     }
 
     #[test]
