@@ -11,6 +11,7 @@ pub mod lttng;
 #[cfg(test)]
 mod perf_fixtures;
 
+pub mod caps;
 mod spec;
 
 use std::path::Path;

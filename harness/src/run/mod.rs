@@ -321,32 +321,6 @@ pub fn default_kind() -> (TargetKind, String) {
     }
 }
 
-/// Builds the target of `kind`. `suite` picks the image of container targets (default
-/// bullseye); `caps` are the collector tools' capabilities there (default: the least set the
-/// capability table measured for `collectors`, see [`crate::matrix::caps::least_working_for`]).
-pub fn create(
-    kind: TargetKind,
-    dotnet: &Path,
-    suite: Option<&str>,
-    caps: Option<Vec<String>>,
-    collectors: &[crate::collect::CollectorKind],
-) -> Result<Box<dyn Target>> {
-    Ok(match kind {
-        TargetKind::Host => Box::new(HostTarget::new(dotnet.to_path_buf())),
-        TargetKind::Container | TargetKind::Sidecar => {
-            let caps = match caps {
-                Some(c) => c,
-                None => crate::matrix::caps::least_working_for(collectors).with_context(|| {
-                    let names: Vec<&str> = collectors.iter().map(|k| k.as_str()).collect();
-                    format!("the capability table has no capability set under which {} work", names.join(", "))
-                })?,
-            };
-            let options = container::ContainerOptions::new(suite.unwrap_or(crate::image::DEFAULT_SUITE), caps)?;
-            Box::new(container::ContainerTarget::new(kind, options)?)
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

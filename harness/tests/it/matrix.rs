@@ -179,14 +179,14 @@ fn capability_probes_match_this_engine() {
     assert!(measured(&eventpipe.detail, "events") > 0.0, "{}", eventpipe.detail);
     // Re-probed cells say what the committed table says (harness/data/caps.toml): a change of
     // engine or kernel that moves a cell must regenerate the table.
-    let committed = harness::matrix::caps::Matrix::committed();
+    let committed = harness::collect::caps::Matrix::committed();
     for p in &matrix.probes {
         assert!(p.works || p.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "a failure without its error: {p:?}");
         let was = committed.get(&p.collector, &p.caps).unwrap_or_else(|| panic!("the committed table lacks {} / {}", p.collector, p.caps));
         assert_eq!(
             p.works, was.works,
             "{} / {} differs from {}: regenerate it with `cargo xtask matrix caps` ({p:?})",
-            p.collector, p.caps, harness::matrix::caps::TABLE_PATH
+            p.collector, p.caps, harness::collect::caps::TABLE_PATH
         );
     }
 }
