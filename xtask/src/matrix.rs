@@ -63,55 +63,15 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>) -> Result
     if !caps.is_empty() {
         options.cap_sets = caps;
     }
-    let table = matrix::caps::run_matrix(&options, &mut |p| {
-        let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
-        println!("{:<13} {:<21} {} {what}", p.collector, p.caps, if p.works { "works" } else { "FAILS" });
-    })?;
-    let dir = matrix::caps::write(&table, &matrix::results_root())?;
-    println!("\n{}", table.markdown());
-    println!("written to {}", dir.display());
-    if full {
-        println!("committed table rewritten: {}", matrix::caps::write_table(&table)?.display());
-    }
-    Ok(())
+    matrix::caps::run_and_print(&options, full)
 }
 
 fn run_kernels(kernels: Vec<String>, scenarios: Vec<String>, list: bool) -> Result<()> {
-    let options = matrix::kernels::KernelMatrixOptions { kernels, scenarios, ..Default::default() };
-    if list {
-        for (kernel, scenario) in matrix::kernels::list_cells(&options)? {
-            println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
-        }
-        return Ok(());
-    }
-    let cells = matrix::kernels::run_kernel_matrix(&options)?;
-    for c in &cells {
-        println!("{:<6} {:<24} {:<5} {}", c.kernel, c.scenario, c.verdict, c.reason.clone().unwrap_or_default());
-    }
-    println!("written to {}", matrix::kernels::write(&cells, &matrix::results_root())?.display());
-    if cells.iter().any(|c| c.verdict == "fail") {
-        bail!("some cells failed");
-    }
-    Ok(())
+    matrix::kernels::run_and_print(&matrix::kernels::KernelMatrixOptions { kernels, scenarios, ..Default::default() }, list)
 }
 
 fn run_dotnet(runtimes: Vec<String>, scenarios: Vec<String>) -> Result<()> {
-    let options = matrix::dotnet::DotnetMatrixOptions { runtimes, scenarios, ..Default::default() };
-    let cells = matrix::dotnet::run(&options, &mut |c| match &c.runtime {
-        Some(runtime) => println!(
-            ".NET {runtime:<10} {:<22} {} {} (runtimes present: {})",
-            c.scenario,
-            c.verdict.to_uppercase(),
-            c.reason.as_deref().unwrap_or(""),
-            c.runtimes_present
-        ),
-        None => println!(".NET {}: {}", c.wanted, c.reason.as_deref().unwrap_or("")),
-    })?;
-    println!("written to {}", matrix::dotnet::write(&cells, &matrix::results_root())?.display());
-    if cells.iter().any(|c| c.failed()) {
-        bail!("the .NET matrix has failures");
-    }
-    Ok(())
+    matrix::dotnet::run_and_print(&matrix::dotnet::DotnetMatrixOptions { runtimes, scenarios, ..Default::default() })
 }
 
 fn run_lttng(suites: Vec<String>, scenarios: Vec<String>) -> Result<()> {
@@ -122,9 +82,5 @@ fn run_lttng(suites: Vec<String>, scenarios: Vec<String>) -> Result<()> {
     if !scenarios.is_empty() {
         o.scenarios = scenarios;
     }
-    let report = matrix::lttng::run(&o)?;
-    let dir = matrix::lttng::write(&report, &matrix::results_root())?;
-    print!("{}", matrix::lttng::markdown(&report));
-    println!("written to {}", dir.display());
-    Ok(())
+    matrix::lttng::run_and_print(&o)
 }

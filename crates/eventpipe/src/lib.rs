@@ -8,17 +8,19 @@
 //! - [`ipc`]: a diagnostics IPC client: socket discovery, ProcessInfo, CollectTracing2…5,
 //!   StopTracing, ResumeRuntime and reverse-connect startup tracing.
 
-pub mod decode;
+// Modules are private: the public surface is the re-exports below, chosen (as samply's
+// fxprof-processed-profile does), so a reuser depends on types, not on this crate's file layout.
+mod decode;
 mod error;
 mod fxhash;
 mod known;
 mod manifest;
-pub mod metadata;
-pub mod nettrace;
-pub mod payload;
-pub mod speedscope;
-pub mod symbols;
-pub mod varint;
+mod metadata;
+mod nettrace;
+mod payload;
+mod speedscope;
+mod symbols;
+mod varint;
 pub mod inspect;
 pub mod ipc;
 
@@ -26,4 +28,8 @@ pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
-pub use payload::{Value, decode_payload};
+pub use payload::{Value, decode_payload, guid_string};
+pub use speedscope::to_speedscope;
+pub use symbols::{Method, MethodMap, Module};
+/// The nettrace varint encoding, for tools (and tests) that write nettrace streams.
+pub use varint::write_u64 as write_varint_u64;

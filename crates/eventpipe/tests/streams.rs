@@ -3,7 +3,7 @@
 //! any corruption or truncation of a real recording gives an error with an in-range byte offset,
 //! never a panic, hang or unbounded allocation.
 
-use eventpipe::varint::write_u64;
+use eventpipe::write_varint_u64 as write_u64;
 use eventpipe::{Error, NettraceReader};
 use proptest::prelude::*;
 

@@ -329,7 +329,7 @@ fn model_value(v: eventpipe::Value) -> Value {
         eventpipe::Value::F64(v) => Value::F64(v),
         eventpipe::Value::Bool(b) => Value::U64(u64::from(b)),
         eventpipe::Value::Str(s) => Value::Str(s),
-        eventpipe::Value::Guid(g) => Value::Str(eventpipe::payload::guid_string(&g)),
+        eventpipe::Value::Guid(g) => Value::Str(eventpipe::guid_string(&g)),
         eventpipe::Value::Bytes(b) => Value::Bytes(b),
     }
 }

@@ -169,6 +169,22 @@ pub fn run_default() -> Result<PathBuf> {
     write(&matrix, &super::results_root())
 }
 
+/// `cargo xtask matrix caps`: probes, prints each cell as it ends and the table, writes the result
+/// folder, and rewrites the committed table when `rewrite_table` (a full run of the default suite).
+pub fn run_and_print(options: &MatrixOptions, rewrite_table: bool) -> Result<()> {
+    let table = run_matrix(options, &mut |p| {
+        let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
+        println!("{:<13} {:<21} {} {what}", p.collector, p.caps, if p.works { "works" } else { "FAILS" });
+    })?;
+    let dir = write(&table, &super::results_root())?;
+    println!("\n{}", table.markdown());
+    println!("written to {}", dir.display());
+    if rewrite_table {
+        println!("committed table rewritten: {}", write_table(&table)?.display());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -130,6 +130,26 @@ pub fn run_default() -> Result<PathBuf> {
     write(&run(&DotnetMatrixOptions::default(), &mut |_| {})?, &super::results_root())
 }
 
+/// `cargo xtask matrix dotnet`: runs the cells, prints each as it ends, writes the result folder;
+/// an error when a cell failed.
+pub fn run_and_print(options: &DotnetMatrixOptions) -> Result<()> {
+    let cells = run(options, &mut |c| match &c.runtime {
+        Some(runtime) => println!(
+            ".NET {runtime:<10} {:<22} {} {} (runtimes present: {})",
+            c.scenario,
+            c.verdict.to_uppercase(),
+            c.reason.as_deref().unwrap_or(""),
+            c.runtimes_present
+        ),
+        None => println!(".NET {}: {}", c.wanted, c.reason.as_deref().unwrap_or("")),
+    })?;
+    println!("written to {}", write(&cells, &super::results_root())?.display());
+    if cells.iter().any(|c| c.failed()) {
+        anyhow::bail!("the .NET matrix has failures");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

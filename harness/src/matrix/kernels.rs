@@ -423,6 +423,26 @@ fn soname_of(lib: &Path) -> Option<String> {
     Some(name)
 }
 
+/// `cargo xtask matrix kernels`: prints the cells (`list`) or runs them, prints each verdict and
+/// writes the result folder; an error when a cell failed.
+pub fn run_and_print(options: &KernelMatrixOptions, list: bool) -> Result<()> {
+    if list {
+        for (kernel, scenario) in list_cells(options)? {
+            println!("{:<6} ({:<8}) {scenario}", kernel.label, kernel.suite);
+        }
+        return Ok(());
+    }
+    let cells = run_kernel_matrix(options)?;
+    for c in &cells {
+        println!("{:<6} {:<24} {:<5} {}", c.kernel, c.scenario, c.verdict, c.reason.clone().unwrap_or_default());
+    }
+    println!("written to {}", write(&cells, &super::results_root())?.display());
+    if cells.iter().any(|c| c.verdict == "fail") {
+        anyhow::bail!("some cells failed");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -193,6 +193,15 @@ pub fn dpkg_versions(status: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// `cargo xtask matrix lttng`: runs the suites, prints the table, writes the result folder.
+pub fn run_and_print(options: &MatrixOptions) -> Result<()> {
+    let report = run(options)?;
+    let dir = write(&report, &super::results_root())?;
+    print!("{}", markdown(&report));
+    println!("written to {}", dir.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
