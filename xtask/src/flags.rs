@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs")]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs", after_help = harness::assert::exit::TABLE)]
 pub struct Flags {
     #[command(subcommand)]
     pub task: Task,

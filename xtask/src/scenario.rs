@@ -30,9 +30,7 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     println!("\n{} {}{}", scenario.name, outcome.verdict.upper(), outcome.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
     println!("results: {}", outcome.dir.display());
     Ok(match outcome.verdict {
-        Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Skip if args.allow_skip => ExitCode::SUCCESS,
-        Verdict::Skip => ExitCode::from(3),
-        Verdict::Fail => ExitCode::from(1),
+        v => ExitCode::from(v.exit_code()),
     })
 }

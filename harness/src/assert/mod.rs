@@ -84,12 +84,38 @@ pub trait Judge {
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String>;
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What a check, a run or a command ended as. A verdict is a promise: `Fail` means the pipeline
+/// gave a wrong answer with enough data to say so; a run that lacks the data to decide is
+/// `Inconclusive` (with its reason), one whose environment lacks a prerequisite is `Skip`, and
+/// one that broke around the pipeline (Docker, an image build, a tool that crashed) is `Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Pass,
     Fail,
     Skip,
+    Inconclusive,
+    Error,
+}
+
+/// Exit codes, one table for every command (README, `cargo xtask --help`).
+pub mod exit {
+    pub const PASS: u8 = 0;
+    pub const FAIL: u8 = 1;
+    /// A usage or scenario-file error: nothing ran.
+    pub const USAGE: u8 = 2;
+    pub const INCONCLUSIVE: u8 = 3;
+    /// The environment lacks a prerequisite (a SKIP verdict, or set-up that cannot proceed).
+    pub const SKIP: u8 = 4;
+    /// Infrastructure: Docker, an image build, a tool that crashed.
+    pub const ERROR: u8 = 5;
+    /// 128 + SIGINT / SIGTERM.
+    pub const INTERRUPTED_SIGINT: u8 = 130;
+    pub const INTERRUPTED_SIGTERM: u8 = 143;
+    /// The table as people read it (README and `--help`).
+    pub const TABLE: &str = "Exit codes: 0 pass (and skip with --allow-skip) · 1 fail · 2 usage or scenario-file error · \
+3 inconclusive (not enough data to decide; the reason is printed) · 4 skip (the environment lacks a prerequisite) · \
+5 infrastructure error (Docker, image build, tool crash) · 130 / 143 interrupted (SIGINT / SIGTERM)";
 }
 
 impl Verdict {
@@ -98,6 +124,8 @@ impl Verdict {
             Verdict::Pass => "pass",
             Verdict::Fail => "fail",
             Verdict::Skip => "skip",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::Error => "error",
         }
     }
     pub fn upper(self) -> &'static str {
@@ -105,7 +133,31 @@ impl Verdict {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "SKIP",
+            Verdict::Inconclusive => "INCONCLUSIVE",
+            Verdict::Error => "ERROR",
         }
+    }
+    /// The process exit code of a command that ended with this verdict ([`exit`]).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Pass => exit::PASS,
+            Verdict::Fail => exit::FAIL,
+            Verdict::Skip => exit::SKIP,
+            Verdict::Inconclusive => exit::INCONCLUSIVE,
+            Verdict::Error => exit::ERROR,
+        }
+    }
+    /// The verdict of several (a run from its checks, a report cell from its runs): any FAIL
+    /// fails; else an infrastructure error; else inconclusive; else skip; else pass.
+    pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+        let rank = |v: Verdict| match v {
+            Verdict::Pass => 0,
+            Verdict::Skip => 1,
+            Verdict::Inconclusive => 2,
+            Verdict::Error => 3,
+            Verdict::Fail => 4,
+        };
+        verdicts.into_iter().max_by_key(|v| rank(*v)).unwrap_or(Verdict::Pass)
     }
 }
 

@@ -311,7 +311,8 @@ pub fn junit_xml(m: &Manifest) -> String {
         let _ = write!(s, "  <testcase classname=\"{0}\" name=\"run\">", xml_escape(&m.scenario));
         match m.verdict {
             Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
-            Verdict::Skip => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
+            Verdict::Skip | Verdict::Inconclusive => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
+            Verdict::Error => { let _ = write!(s, "<error message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
             Verdict::Pass => {}
         }
         s.push_str("</testcase>\n");
@@ -321,7 +322,8 @@ pub fn junit_xml(m: &Manifest) -> String {
         let msg = format!("expected {}; measured {}", c.expected, c.measured);
         match c.verdict {
             Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(&msg)); }
-            Verdict::Skip => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(&msg)); }
+            Verdict::Skip | Verdict::Inconclusive => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(&msg)); }
+            Verdict::Error => { let _ = write!(s, "<error message=\"{}\"/>", xml_escape(&msg)); }
             Verdict::Pass => { let _ = write!(s, "<system-out>{}</system-out>", xml_escape(&msg)); }
         }
         s.push_str("</testcase>\n");
