@@ -113,8 +113,9 @@ pub fn owner_alive(owner: &str) -> bool {
     process_start_time(pid) == Some(start)
 }
 
+/// Every Docker API failure is an infrastructure error (exit 5), not a verdict on the pipeline.
 fn explain(e: bollard::errors::Error) -> anyhow::Error {
-    anyhow!("{e}")
+    crate::run::Infrastructure::wrap(e)
 }
 
 impl Docker {
@@ -134,11 +135,11 @@ impl Docker {
                 Ok::<_, anyhow::Error>(api)
             })
             .map_err(|e| {
-                anyhow!(
+                crate::run::Infrastructure::wrap(anyhow!(
                     "no Docker daemon answers at {} ({e}). Start one (`systemctl start docker`, or \
                      `dockerd --bridge=none --iptables=false &` where no service exists) or run with --target host",
                     std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into())
-                )
+                ))
             })?;
         Ok(Docker { rt, api })
     }

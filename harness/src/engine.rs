@@ -91,8 +91,9 @@ fn step(msg: &str) {
 }
 
 /// Runs `scenario` and writes its results folder. Errors are returned only when not even a
-/// results folder could be written; anything that goes wrong inside the run becomes a FAIL (or
-/// a SKIP for an [`collect::Unsupported`] environment) with its reason.
+/// results folder could be written; anything that goes wrong inside the run becomes a FAIL (a
+/// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::run::Infrastructure`]
+/// failure) with its reason.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
     let started = crate::report::utc_rfc3339();
     let (target_kind, target_note) = choose_target(scenario, opts)?;
@@ -118,6 +119,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         completeness: BTreeMap::new(),
         workload: None,
         load_report: None,
+        load: BTreeMap::new(),
     };
     state.environment.target = target_kind.as_str().to_string();
     state.environment.image =
@@ -128,10 +130,15 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         Ok(()) => judge(scenario, &state),
         Err(e) => match collect::unsupported_reason(&e) {
             Some(why) => (Verdict::Skip, Some(why), Vec::new()),
+            None if crate::run::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
             None => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
         },
     };
     let mut metrics = run_metrics(&state.collections);
+    for q in data_quality(scenario, &state.collections) {
+        q.metrics(&mut metrics);
+    }
+    metrics.extend(state.load.clone());
     let share_err = checks.iter().filter_map(|c| c.values.get("error_pts")).cloned().fold(f64::NAN, f64::max);
     if !share_err.is_nan() {
         metrics.insert("share_error_pts_max".into(), share_err);
@@ -194,6 +201,8 @@ struct RunState {
     completeness: BTreeMap<String, serde_json::Value>,
     workload: Option<String>,
     load_report: Option<serde_json::Value>,
+    /// Machine load while the app ran (`load.*` metrics; the worst of several runs).
+    load: BTreeMap<String, f64>,
 }
 
 fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> Result<T>) -> Result<T> {
@@ -315,6 +324,7 @@ fn run_app(
             }
         }
     }
+    let probe = start_error.is_none().then(|| crate::run::load::LoadProbe::start(app.host_pid));
     if start_error.is_none() {
         std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
         step("app released; collecting");
@@ -330,9 +340,17 @@ fn run_app(
         Ok(0) => spinner.done("app finished"),
         _ => spinner.failed(),
     }
+    for (k, v) in probe.map(|p| p.finish()).unwrap_or_default() {
+        let worst = state.load.entry(k).or_insert(v);
+        *worst = worst.max(v);
+    }
     for &i in &started {
         if let Err(e) = collectors[i].stop(target, &app) {
-            start_error.get_or_insert(e.context(format!("collector `{}` failed while stopping", collectors[i].name())));
+            // The tool crashed or hung around the app: infrastructure, unless the environment
+            // proves the collector cannot work here (a SKIP).
+            let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
+            let e = if collect::unsupported_reason(&e).is_some() { e } else { crate::run::Infrastructure::wrap(e) };
+            start_error.get_or_insert(e);
         }
         state.commands.extend(collectors[i].commands());
     }
@@ -444,20 +462,47 @@ fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec
             collector: Some(c.collector.clone()),
             values: BTreeMap::new(),
             details: Vec::new(),
+            reason: None,
         });
     }
-    checks.extend(scenario.expectations.iter().map(|e| e.evaluate(&ev)));
-    let failed: Vec<&Check> = checks.iter().filter(|c| c.verdict == Verdict::Fail).collect();
-    if failed.is_empty() {
-        (Verdict::Pass, None, checks)
-    } else {
-        let reason = failed
-            .iter()
-            .map(|c| format!("{}: expected {}, measured {}", c.name, c.expected, c.measured))
-            .collect::<Vec<_>>()
-            .join("; ");
-        (Verdict::Fail, Some(reason), checks)
-    }
+    // A check on samples too thin to decide (lost events, a starved sampling rate) is
+    // inconclusive, whichever way it came out.
+    let quality = data_quality(scenario, &state.collections);
+    checks.extend(scenario.expectations.iter().map(|e| {
+        let check = e.evaluate(&ev);
+        if !e.check.judge().sampled() {
+            return check;
+        }
+        let q = quality.iter().find(|q| Some(&q.collector) == check.collector.as_ref());
+        assert::sufficiency::apply(check, q, &scenario.sufficiency)
+    }));
+    let verdict = Verdict::combine(checks.iter().map(|c| c.verdict));
+    let reason = checks
+        .iter()
+        .filter(|c| c.verdict == verdict && verdict != Verdict::Pass)
+        .map(|c| match &c.reason {
+            Some(why) => format!("{}: {why} (expected {}, measured {})", c.name, c.expected, c.measured),
+            None => format!("{}: expected {}, measured {}", c.name, c.expected, c.measured),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    (verdict, (!reason.is_empty()).then_some(reason), checks)
+}
+
+/// Each collection's data quality: lost events and, for timer samplers, the effective sampling
+/// rate of the measured threads against the frequency the scenario asked for.
+fn data_quality(scenario: &Scenario, collections: &[Collection]) -> Vec<assert::DataQuality> {
+    collections
+        .iter()
+        .map(|c| {
+            let spec = scenario.collectors.iter().find(|s| s.name() == c.collector);
+            let asked = spec.and_then(|s| match &s.options {
+                collect::CollectorOptions::PerfCpu(o) => Some(o.frequency as f64),
+                _ => None,
+            });
+            assert::DataQuality::measure(c, asked)
+        })
+        .collect()
 }
 
 fn slug(s: &str) -> String {

@@ -458,10 +458,13 @@ pub fn build(docker: &Docker, suite: &'static Suite, dotnet_root: &Path) -> Resu
 }
 
 /// The runtime image of `suite_name`, built first if missing or stale. Returns its tag.
+/// A failed build is an infrastructure error (exit 5); an unknown suite is a usage error.
 pub fn ensure(docker: &Docker, suite_name: &str) -> Result<String> {
     let suite = suite(suite_name)?;
     let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
-    Ok(build(docker, suite, &dotnet.root)?.runtime.tag)
+    let built = build(docker, suite, &dotnet.root)
+        .map_err(|e| crate::run::Infrastructure::wrap(e.context(format!("building the {} images", suite.name))))?;
+    Ok(built.runtime.tag)
 }
 
 #[cfg(test)]

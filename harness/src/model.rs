@@ -182,6 +182,9 @@ pub struct Collection {
     /// name found in another collector's stacks can be looked up in.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub method_names: std::collections::BTreeSet<String>,
+    /// Sample weights are nanoseconds (off-CPU time), not counts: checks print them as time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub weight_ns: bool,
 }
 
 impl Collection {

@@ -59,10 +59,11 @@ pub struct Scenario {
     /// Scenario name (scenarios/NAME.toml) or a path to your own TOML file.
     pub name: String,
     /// host | container | sidecar (default: the scenario's, else container when Docker answers).
-    #[arg(long)]
+    // Checked by clap: a wrong value is a usage error (exit 2) naming the valid ones, never a FAIL.
+    #[arg(long, value_parser = ["host", "container", "sidecar"])]
     pub target: Option<String>,
     /// Base image for container targets: bullseye | bookworm | trixie.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::image::SUITES.iter().map(|s| s.name)))]
     pub image: Option<String>,
     /// Exit 0 on SKIP too (a skip is a verdict about the environment, not the tool).
     #[arg(long)]
@@ -368,6 +369,15 @@ mod tests {
         for argv in [&["xtask", "matrix", "nosuchaxis"][..], &["xtask", "bench", "nosuchbench"], &["xtask", "images", "--nope"]] {
             let err = Flags::try_parse_from(argv).expect_err("a usage error");
             assert_eq!(err.exit_code(), 2, "{argv:?}");
+        }
+        // A wrong image or target is a usage error naming the valid values, not a scenario FAIL.
+        for (argv, valid) in [
+            (&["xtask", "scenario", "cpu-bound", "--image", "sid"][..], "bullseye, bookworm, trixie"),
+            (&["xtask", "scenario", "cpu-bound", "--target", "vm"], "host, container, sidecar"),
+        ] {
+            let err = Flags::try_parse_from(argv).expect_err("a usage error");
+            assert_eq!(err.exit_code(), 2, "{argv:?}");
+            assert!(err.render().to_string().contains(valid), "{argv:?}: {}", err.render());
         }
     }
 }

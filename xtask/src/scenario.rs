@@ -1,5 +1,6 @@
-//! `cargo xtask scenario NAME`: run one scenario, print its verdict, exit 0 only on PASS (and on
-//! SKIP with `--allow-skip`).
+//! `cargo xtask scenario NAME`: run one scenario, print its verdict, and exit with the verdict's
+//! code (`harness::assert::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
+//! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2).
 
 use std::process::ExitCode;
 
@@ -22,7 +23,8 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     let m = &outcome.manifest;
     println!();
     for c in &m.checks {
-        println!("  {:4}  {}  (expected {}; measured {})", c.verdict.upper(), c.name, c.expected, c.measured);
+        let why = c.reason.as_deref().map(|r| format!(" — {r}")).unwrap_or_default();
+        println!("  {:4}  {}  (expected {}; measured {}){why}", c.verdict.upper(), c.name, c.expected, c.measured);
     }
     for f in &m.findings {
         println!("  note: {f}");

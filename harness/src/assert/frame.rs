@@ -5,6 +5,8 @@ use anyhow::{Context, Result};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::sufficiency::floor;
+use super::units::{percent, weight};
 use super::{Check, Evidence, Judge, frame_key, truth_f64, yes};
 use crate::model::Sample;
 
@@ -28,6 +30,10 @@ pub struct FrameCheck {
     /// `external` SampleProfiler samples).
     #[serde(default)]
     pub sample_kind: Option<String>,
+    /// With `min_share`: the fewest samples the share's denominator needs to decide (default 1:
+    /// a share of nothing decides nothing). Below it the check is inconclusive.
+    #[serde(default)]
+    pub min_samples: Option<u64>,
 }
 
 impl Judge for FrameCheck {
@@ -37,18 +43,26 @@ impl Judge for FrameCheck {
 
     fn validate(&self) -> Result<()> {
         Regex::new(&self.pattern).with_context(|| format!("bad regex `{}`", self.pattern))?;
+        if self.min_samples.is_some() && (self.min_share.is_none() || !self.present) {
+            anyhow::bail!("`min_samples` of a frame check is the floor of its `min_share`: set `min_share` too");
+        }
         Ok(())
     }
 
+    fn sampled(&self) -> bool {
+        self.present && self.min_share.is_some()
+    }
+
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let FrameCheck { pattern, present, leaf_only, min_share, tid_truth, sample_kind } = self;
+        let FrameCheck { pattern, present, leaf_only, min_share, tid_truth, sample_kind, min_samples } = self;
         let c = ev.read(collector)?;
         let re = Regex::new(pattern).map_err(|e| e.to_string())?;
         let tid = tid_truth.as_deref().map(|p| truth_f64(ev.truth_for(&c.collector), p)).transpose()?.map(|t| t as u32);
-        let (mut hit, mut total) = (0u64, 0u64);
+        let (mut hit, mut total, mut counted) = (0u64, 0u64, 0u64);
         let kind_ok = |s: &Sample| sample_kind.as_deref().is_none_or(|k| s.kind.as_deref() == Some(k));
         for s in c.samples.iter().filter(|s| tid.is_none_or(|t| s.tid == t) && kind_ok(s)) {
             total += s.weight;
+            counted += 1;
             let frames = if *leaf_only { s.frames.get(..1).unwrap_or(&[]) } else { &s.frames[..] };
             if frames.iter().any(|f| re.is_match(&frame_key(f))) {
                 hit += s.weight;
@@ -57,7 +71,7 @@ impl Judge for FrameCheck {
         let share = if total > 0 { hit as f64 / total as f64 } else { 0.0 };
         let pass = if *present { hit > 0 && min_share.is_none_or(|m| share >= m) } else { hit == 0 };
         let mut expected = match (present, min_share) {
-            (true, Some(m)) => format!("in ≥ {:.1} % of sample weight", m * 100.0),
+            (true, Some(m)) => format!("in ≥ {} of {}", percent(*m), if c.weight_ns { "off-CPU time" } else { "samples" }),
             (true, None) => "present".into(),
             (false, _) => "absent".into(),
         };
@@ -67,14 +81,19 @@ impl Judge for FrameCheck {
         if let Some(k) = sample_kind {
             expected.push_str(&format!(" ({k} samples only)"));
         }
-        Ok(Check::new(
+        let check = Check::new(
             name,
             collector.or(Some(&c.collector)),
             pass,
             expected,
-            format!("in {hit} of {total} sample weight ({:.1} %)", share * 100.0),
+            format!("in {} of {} ({})", weight(hit, c.weight_ns), weight(total, c.weight_ns), percent(share)),
         )
-        .value("share", share))
+        .value("share", share)
+        .value("samples", counted as f64);
+        Ok(match (present, min_share) {
+            (true, Some(_)) => floor(check, counted, min_samples.unwrap_or(1), "samples in the share's denominator"),
+            _ => check,
+        })
     }
 }
 
@@ -86,7 +105,7 @@ mod tests {
     use crate::model::{Collection, DsoClass};
 
     fn check(pattern: &str, present: bool, leaf_only: bool, min_share: Option<f64>) -> FrameCheck {
-        FrameCheck { pattern: pattern.into(), present, leaf_only, min_share, tid_truth: None, sample_kind: None }
+        FrameCheck { pattern: pattern.into(), present, leaf_only, min_share, tid_truth: None, sample_kind: None, min_samples: None }
     }
 
     #[test]
@@ -99,12 +118,34 @@ mod tests {
         let judged = evaluate_on(&check("W::Hot\\(\\)$", true, false, Some(0.7)), &[c.clone()], serde_json::json!({}));
         assert_eq!(judged.verdict, Verdict::Pass, "{judged:?}");
         assert_eq!(judged.name, "frame present `W::Hot\\(\\)$`");
-        assert_eq!(judged.measured, "in 3 of 4 sample weight (75.0 %)");
+        assert_eq!(judged.measured, "in 3 samples of 4 samples (75.0 %)");
         assert_eq!(judged.collector.as_deref(), Some("perf-cpu"));
         // Main is never a leaf, and an absent frame must really be absent.
         assert_eq!(evaluate_on(&check("Main", true, true, None), &[c.clone()], serde_json::json!({})).verdict, Verdict::Fail);
         assert_eq!(evaluate_on(&check("Main", false, false, None), &[c.clone()], serde_json::json!({})).verdict, Verdict::Fail);
         assert_eq!(evaluate_on(&check("Cold", false, false, None), &[c], serde_json::json!({})).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn off_cpu_weight_prints_as_time_and_an_empty_denominator_is_inconclusive() {
+        let mut c = Collection::new("perf-offcpu");
+        c.weight_ns = true;
+        let mut s = sample(vec![frame("W::Wait()", DsoClass::Jit)]);
+        s.weight = 3_786_080_327;
+        c.samples.push(s.clone());
+        s.frames = vec![frame("W::Spin()", DsoClass::Jit)];
+        s.weight = 2_887_966;
+        c.samples.push(s);
+        let judged = evaluate_on(&check("Wait", true, false, Some(0.9)), &[c.clone()], serde_json::json!({}));
+        assert_eq!(judged.verdict, Verdict::Pass, "{judged:?}");
+        assert_eq!(judged.expected, "in ≥ 90.0 % of off-CPU time");
+        assert_eq!(judged.measured, "in 3.79 s of 3.79 s (99.9 %)");
+        let floored = FrameCheck { min_samples: Some(3), ..check("Wait", true, false, Some(0.9)) };
+        let judged = evaluate_on(&floored, &[c.clone()], serde_json::json!({}));
+        assert_eq!(judged.verdict, Verdict::Inconclusive, "{judged:?}");
+        assert!(judged.reason.as_deref().unwrap().starts_with("2 samples in the share's denominator, below the floor of 3"));
+        let judged = evaluate_on(&check("Wait", true, false, Some(0.9)), &[Collection::new("perf-offcpu")], serde_json::json!({}));
+        assert_eq!(judged.verdict, Verdict::Inconclusive, "{judged:?}");
     }
 
     #[test]

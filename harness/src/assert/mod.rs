@@ -16,6 +16,8 @@ mod frame;
 mod metric;
 mod resolved;
 mod share;
+pub mod sufficiency;
+pub mod units;
 
 use std::collections::BTreeMap;
 
@@ -31,6 +33,7 @@ pub use frame::FrameCheck;
 pub use metric::MetricCheck;
 pub use resolved::ResolvedCheck;
 pub use share::{ShareAtLeastCheck, ShareCheck};
+pub use sufficiency::{DataQuality, Sufficiency};
 
 use crate::model::{Collection, DsoClass, Frame, MethodName, Sample, frame_assembly, merge_code_version};
 
@@ -78,6 +81,12 @@ pub trait Judge {
     /// `collector` (default: the first), which the others do not take.
     fn collectors(&self) -> Option<Vec<&str>> {
         None
+    }
+
+    /// Whether the check judges proportions of one collector's samples, so that lost events and
+    /// a starved sampling rate leave it without the data to decide ([`sufficiency`]).
+    fn sampled(&self) -> bool {
+        false
     }
 
     /// The check, or why it could not be judged (missing data or truth).
@@ -176,6 +185,9 @@ pub struct Check {
     /// too long for `measured`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// Why an `inconclusive` check could not decide (the floor or bound, and what was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Check {
@@ -188,6 +200,7 @@ impl Check {
             collector: collector.map(String::from),
             values: BTreeMap::new(),
             details: Vec::new(),
+            reason: None,
         }
     }
     pub(crate) fn value(mut self, key: &str, v: f64) -> Check {

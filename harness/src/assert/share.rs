@@ -5,6 +5,8 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::sufficiency::floor;
+use super::units::percent;
 use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, SHARE_TOLERANCE_PTS, ShareMode, share, truth_f64};
 
 /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
@@ -57,6 +59,10 @@ impl Judge for ShareCheck {
         compile(&self.method, &self.among)
     }
 
+    fn sampled(&self) -> bool {
+        true
+    }
+
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
         let ShareCheck { method, among, truth, mode, sample_kind, tolerance_pts, min_samples } = self;
         let c = ev.read(collector)?;
@@ -65,18 +71,18 @@ impl Judge for ShareCheck {
         let tol = tolerance_pts.unwrap_or(SHARE_TOLERANCE_PTS);
         let min_n = min_samples.unwrap_or(SHARE_MIN_SAMPLES);
         let err_pts = (measured - truth_share).abs() * 100.0;
-        let pass = samples >= min_n && err_pts <= tol;
-        Ok(Check::new(
+        let check = Check::new(
             name,
             Some(&c.collector),
-            pass,
-            format!("{:.1} % ± {tol} pts (truth `{truth}`), ≥ {min_n} samples", truth_share * 100.0),
-            format!("{:.1} % over {samples} samples (error {err_pts:.1} pts)", measured * 100.0),
+            err_pts <= tol,
+            format!("{} ± {tol} pts (truth `{truth}`), ≥ {min_n} samples", percent(truth_share)),
+            format!("{} over {samples} samples (error {err_pts:.1} pts)", percent(measured)),
         )
         .value("share", measured)
         .value("truth", truth_share)
         .value("error_pts", err_pts)
-        .value("samples", samples as f64))
+        .value("samples", samples as f64);
+        Ok(floor(check, samples, min_n, "samples"))
     }
 }
 
@@ -89,20 +95,25 @@ impl Judge for ShareAtLeastCheck {
         compile(&self.method, &self.among)
     }
 
+    fn sampled(&self) -> bool {
+        true
+    }
+
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
         let ShareAtLeastCheck { method, among, min, mode, sample_kind, min_samples } = self;
         let c = ev.read(collector)?;
         let (measured, samples, _) = share(c, method, among, *mode, sample_kind.as_deref())?;
         let min_n = min_samples.unwrap_or(SHARE_MIN_SAMPLES);
-        Ok(Check::new(
+        let check = Check::new(
             name,
             Some(&c.collector),
-            samples >= min_n && measured >= *min,
-            format!("≥ {:.1} %, ≥ {min_n} samples", min * 100.0),
-            format!("{:.1} % over {samples} samples", measured * 100.0),
+            measured >= *min,
+            format!("≥ {}, ≥ {min_n} samples", percent(*min)),
+            format!("{} over {samples} samples", percent(measured)),
         )
         .value("share", measured)
-        .value("samples", samples as f64))
+        .value("samples", samples as f64);
+        Ok(floor(check, samples, min_n, "samples"))
     }
 }
 
@@ -114,7 +125,7 @@ mod tests {
     use crate::model::{Collection, DsoClass};
 
     #[test]
-    fn share_check_fails_below_min_samples() {
+    fn share_check_is_inconclusive_below_min_samples() {
         let mut c = Collection::new("perf-cpu");
         c.samples.push(sample(vec![frame("W::HotLoop()", DsoClass::Jit)]));
         let truth = serde_json::json!({"shares": {"cpu": {"HotLoop": 1.0}}});
@@ -128,7 +139,8 @@ mod tests {
             min_samples: None,
         };
         let check = evaluate_on(&exp, &[c.clone()], truth.clone());
-        assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
+        assert_eq!(check.verdict, Verdict::Inconclusive, "{check:?}");
+        assert_eq!(check.reason.as_deref(), Some("1 samples, below the floor of 300 (min_samples): too few to decide"));
         // Held to one sample, the same split passes, with its numbers written out.
         let check = evaluate_on(&ShareCheck { min_samples: Some(1), ..exp }, &[c], truth);
         assert_eq!(check.verdict, Verdict::Pass, "{check:?}");

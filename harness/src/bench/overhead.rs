@@ -121,6 +121,7 @@ pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<
                 notes: vec![],
                 load: None,
                 runs: vec![],
+                sufficiency: Default::default(),
             };
             let ro = RunOptions {
                 target: Some(TargetKind::Host),

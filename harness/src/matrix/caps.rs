@@ -62,6 +62,7 @@ pub fn probe_scenario(kind: CollectorKind, caps: &str, suite: &str, timeout: Dur
         notes: Vec::new(),
         load: None,
         runs: Vec::new(),
+        sufficiency: Default::default(),
     })
 }
 

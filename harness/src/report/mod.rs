@@ -4,6 +4,7 @@
 //! so a crashed run leaves nothing that looks complete; `results/latest` then points at it.
 
 pub mod merge;
+mod quality;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -172,6 +173,7 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     if let Some(r) = &m.reason {
         let _ = writeln!(s, "**Reason:** {r}\n");
     }
+    s.push_str(&quality::block(m));
     for f in &m.findings {
         let _ = writeln!(s, "- **Finding:** {f}");
     }

@@ -13,6 +13,32 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+/// A failure around the pipeline, not in it: the Docker API, an image build, a tool that crashed.
+/// Raised where it arises (docker.rs, image.rs, collector tools) and turned by the engine into an
+/// `error` verdict (exit 5), so a red cell means the pipeline broke only when it did.
+#[derive(Debug, Clone)]
+pub struct Infrastructure(pub String);
+
+impl std::fmt::Display for Infrastructure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Infrastructure {}
+
+impl Infrastructure {
+    /// `err` (its whole chain, as text) as an infrastructure error.
+    pub fn wrap(err: impl std::fmt::Display) -> anyhow::Error {
+        anyhow::Error::new(Infrastructure(format!("{err:#}")))
+    }
+}
+
+/// Whether `err` (or anything in its chain) is an [`Infrastructure`] failure.
+pub fn is_infrastructure(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<Infrastructure>())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
@@ -311,6 +337,7 @@ pub fn relative_to(p: &Path, base: &Path) -> PathBuf {
 }
 
 pub mod container;
+pub mod load;
 
 /// The target a scenario gets when it names none: `container` when a Docker daemon answers,
 /// else `host`; the string says why (print it).

@@ -54,6 +54,10 @@ pub struct Scenario {
     /// Each inner list names the collectors of one run; empty = one run with every collector.
     #[serde(default)]
     pub runs: Vec<Vec<String>>,
+    /// When data is too thin to decide (`[sufficiency] max_lost_ratio = 0.01, min_rate_ratio = 0.5`):
+    /// checks on such data are inconclusive, not FAIL.
+    #[serde(default)]
+    pub sufficiency: crate::assert::Sufficiency,
 }
 
 /// Equal load on each route, from a loopback load generator, bounded in time.
@@ -122,6 +126,10 @@ impl Scenario {
     }
 
     fn validate(&self) -> Result<()> {
+        self.sufficiency.validate()?;
+        if let Some(image) = &self.image {
+            crate::image::suite(image)?;
+        }
         if self.collectors.is_empty() {
             bail!("scenario `{}` names no [[collector]]", self.name);
         }
@@ -229,6 +237,24 @@ mod tests {
         "#;
         let err = Scenario::from_toml(text, Path::new("x.toml")).unwrap_err();
         assert!(format!("{err:#}").contains("collector `eventpipe`"), "{err:#}");
+    }
+
+    #[test]
+    fn sufficiency_bounds_and_image_are_typed_and_checked_when_loaded() {
+        let base = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\n";
+        let s = Scenario::from_toml(base, Path::new("x.toml")).unwrap();
+        assert_eq!(s.sufficiency, crate::assert::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5 });
+        let s = Scenario::from_toml(&format!("{base}[sufficiency]\nmin_rate_ratio = 0.25\n"), Path::new("x.toml")).unwrap();
+        assert_eq!((s.sufficiency.max_lost_ratio, s.sufficiency.min_rate_ratio), (0.01, 0.25));
+        for (extra, why) in [
+            ("[sufficiency]\nmax_lost = 0.1\n", "unknown field `max_lost`"),
+            ("[sufficiency]\nmax_lost_ratio = 5\n", "fractions between 0 and 1"),
+        ] {
+            let err = Scenario::from_toml(&format!("{base}{extra}"), Path::new("x.toml")).unwrap_err();
+            assert!(format!("{err:#}").contains(why), "{err:#}");
+        }
+        let err = Scenario::from_toml(&format!("image = \"sid\"\n{base}"), Path::new("x.toml")).unwrap_err();
+        assert!(format!("{err:#}").contains("expected one of bullseye, bookworm, trixie"), "{err:#}");
     }
 
     #[test]

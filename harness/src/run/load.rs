@@ -1,0 +1,142 @@
+//! Machine load during a run: shares measured beside a CPU hog are not the shares of a quiet
+//! machine, and a verdict must say which it was. Read off /proc only: the load average at the
+//! start and end, and how busy the CPUs were (from /proc/stat deltas) apart from the app itself
+//! (its own CPU time from /proc/PID/stat, sampled while it runs since it is gone at the end).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Aggregate CPU ticks from /proc/stat's `cpu` line: (busy, total).
+pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|w| w.parse().ok()).collect();
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    // idle and iowait are the ticks nothing ran.
+    Some((total - v[3] - v[4], total))
+}
+
+/// A process's user + system ticks from /proc/PID/stat (fields 14 and 15; the command name may
+/// hold spaces and parentheses, so fields are counted after its last `)`).
+pub fn parse_pid_stat(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn loadavg1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+fn cpu_ticks() -> Option<(u64, u64)> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn pid_ticks(pid: u32) -> Option<u64> {
+    parse_pid_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Watches the machine from the app's release to its exit.
+pub struct LoadProbe {
+    loadavg_start: Option<f64>,
+    cpu_start: Option<(u64, u64)>,
+    app_start: Option<u64>,
+    app_last: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoadProbe {
+    /// Starts watching; `app_pid` is the app's pid as the host sees it.
+    pub fn start(app_pid: u32) -> LoadProbe {
+        let app_start = pid_ticks(app_pid);
+        let app_last = Arc::new(AtomicU64::new(app_start.unwrap_or(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (last, halt) = (app_last.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("tracelab-load".into())
+            .spawn(move || {
+                while !halt.load(Ordering::Relaxed) {
+                    if let Some(t) = pid_ticks(app_pid) {
+                        last.store(t, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .ok();
+        LoadProbe { loadavg_start: loadavg1(), cpu_start: cpu_ticks(), app_start, app_last, stop, thread }
+    }
+
+    /// Stops watching and returns the `load.*` metrics (fractions of all CPUs; load averages).
+    pub fn finish(mut self) -> BTreeMap<String, f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let mut m = BTreeMap::new();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        m.insert("load.cores".into(), cores);
+        if let Some(l) = self.loadavg_start {
+            m.insert("load.loadavg1_start".into(), l);
+        }
+        if let Some(l) = loadavg1() {
+            m.insert("load.loadavg1_end".into(), l);
+        }
+        if let (Some((b0, t0)), Some((b1, t1))) = (self.cpu_start, cpu_ticks())
+            && t1 > t0
+        {
+            let total = (t1 - t0) as f64;
+            let busy = (b1 - b0) as f64 / total;
+            m.insert("load.cpu_busy_share".into(), busy);
+            if let Some(a0) = self.app_start {
+                let app = self.app_last.load(Ordering::Relaxed).saturating_sub(a0) as f64 / total;
+                m.insert("load.app_busy_share".into(), app);
+                m.insert("load.other_busy_share".into(), (busy - app).max(0.0));
+            }
+        }
+        m
+    }
+}
+
+impl Drop for LoadProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_files_parse() {
+        // Read on this machine (2 cores): /proc/stat's first lines, and a bash's /proc/PID/stat
+        // with a name given spaces and parentheses, which the field count must survive.
+        let stat = "cpu  409243 3010 70661 128550 3752 0 1253 10073 0 0\ncpu0 202212 1343 34619 68524 1417 0 92 5020 0 0\n";
+        let total = 409243 + 3010 + 70661 + 128550 + 3752 + 1253 + 10073;
+        assert_eq!(parse_proc_stat(stat), Some((total - 128550 - 3752, total)));
+        let pid = "31806 (ba) sh) S 31803 31806 31806 0 -1 4194560 9985 140183 0 6 3 8 151 57 20 0 1 0 294778 5332992 1050";
+        assert_eq!(parse_pid_stat(pid), Some(3 + 8));
+        assert_eq!(parse_pid_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_probe_of_this_process_reports_its_busy_share() {
+        let probe = LoadProbe::start(std::process::id());
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(31).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let m = probe.finish();
+        assert!(m["load.cores"] >= 1.0);
+        assert!(m.contains_key("load.loadavg1_end"));
+        let (busy, app) = (m["load.cpu_busy_share"], m["load.app_busy_share"]);
+        assert!(app > 0.0 && app <= busy + 1e-9, "{m:?}");
+    }
+}

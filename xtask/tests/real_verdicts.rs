@@ -1,0 +1,70 @@
+//! A real run whose check cannot reach its sample floor ends `inconclusive` with the reason and
+//! exit code 3, through the built `cargo xtask` binary as a user or CI meets it: the cpu-bound app
+//! on the host under perf at 49 Hz for 2 s (about a hundred samples) against a share check that
+//! asks for 100000. Needs root, perf and .NET; skips with the reason otherwise (fails under CI).
+
+use std::process::Command;
+
+use harness::collect::perf::detect_perf_binary;
+use harness::testing::{prerequisites, require_root};
+
+const SCENARIO: &str = r#"
+name = "thin-data"
+description = "cpu-bound sampled too slowly for its share check's floor"
+workload = "cpu-bound"
+args = ["--seconds", "2"]
+target = "host"
+
+[[collector]]
+kind = "perf-cpu"
+frequency = 49
+
+[[expect]]
+kind = "share"
+name = "HotLoop share, held to a floor no 2 s run at 49 Hz reaches"
+method = "::HotLoop\\b"
+among = ["::HotLoop\\b", "::ColdLoop\\b"]
+truth = "shares.cpu.HotLoop"
+min_samples = 100000
+"#;
+
+#[test]
+fn a_check_below_its_floor_is_inconclusive_with_exit_3() {
+    let test = "real_verdicts::a_check_below_its_floor_is_inconclusive_with_exit_3";
+    let perf = || detect_perf_binary().map(|_| ()).ok_or_else(|| "no `perf` (or `perf_X.Y`) on PATH".to_string());
+    let dotnet = || harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
+    if !prerequisites(test, &[&require_root, &perf, &dotnet]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("thin-data.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let results = dir.path().join("results");
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("scenario")
+        .arg(&scenario)
+        .arg("--results")
+        .arg(&results)
+        .output()
+        .expect("the xtask binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("thin-data INCONCLUSIVE"), "{stdout}");
+
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("latest/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["verdict"], "inconclusive", "{manifest:#}");
+    let reason = manifest["reason"].as_str().unwrap();
+    assert!(reason.contains("below the floor of 100000 (min_samples)"), "{reason}");
+    let check = manifest["checks"].as_array().unwrap().iter().find(|c| c["name"].as_str().unwrap().starts_with("HotLoop share")).unwrap();
+    assert_eq!(check["verdict"], "inconclusive", "{check:#}");
+    let samples = check["values"]["samples"].as_f64().unwrap();
+    assert!(samples > 0.0 && samples < 100000.0, "{check:#}");
+    // The data-quality figures of item 2 are recorded, as numbers.
+    let metrics = &manifest["metrics"];
+    assert_eq!(metrics["perf-cpu.asked_hz"], 49.0, "{metrics:#}");
+    assert!(metrics["perf-cpu.lost_ratio"].is_number() && metrics["load.cpu_busy_share"].is_number(), "{metrics:#}");
+    let summary = std::fs::read_to_string(results.join("latest/summary.md")).unwrap();
+    assert!(summary.starts_with("# thin-data — INCONCLUSIVE"), "{summary}");
+}
