@@ -690,3 +690,65 @@ fn write_stacks(dir: &ResultsDir, collections: &[Collection]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Frame, Sample};
+
+    /// A run's state holding one perf-cpu collection: thread 1 sampled at the asked 100 Hz for
+    /// 4 s, all in `W::Hot()`.
+    fn state_with(lost: u64) -> RunState {
+        let mut c = Collection::new("perf-cpu");
+        for i in 0..400u64 {
+            let frame = Frame { name: Some("W::Hot()".into()), dso: None, class: DsoClass::Jit, addr: 0 };
+            c.samples.push(Sample { pid: 1, tid: 1, time_ns: i * 10_000_000, weight: 1, frames: vec![frame], kind: None });
+        }
+        c.lost_events = lost;
+        RunState {
+            durations: BTreeMap::new(),
+            commands: Vec::new(),
+            collections: vec![c],
+            truth: serde_json::json!({"hot": 1.0}),
+            truths: BTreeMap::new(),
+            environment: Default::default(),
+            completeness: BTreeMap::new(),
+            workload: None,
+            load_report: None,
+            load: BTreeMap::new(),
+        }
+    }
+
+    fn scenario(expect: &str) -> Scenario {
+        let text = format!(
+            "name = \"s\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 100\n{expect}"
+        );
+        Scenario::from_toml(&text, Path::new("s.toml")).unwrap()
+    }
+
+    const SHARE: &str = "[[expect]]\nkind = \"share\"\nname = \"hot\"\nmethod = \"Hot\"\namong = [\"Hot\", \"Cold\"]\ntruth = \"hot\"\n";
+
+    #[test]
+    fn a_run_is_inconclusive_when_a_check_lacks_data_and_fails_only_on_a_decided_fail() {
+        // 400 samples at the asked rate, nothing lost: decided.
+        let (v, reason, _) = judge(&scenario(SHARE), &state_with(0));
+        assert_eq!((v, reason), (Verdict::Pass, None));
+        // Below the floor: inconclusive, the reason names the floor and what was measured.
+        let floored = scenario(&format!("{SHARE}min_samples = 1000\n"));
+        let (v, reason, _) = judge(&floored, &state_with(0));
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(reason.as_deref().unwrap().starts_with("hot: 400 samples, below the floor of 1000 (min_samples)"), "{reason:?}");
+        // 8 lost events of 400 samples is 2 %: above the default bound, within a scenario's 5 %.
+        let (v, reason, _) = judge(&scenario(SHARE), &state_with(8));
+        assert_eq!(v, Verdict::Inconclusive);
+        assert!(reason.as_deref().unwrap().contains("lost 8 events against 400 samples recorded (2.0 %"), "{reason:?}");
+        let lenient = scenario(&format!("[sufficiency]\nmax_lost_ratio = 0.05\n{SHARE}"));
+        assert_eq!(judge(&lenient, &state_with(8)).0, Verdict::Pass);
+        // A FAIL with enough data outweighs an inconclusive check.
+        let absent = "[[expect]]\nkind = \"frame\"\npattern = \"Hot\"\npresent = false\n";
+        let (v, reason, checks) = judge(&scenario(&format!("{absent}{SHARE}")), &state_with(8));
+        assert_eq!(v, Verdict::Fail);
+        assert!(reason.as_deref().unwrap().starts_with("frame absent `Hot`"), "{reason:?}");
+        assert_eq!(checks.iter().filter(|c| c.verdict == Verdict::Inconclusive).count(), 1);
+    }
+}
