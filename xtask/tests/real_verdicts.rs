@@ -2,6 +2,9 @@
 //! exit code 3, through the built `cargo xtask` binary as a user or CI meets it: the cpu-bound app
 //! on the host under perf at 49 Hz for 2 s (about a hundred samples) against a share check that
 //! asks for 100000. Needs root, perf and .NET; skips with the reason otherwise (fails under CI).
+//! Beside it, the other exit codes a run can end with that are not verdicts on the pipeline:
+//! an unknown image is a usage error (2) and an unreachable Docker daemon an infrastructure
+//! error (5), never a FAIL.
 
 use std::process::Command;
 
@@ -67,4 +70,42 @@ fn a_check_below_its_floor_is_inconclusive_with_exit_3() {
     assert!(metrics["perf-cpu.lost_ratio"].is_number() && metrics["load.cpu_busy_share"].is_number(), "{metrics:#}");
     let summary = std::fs::read_to_string(results.join("latest/summary.md")).unwrap();
     assert!(summary.starts_with("# thin-data — INCONCLUSIVE"), "{summary}");
+}
+
+fn xtask(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).envs(env.iter().copied()).output().expect("the xtask binary runs")
+}
+
+#[test]
+fn an_unknown_image_is_a_usage_error_naming_the_valid_ones() {
+    let out = xtask(&["scenario", "cpu-bound", "--image", "sid"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bullseye, bookworm, trixie"), "{stderr}");
+    assert!(!stderr.contains("error: error:"), "{stderr}");
+}
+
+#[test]
+fn a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5() {
+    let test = "real_verdicts::a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5";
+    let dotnet = || harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
+    if !prerequisites(test, &[&dotnet]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    // A real client against a socket nothing listens on: the Docker API fails as it does when
+    // the daemon is down.
+    let socket = format!("unix://{}", dir.path().join("no-daemon.sock").display());
+    let out = xtask(
+        &["scenario", "cpu-bound", "--target", "container", "--results", results.to_str().unwrap()],
+        &[("DOCKER_HOST", &socket)],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("latest/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["verdict"], "error", "{manifest:#}");
+    let reason = manifest["reason"].as_str().unwrap();
+    assert!(reason.starts_with("infrastructure: ") && reason.contains("no Docker daemon answers"), "{reason}");
 }

@@ -359,6 +359,16 @@ mod tests {
         NSpgid:\t13857\t1\nNSsid:\t13857\t1\nThreads:\t1\n";
 
     #[test]
+    fn infrastructure_failures_are_found_under_added_context() {
+        let e = Infrastructure::wrap(anyhow::anyhow!("error trying to connect: No such file or directory"))
+            .context("cannot inspect image tracelab/runtime:bullseye")
+            .context("starting the container target");
+        assert!(is_infrastructure(&e));
+        assert!(format!("{e:#}").ends_with("No such file or directory"), "{e:#}");
+        assert!(!is_infrastructure(&anyhow::anyhow!("the app exited with code 1")));
+    }
+
+    #[test]
     fn nspid_lists_the_pid_in_each_namespace() {
         assert_eq!(parse_nspid(CONTAINER_INIT_STATUS), Some(vec![13857, 1]));
         assert_eq!(parse_nspid("Name:\tdotnet\nNSpid:\t4242\n"), Some(vec![4242]));
