@@ -186,30 +186,26 @@ fn xml_chars(s: &str) -> impl Iterator<Item = char> + '_ {
 }
 
 fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in xml_chars(s) {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(c),
-        }
-    }
-    out
+    escape(s, false)
 }
 
-/// Attribute values: newlines and tabs as character references, or a parser folds them to spaces.
 fn attr(s: &str) -> String {
+    escape(s, true)
+}
+
+/// In attribute values, quotes and whitespace other than spaces become character references (a
+/// parser folds a raw newline in an attribute to a space).
+fn escape(s: &str, attribute: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in xml_chars(s) {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
+            '"' if attribute => out.push_str("&quot;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\r' if attribute => out.push_str("&#13;"),
+            '\t' if attribute => out.push_str("&#9;"),
             c => out.push(c),
         }
     }
