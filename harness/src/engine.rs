@@ -650,7 +650,12 @@ fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::Sha
             };
             let kind_of = scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind());
             let measures = kind_of.map(crate::report::collector_measures).unwrap_or_default().to_string();
-            rows.push(crate::report::ShareRow { collector, samples, shares, error_pts, measures });
+            let truth = set
+                .among
+                .iter()
+                .map(|m| truths.get(m).and_then(|p| assert::truth_value(own_truth, p)).and_then(|x| x.as_f64()))
+                .collect();
+            rows.push(crate::report::ShareRow { collector, samples, shares, error_pts, measures, truth });
         }
         tables.push(crate::report::ShareTable { columns: set.among, truth, rows });
     }

@@ -30,6 +30,9 @@ pub struct Environment {
     pub target_capabilities: Vec<String>,
     #[serde(default)]
     pub image: Option<String>,
+    /// The machine's name, for JUnit's `hostname` (CI tells runners apart by it).
+    #[serde(default)]
+    pub hostname: String,
 }
 
 /// Runs a command with a time limit; its trimmed stdout (or stderr when stdout is empty) on success.
@@ -192,6 +195,7 @@ pub fn collect() -> Environment {
         kptr_restrict: read_trim("/proc/sys/kernel/kptr_restrict").and_then(|v| v.parse().ok()),
         tracefs: tracefs_mounted(),
         user_events: user_events(),
+        hostname: read_trim("/proc/sys/kernel/hostname").unwrap_or_default(),
         ..Default::default()
     }
 }

@@ -2,7 +2,8 @@
 //! (a GitHub Actions workflow: nightly schedule plus manual dispatch). The file is committed and
 //! a test fails when it differs from what [`generate`] writes; `cargo xtask ci workflow`
 //! regenerates it. Every job uploads its results folders; the last job merges them into one
-//! report (`cargo xtask report`).
+//! report (`cargo xtask report`): report.md in the run's step summary, the merged junit.xml as
+//! the `junit` artifact.
 //!
 //! GitHub only runs workflows from `.github/workflows/`: `ci/install-workflow.sh` copies the file
 //! there on a fork that wants the nightly run.
@@ -156,10 +157,21 @@ pub fn generate(axes: &Axes) -> String {
          \x20         path: collected\n\
          \x20     - name: merge\n\
          \x20       run: cargo xtask report collected --out report\n\
+         \x20     - name: step summary\n\
+         \x20       if: always()\n\
+         \x20       run: cat report/report.md >> \"$GITHUB_STEP_SUMMARY\" || echo 'no report.md (see the merge step)' >> \"$GITHUB_STEP_SUMMARY\"\n\
          \x20     - uses: actions/upload-artifact@v4\n\
+         \x20       if: always()\n\
          \x20       with:\n\
          \x20         name: report\n\
-         \x20         path: report/\n",
+         \x20         path: report/\n\
+         \x20     - name: merged JUnit\n\
+         \x20       if: always()\n\
+         \x20       uses: actions/upload-artifact@v4\n\
+         \x20       with:\n\
+         \x20         name: junit\n\
+         \x20         path: report/junit.xml\n\
+         \x20         if-no-files-found: error\n",
         job_names.join(", ")
     );
     y
@@ -233,6 +245,20 @@ mod tests {
         let mut a = axes();
         a.dotnet.push("11.0".into());
         assert!(generate(&a).contains("dotnet: [\"10.0\", \"11.0\"]"));
+    }
+
+    /// The merge job: report.md in the step summary, the merged JUnit as its own artifact, both
+    /// even when a cell failed (that is when they are read).
+    #[test]
+    fn merge_job_publishes_junit_and_the_step_summary() {
+        let y = generate(&axes());
+        let merge_job = &y[y.find("  report:\n").expect("a report job")..];
+        assert!(merge_job.contains("cat report/report.md >> \"$GITHUB_STEP_SUMMARY\""), "{merge_job}");
+        let junit = &merge_job[merge_job.find("name: merged JUnit").expect("a JUnit step")..];
+        assert!(junit.contains("if: always()") && junit.contains("name: junit\n") && junit.contains("path: report/junit.xml"), "{junit}");
+        // Only actions the workflow already uses: no third-party test reporter to trust.
+        let used: std::collections::BTreeSet<&str> = y.lines().filter_map(|l| l.split("uses: ").nth(1)).collect();
+        assert_eq!(used, ["actions/checkout@v4", "actions/download-artifact@v4", "actions/upload-artifact@v4"].into(), "{y}");
     }
 
     #[test]

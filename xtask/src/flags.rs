@@ -283,7 +283,7 @@ pub enum Trace {
 pub struct Report {
     /// Folders holding result folders (default: results/).
     pub dirs: Vec<PathBuf>,
-    /// Where index.html, report.md and the flame graphs go (default: results/report).
+    /// Where index.html, report.md, junit.xml (all runs) and the flame graphs go (default: results/report).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Result folders of an earlier run to compare with: lists regressions.

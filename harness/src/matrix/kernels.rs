@@ -297,6 +297,8 @@ fn boot_and_run(
             let new_name = format!("{}-{label}", name.strip_suffix(&host_suffix(&name)).unwrap_or(&name));
             manifest["run_id"] = new_name.clone().into();
             std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest)?)?;
+            // The guest wrote its junit.xml as a host run: rewritten, its test ids name the kernel cell.
+            std::fs::write(dir.join("junit.xml"), crate::report::junit::document(&manifest))?;
             let dest = results_root.join(&new_name);
             if dest.exists() {
                 std::fs::remove_dir_all(&dest)?;

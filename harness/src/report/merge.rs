@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use super::{ShareTable, junit};
+use crate::assert::Verdict;
+
 /// One results folder.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -82,20 +85,22 @@ impl Run {
         })
     }
 
-    /// The verdict, reason and key metric of one collector in this run.
+    /// The verdict, reason and key metric of one collector in this run ([`SCENARIO_WIDE`]: the
+    /// checks that belong to no one collector). A collector's cell is judged by its own checks
+    /// only: another collector's failure or metric never shows in it. A run that ended before
+    /// its checks gives every cell its verdict and reason (none of them was measured).
     fn cell(&self, collector: &str) -> Cell {
         let checks: Vec<&Value> = self.manifest["checks"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
-        let mine: Vec<&Value> = checks.iter().copied().filter(|c| c["collector"].as_str() == Some(collector)).collect();
-        let failed = mine.iter().find(|c| c["verdict"].as_str() == Some("fail"));
-        let (verdict, reason) = match (self.verdict.as_str(), failed) {
-            ("skip", _) => ("skip".to_string(), self.reason.clone()),
-            (_, Some(c)) => ("fail".to_string(), Some(check_text(c))),
-            ("fail", None) => {
-                // A failure not attributed to this collector (a cross-collector check or an error).
-                let other = checks.iter().find(|c| c["verdict"].as_str() == Some("fail") && c["collector"].is_null());
-                ("fail".to_string(), other.map(|c| check_text(c)).or_else(|| self.reason.clone()))
-            }
-            (v, None) => (v.to_string(), None),
+        let mine: Vec<&Value> = checks.iter().copied().filter(|c| check_owner(c) == collector).collect();
+        let (verdict, reason) = if checks.is_empty() {
+            (self.verdict.clone(), self.reason.clone())
+        } else if mine.is_empty() {
+            (UNCHECKED.to_string(), None)
+        } else {
+            let verdicts: Vec<Verdict> = mine.iter().map(|c| verdict_of(c["verdict"].as_str().unwrap_or(""))).collect();
+            let verdict = Verdict::combine(verdicts);
+            let reason = mine.iter().find(|c| verdict_of(c["verdict"].as_str().unwrap_or("")) == verdict && verdict != Verdict::Pass);
+            (verdict.as_str().to_string(), reason.map(|c| check_text(c)))
         };
         let flamegraphs: Vec<PathBuf> = {
             let named: Vec<PathBuf> = self
@@ -106,8 +111,26 @@ impl Run {
                 .collect();
             if named.is_empty() && self.collectors.len() == 1 { self.flamegraphs.clone() } else { named }
         };
-        Cell { verdict, reason, metric: key_metric(&self.manifest, collector, &mine), flamegraphs, run_dir: self.dir.clone(), runs: 1 }
+        let metric = if collector == SCENARIO_WIDE { None } else { key_metric(&self.manifest, collector, self.collectors.len() == 1, &mine) };
+        Cell { verdict, reason, metric, flamegraphs, run_dir: self.dir.clone(), runs: 1 }
     }
+}
+
+/// The row of checks that belong to no one collector (cross-collector agreement, run-wide
+/// figures): shown once per scenario, apart from the collectors' rows.
+pub const SCENARIO_WIDE: &str = "(scenario-wide)";
+/// A collector the scenario ran but no check judged.
+const UNCHECKED: &str = "unchecked";
+
+/// The collector a check belongs to, or [`SCENARIO_WIDE`].
+fn check_owner(c: &Value) -> &str {
+    c["collector"].as_str().filter(|s| !s.is_empty() && !s.contains(',')).unwrap_or(SCENARIO_WIDE)
+}
+
+/// A verdict as manifest.json spells it; anything unknown (a newer version's word) counts as an
+/// error so that it is looked at.
+fn verdict_of(s: &str) -> Verdict {
+    serde_json::from_value(Value::String(s.to_string())).unwrap_or(Verdict::Error)
 }
 
 fn check_text(c: &Value) -> String {
@@ -119,21 +142,21 @@ fn check_text(c: &Value) -> String {
     )
 }
 
-/// The figure that says most about a cell: the share error of a share check, else a resolution
-/// ratio, else what its first check measured.
-fn key_metric(m: &Value, collector: &str, checks: &[&Value]) -> Option<String> {
+/// The figure that says most about a cell: the share error of one of its checks, else its own
+/// resolution ratio (`<collector>.resolved_ratio_*`; the unprefixed run-wide ratio only when the
+/// run had this one collector), else what its first check measured.
+fn key_metric(m: &Value, collector: &str, only_collector: bool, checks: &[&Value]) -> Option<String> {
     for c in checks {
         if let Some(e) = c["values"]["error_pts"].as_f64() {
             return Some(format!("share error {e:.1} pts"));
         }
     }
     let metrics = &m["metrics"];
-    for key in [
-        format!("{collector}.resolved_ratio_managed"),
-        format!("{collector}.resolved_ratio_jit"),
-        "resolved_ratio_managed".to_string(),
-        "resolved_ratio_jit".to_string(),
-    ] {
+    let mut keys = vec![format!("{collector}.resolved_ratio_managed"), format!("{collector}.resolved_ratio_jit")];
+    if only_collector {
+        keys.extend(["resolved_ratio_managed".to_string(), "resolved_ratio_jit".to_string()]);
+    }
+    for key in keys {
         if let Some(v) = metrics[&key].as_f64() {
             return Some(format!("JIT resolved {:.1} %", v * 100.0));
         }
@@ -235,6 +258,36 @@ pub struct MergedReport {
     pub baseline: Option<Vec<PathBuf>>,
     /// .NET runtimes the runs recorded (named in columns only when more than one).
     pub runtimes: Vec<String>,
+    /// Share tables of the newest run per (scenario, environment), each row beside the truth of
+    /// the run its collector observed.
+    pub shares: Vec<Shares>,
+    /// Every run's testsuite under one `<testsuites>` (junit.xml beside the report).
+    pub junit: String,
+}
+
+/// The share tables of one run, for the report.
+#[derive(Clone, Debug)]
+pub struct Shares {
+    pub scenario: String,
+    pub environment: String,
+    pub run_dir: PathBuf,
+    pub tables: Vec<ShareTable>,
+}
+
+/// Share tables of the newest run per (scenario, environment); runs are sorted oldest first.
+fn shares(runs: &[Run]) -> Vec<Shares> {
+    let mut newest: BTreeMap<(String, String), Shares> = BTreeMap::new();
+    for run in relabel(runs) {
+        let tables: Vec<ShareTable> = serde_json::from_value(run.manifest["share_tables"].clone()).unwrap_or_default();
+        if tables.is_empty() {
+            continue;
+        }
+        newest.insert(
+            (run.scenario.clone(), run.environment.clone()),
+            Shares { scenario: run.scenario, environment: run.environment, run_dir: run.dir, tables },
+        );
+    }
+    newest.into_values().collect()
 }
 
 /// Every results folder (one holding manifest.json) under `inputs`, at most 4 levels down.
@@ -313,7 +366,9 @@ fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, Cells) {
     // Runs are sorted oldest first, so a later run of the same cell replaces an earlier one.
     for run in runs {
         columns.insert(run.environment.clone());
-        for c in &run.collectors {
+        let wide = run.manifest["checks"].as_array().into_iter().flatten().any(|c| check_owner(c) == SCENARIO_WIDE);
+        for c in run.collectors.iter().map(String::as_str).chain(wide.then_some(SCENARIO_WIDE)) {
+            let c = &c.to_string();
             rows.insert((run.scenario.clone(), c.clone()));
             let key = (run.scenario.clone(), c.clone(), run.environment.clone());
             let mut cell = run.cell(c);
@@ -325,7 +380,10 @@ fn table(runs: &[Run]) -> (Vec<String>, Vec<(String, String)>, Cells) {
     }
     let mut columns: Vec<String> = columns.into_iter().collect();
     columns.sort_by_key(|c| column_rank(c));
-    (columns, rows.into_iter().collect(), cells)
+    let mut rows: Vec<(String, String)> = rows.into_iter().collect();
+    // A scenario's collectors first, its scenario-wide checks after them.
+    rows.sort_by(|a, b| (&a.0, a.1 == SCENARIO_WIDE, &a.1).cmp(&(&b.0, b.1 == SCENARIO_WIDE, &b.1)));
+    (columns, rows, cells)
 }
 
 /// Builds the merged table from `inputs`, with regressions against `baseline` when given.
@@ -347,6 +405,8 @@ pub fn merge(inputs: &[PathBuf], baseline: Option<&[PathBuf]>, thresholds: Thres
         regressions: Vec::new(),
         baseline: baseline.map(<[PathBuf]>::to_vec),
         runtimes: runtimes(&runs),
+        shares: shares(&runs),
+        junit: junit::merged(runs.iter().map(|r| &r.manifest)),
     };
     if let Some(base) = baseline {
         let base_runs = find_runs(base)?;
@@ -441,15 +501,20 @@ impl MergedReport {
 
     fn counts_line(&self) -> String {
         let c = self.counts();
-        format!(
-            "{} runs{}, {} cells: {} pass, {} fail, {} skip",
+        let mut line = format!(
+            "{} runs{}, {} cells: {} pass, {} fail",
             self.runs,
             if self.runtimes.is_empty() { String::new() } else { format!(" (.NET {})", self.runtimes.join(", ")) },
             self.cells.len(),
             c.get("pass").unwrap_or(&0),
             c.get("fail").unwrap_or(&0),
-            c.get("skip").unwrap_or(&0)
-        )
+        );
+        for v in ["inconclusive", "error", "skip", UNCHECKED] {
+            if let Some(n) = c.get(v) {
+                let _ = write!(line, ", {n} {v}");
+            }
+        }
+        line
     }
 
     pub fn html(&self) -> String {
@@ -460,7 +525,7 @@ impl MergedReport {
              table{border-collapse:collapse;font-size:13px}\n\
              th,td{border:1px solid #bbb;padding:6px 8px;vertical-align:top;text-align:left}\n\
              th{background:#eee;position:sticky;top:0}\n\
-             td.pass{background:#d7f5d7}td.fail{background:#f9d2d2}td.skip{background:#f3ecc8}td.none{background:#f7f7f7;color:#999}\n\
+             td.pass{background:#d7f5d7}td.fail{background:#f9d2d2}td.skip{background:#f3ecc8}td.inconclusive{background:#e3ddf5}td.error{background:#f5c38f}td.none,td.unchecked{background:#f7f7f7;color:#999}tr.wide td{border-top:2px solid #888;font-style:italic}\n\
              .v{font-weight:bold}.why{font-size:11px;color:#444;max-width:28em;overflow-wrap:anywhere}.m{font-size:11px;color:#135}\n\
              </style></head><body>\n<h1>tracelab matrix report</h1>\n",
         );
@@ -471,12 +536,21 @@ impl MergedReport {
         }
         h.push_str("</tr></thead>\n<tbody>\n");
         for (s, col) in &self.rows {
-            let _ = write!(h, "<tr><td>{}</td><td>{}</td>", esc(s), esc(col));
+            let wide = if col == SCENARIO_WIDE { " class=\"wide\"" } else { "" };
+            let _ = write!(h, "<tr{wide}><td>{}</td><td>{}</td>", esc(s), esc(col));
             for env in &self.columns {
                 match self.cells.get(&(s.clone(), col.clone(), env.clone())) {
                     None => h.push_str("<td class=\"none\">—</td>"),
                     Some(cell) => {
-                        let _ = write!(h, "<td class=\"{}\"><span class=\"v\">{}</span>", esc(&cell.verdict), esc(&cell.verdict.to_uppercase()));
+                        let _ = write!(
+                            h,
+                            "<td class=\"{}\" data-scenario=\"{}\" data-collector=\"{}\" data-environment=\"{}\"><span class=\"v\">{}</span>",
+                            esc(&cell.verdict),
+                            esc(s),
+                            esc(col),
+                            esc(env),
+                            esc(&cell.verdict.to_uppercase())
+                        );
                         if let Some(m) = &cell.metric {
                             let _ = write!(h, "<div class=\"m\">{}</div>", esc(m));
                         }
@@ -494,6 +568,34 @@ impl MergedReport {
             h.push_str("</tr>\n");
         }
         h.push_str("</tbody></table>\n");
+        for sh in &self.shares {
+            let _ = writeln!(h, "<h2>Shares by collector: {} · {}</h2>", esc(&sh.scenario), esc(&sh.environment));
+            for t in &sh.tables {
+                let groups = t.truth_groups();
+                let _ = write!(h, "<table class=\"shares\" data-scenario=\"{}\"><thead><tr><th>collector</th><th>samples</th>", esc(&sh.scenario));
+                for c in &t.columns {
+                    let _ = write!(h, "<th>{}</th>", esc(c));
+                }
+                h.push_str("<th>measures</th></tr></thead><tbody>\n");
+                for (truth, rows) in &groups {
+                    if truth.iter().any(Option::is_some) {
+                        let _ = write!(h, "<tr class=\"truth\"><th>{}</th><td></td>", esc(&super::truth_label(rows, groups.len() > 1)));
+                        for v in truth {
+                            let _ = write!(h, "<td>{}</td>", v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default());
+                        }
+                        h.push_str("<td>the app's own measurement</td></tr>\n");
+                    }
+                    for r in rows {
+                        let _ = write!(h, "<tr data-collector=\"{}\"><td>{}</td><td>{}</td>", esc(&r.collector), esc(&r.collector), r.samples);
+                        for c in super::share_cells(r) {
+                            let _ = write!(h, "<td>{}</td>", esc(&c));
+                        }
+                        let _ = writeln!(h, "<td>{}</td></tr>", esc(&r.measures));
+                    }
+                }
+                h.push_str("</tbody></table>\n");
+            }
+        }
         if self.baseline.is_some() && self.regressions.is_empty() {
             h.push_str("<h2>Regressions against the baseline</h2>\n<p id=\"regressions\">none</p>\n");
         }
@@ -544,6 +646,12 @@ impl MergedReport {
             }
             m.push('\n');
         }
+        for sh in &self.shares {
+            let _ = writeln!(m, "\n## Shares by collector: {} · {}\n", sh.scenario, sh.environment);
+            for t in &sh.tables {
+                m.push_str(&super::share_table_markdown(t));
+            }
+        }
         if self.baseline.is_some() && self.regressions.is_empty() {
             m.push_str("\n## Regressions against the baseline\n\nnone\n");
         }
@@ -565,7 +673,8 @@ impl MergedReport {
         m
     }
 
-    /// Writes `index.html`, `report.md` and the linked flame graphs into `out`.
+    /// Writes `index.html`, `report.md`, `junit.xml` (every run's testsuite) and the linked flame
+    /// graphs into `out`.
     pub fn write(&self, out: &Path) -> Result<(PathBuf, PathBuf)> {
         std::fs::create_dir_all(out.join("flamegraphs")).with_context(|| format!("cannot create {}", out.display()))?;
         for cell in self.cells.values() {
@@ -578,6 +687,7 @@ impl MergedReport {
         let md = out.join("report.md");
         std::fs::write(&html, self.html())?;
         std::fs::write(&md, self.markdown())?;
+        std::fs::write(out.join("junit.xml"), &self.junit)?;
         Ok((html, md))
     }
 }
@@ -656,6 +766,62 @@ mod tests {
         // Within the threshold: no regression.
         let r2 = regressions(&find_runs(&[d.path().join("base")]).unwrap(), &find_runs(&[d.path().join("base")]).unwrap(), Thresholds::default());
         assert!(r2.is_empty());
+    }
+
+    /// Four collectors in one run, only perf-offcpu failed, one cross-collector check: each
+    /// collector keeps its own verdict and numbers, the cross-collector check is its own row.
+    #[test]
+    fn each_collector_gets_its_own_verdict_and_numbers() {
+        let d = tempfile::tempdir().unwrap();
+        let check = |name: &str, collector: Option<&str>, verdict: &str| {
+            json!({"name": name, "verdict": verdict, "expected": "≥ 90.0 %", "measured": "80.0 %", "collector": collector})
+        };
+        let mut m = manifest("on-vs-off-cpu", "fail", "host", "6.18.0", 0.998);
+        m["collectors"] = json!(["perf-cpu", "perf-offcpu", "eventpipe", "dotnet-trace"]);
+        m["checks"] = json!([
+            check("perf-cpu share", Some("perf-cpu"), "pass"),
+            check("perf-offcpu share", Some("perf-offcpu"), "fail"),
+            check("eventpipe share", Some("eventpipe"), "pass"),
+            check("dotnet-trace share", Some("dotnet-trace"), "inconclusive"),
+            check("counts agree", None, "pass"),
+        ]);
+        m["metrics"] = json!({"resolved_ratio_jit": 0.998, "perf-cpu.resolved_ratio_jit": 0.998});
+        write_run(d.path(), "a", m);
+        let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        let cell = |c: &str| r.cells[&("on-vs-off-cpu".to_string(), c.to_string(), "host · k6.18".to_string())].clone();
+        assert_eq!(cell("perf-cpu").verdict, "pass");
+        assert_eq!(cell("perf-cpu").metric.as_deref(), Some("JIT resolved 99.8 %"));
+        assert_eq!(cell("perf-offcpu").verdict, "fail");
+        assert_eq!(cell("perf-offcpu").metric.as_deref(), Some("80.0 %"), "never perf-cpu's ratio");
+        assert!(cell("perf-offcpu").reason.unwrap().starts_with("perf-offcpu share"));
+        assert_eq!(cell("eventpipe").verdict, "pass");
+        assert_eq!(cell("eventpipe").reason, None);
+        assert_eq!(cell("dotnet-trace").verdict, "inconclusive");
+        assert_eq!(cell(SCENARIO_WIDE).verdict, "pass");
+        let rows: Vec<&str> = r.rows.iter().map(|(_, c)| c.as_str()).collect();
+        assert_eq!(rows, ["dotnet-trace", "eventpipe", "perf-cpu", "perf-offcpu", SCENARIO_WIDE]);
+        assert!(r.counts_line().ends_with("3 pass, 1 fail, 1 inconclusive"), "{}", r.counts_line());
+    }
+
+    /// A scenario observed in two runs shows each run's truth above the rows it scores.
+    #[test]
+    fn share_tables_show_one_truth_per_run() {
+        let d = tempfile::tempdir().unwrap();
+        let mut m = manifest("on-vs-off-cpu", "pass", "host", "6.18.0", 0.99);
+        let row = |c: &str, truth: [f64; 2]| json!({"collector": c, "samples": 500, "shares": [0.5, 0.5], "error_pts": [null, null], "measures": "", "truth": truth});
+        m["share_tables"] = json!([{
+            "columns": ["::CpuRoute", "::BlockedRoute"], "truth": [0.48, 0.52],
+            "rows": [row("perf-cpu", [0.48, 0.52]), row("eventpipe", [0.61, 0.39]), row("dotnet-trace", [0.61, 0.39])]
+        }]);
+        write_run(d.path(), "a", m);
+        let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        let md = r.markdown();
+        assert!(md.contains("| **truth (run of perf-cpu)** | | 48.0 % | 52.0 % |"), "{md}");
+        assert!(md.contains("| **truth (run of eventpipe, dotnet-trace)** | | 61.0 % | 39.0 % |"), "{md}");
+        assert_eq!(r.html().matches("<tr class=\"truth\">").count(), 2);
+        r.write(&d.path().join("out")).unwrap();
+        let junit = std::fs::read_to_string(d.path().join("out/junit.xml")).unwrap();
+        assert!(junit.contains("<testsuites name=\"tracelab\" tests=\"1\""), "{junit}");
     }
 
     #[test]

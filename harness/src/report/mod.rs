@@ -3,6 +3,7 @@
 //! stacks/ and flame graphs. Everything is written into a staging folder and renamed at the end,
 //! so a crashed run leaves nothing that looks complete; `results/latest` then points at it.
 
+pub mod junit;
 pub mod merge;
 mod quality;
 
@@ -74,6 +75,35 @@ pub struct ShareRow {
     /// What this collector measures, in one line.
     #[serde(default)]
     pub measures: String,
+    /// Truth per column from the run this collector observed: scenarios with separate runs
+    /// (`runs = [[…], […]]`) have one truth per run, and a row is scored against its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truth: Vec<Option<f64>>,
+}
+
+impl ShareTable {
+    /// Rows grouped by the truth they are held against, in row order: one group per run (the
+    /// table's truth for rows written before rows carried their own).
+    pub fn truth_groups(&self) -> Vec<(Vec<Option<f64>>, Vec<&ShareRow>)> {
+        let mut groups: Vec<(Vec<Option<f64>>, Vec<&ShareRow>)> = Vec::new();
+        for r in &self.rows {
+            let truth = if r.truth.is_empty() { self.truth.clone() } else { r.truth.clone() };
+            match groups.iter_mut().find(|(t, _)| *t == truth) {
+                Some((_, rows)) => rows.push(r),
+                None => groups.push((truth, vec![r])),
+            }
+        }
+        groups
+    }
+}
+
+/// A truth row's label: which collectors' run it is the truth of, when the table has several.
+pub fn truth_label(rows: &[&ShareRow], several: bool) -> String {
+    if several {
+        format!("truth (run of {})", rows.iter().map(|r| r.collector.as_str()).collect::<Vec<_>>().join(", "))
+    } else {
+        "truth".into()
+    }
 }
 
 /// One line per collector kind on what its samples mean.
@@ -212,18 +242,7 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     }
     for t in &m.share_tables {
         let _ = writeln!(s, "## Shares by collector\n");
-        let _ = writeln!(s, "| collector | samples | {} | measures |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
-        let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(t.columns.len()));
-        if t.truth.iter().any(Option::is_some) {
-            let _ = writeln!(s, "| **truth** | | {} | the app's own measurement |", t.truth.iter().map(|v| v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default()).collect::<Vec<_>>().join(" | "));
-        }
-        for r in &t.rows {
-            let cells: Vec<String> = r.shares.iter().zip(&r.error_pts).map(|(v, e)| match e {
-                Some(e) => format!("{:.1} % (error {e:.1} pts)", v * 100.0),
-                None => format!("{:.1} %", v * 100.0),
-            }).collect();
-            let _ = writeln!(s, "| {} | {} | {} | {} |", r.collector, r.samples, cells.join(" | "), r.measures);
-        }
+        s.push_str(&share_table_markdown(t));
         s.push('\n');
     }
     if !m.resolution.is_empty() {
@@ -288,48 +307,40 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     s
 }
 
+/// A share table in markdown: one truth row per run, each followed by the rows it scores.
+pub fn share_table_markdown(t: &ShareTable) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| collector | samples | {} | measures |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(t.columns.len()));
+    let groups = t.truth_groups();
+    for (truth, rows) in &groups {
+        if truth.iter().any(Option::is_some) {
+            let _ = writeln!(s, "| **{}** | | {} | the app's own measurement |", truth_label(rows, groups.len() > 1), truth.iter().map(|v| v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default()).collect::<Vec<_>>().join(" | "));
+        }
+        for r in rows {
+            let _ = writeln!(s, "| {} | {} | {} | {} |", r.collector, r.samples, share_cells(r).join(" | "), r.measures);
+        }
+    }
+    s
+}
+
+/// A row's shares, with the error against its run's truth where it is scored.
+pub fn share_cells(r: &ShareRow) -> Vec<String> {
+    r.shares
+        .iter()
+        .zip(&r.error_pts)
+        .map(|(v, e)| match e {
+            Some(e) => format!("{:.1} % (error {e:.1} pts)", v * 100.0),
+            None => format!("{:.1} %", v * 100.0),
+        })
+        .collect()
+}
+
 fn fmt_num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v:.4}") }
 }
 
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
+/// junit.xml of one run ([`junit`]: valid against the strict JUnit schema).
 pub fn junit_xml(m: &Manifest) -> String {
-    let fails = m.checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
-    let skips = m.checks.iter().filter(|c| c.verdict == Verdict::Skip).count();
-    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let total = m.checks.len().max(1);
-    let _ = writeln!(
-        s,
-        "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" skipped=\"{}\">",
-        xml_escape(&m.scenario),
-        total,
-        fails + usize::from(m.checks.is_empty() && m.verdict == Verdict::Fail),
-        skips + usize::from(m.checks.is_empty() && m.verdict == Verdict::Skip)
-    );
-    if m.checks.is_empty() {
-        let _ = write!(s, "  <testcase classname=\"{0}\" name=\"run\">", xml_escape(&m.scenario));
-        match m.verdict {
-            Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
-            Verdict::Skip | Verdict::Inconclusive => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
-            Verdict::Error => { let _ = write!(s, "<error message=\"{}\"/>", xml_escape(m.reason.as_deref().unwrap_or(""))); }
-            Verdict::Pass => {}
-        }
-        s.push_str("</testcase>\n");
-    }
-    for c in &m.checks {
-        let _ = write!(s, "  <testcase classname=\"{}\" name=\"{}\">", xml_escape(&m.scenario), xml_escape(&c.name));
-        let msg = format!("expected {}; measured {}", c.expected, c.measured);
-        match c.verdict {
-            Verdict::Fail => { let _ = write!(s, "<failure message=\"{}\"/>", xml_escape(&msg)); }
-            Verdict::Skip | Verdict::Inconclusive => { let _ = write!(s, "<skipped message=\"{}\"/>", xml_escape(&msg)); }
-            Verdict::Error => { let _ = write!(s, "<error message=\"{}\"/>", xml_escape(&msg)); }
-            Verdict::Pass => { let _ = write!(s, "<system-out>{}</system-out>", xml_escape(&msg)); }
-        }
-        s.push_str("</testcase>\n");
-    }
-    s.push_str("</testsuite>\n");
-    s
+    junit::document(&serde_json::to_value(m).unwrap_or_default())
 }

@@ -8,6 +8,7 @@ mod lttng;
 mod matrix;
 mod perf;
 mod r2r;
+mod report;
 mod scenarios;
 mod unwind;
 mod workloads;

@@ -78,6 +78,7 @@ fn framework_frames_host_r2r_names_match_the_jit_run_perf_map() {
     let scenario = Scenario::find("framework-frames").unwrap();
     let opts = RunOptions { target: Some(TargetKind::Host), results_root: Some(results.path().into()), ..Default::default() };
     let o = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("framework-frames: {e:#}"));
+    crate::report::assert_junit_valid(&o.dir);
     assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
 
     let check = |prefix: &str| {

@@ -20,6 +20,8 @@ fn run_on_host(name: &str) -> (RunOutcome, tempfile::TempDir) {
         ..Default::default()
     };
     let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    // Every junit.xml a scenario writes must pass the strict JUnit schema.
+    crate::report::assert_junit_valid(&outcome.dir);
     (outcome, results)
 }
 
@@ -97,6 +99,7 @@ fn a_failing_expectation_fails_the_scenario_with_its_reason() {
     assert!(o.reason.as_deref().unwrap_or("").contains("impossible split"), "{:?}", o.reason);
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(o.dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(json["verdict"], "fail");
+    crate::report::assert_junit_valid(&o.dir);
 }
 
 fn docker_available() -> Result<(), String> {
@@ -108,6 +111,8 @@ fn run_on(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
     let scenario = Scenario::find(name).unwrap();
     let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
     let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    // Every junit.xml a scenario writes must pass the strict JUnit schema.
+    crate::report::assert_junit_valid(&outcome.dir);
     (outcome, results)
 }
 

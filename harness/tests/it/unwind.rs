@@ -287,6 +287,7 @@ fn unwind_offcpu_scenario_passes_on_host() {
         ..Default::default()
     };
     let o = engine::run(&scenario, &opts).expect("the off-cpu scenario runs");
+    crate::report::assert_junit_valid(&o.dir);
     let m = &o.manifest.metrics;
     assert_eq!(o.verdict, Verdict::Pass, "{:?} {:?}", o.reason, o.manifest.checks.iter().map(|c| (&c.name, &c.measured)).collect::<Vec<_>>());
     // Completeness report in the manifest: nearly every switch-out unwinds to its thread's root.
