@@ -133,7 +133,11 @@ fn testsuite(m: &Value, indent: &str) -> (String, Counts) {
     }
     for c in &checks {
         let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        let message = format!("expected {}; measured {}", s("expected"), s("measured"));
+        let mut message = format!("expected {}; measured {}", s("expected"), s("measured"));
+        // An inconclusive check says why it could not decide (its floor or bound) first.
+        if let Some(why) = c["reason"].as_str() {
+            message = format!("{why} ({message})");
+        }
         let mut body = format!("expected: {}\nmeasured: {}\n", s("expected"), s("measured"));
         if let Some(col) = c["collector"].as_str() {
             let _ = writeln!(body, "collector: {col}");
@@ -249,6 +253,7 @@ mod tests {
             collector: collector.map(String::from),
             values: Default::default(),
             details: vec!["top: A::B 12".into()],
+            reason: (verdict == Verdict::Inconclusive).then(|| "49 samples, below the floor of 50".into()),
         }
     }
 
@@ -325,7 +330,7 @@ mod tests {
         assert!(x.contains("tests=\"5\" failures=\"1\" errors=\"1\" skipped=\"2\" time=\"11.750\""), "{x}");
         assert!(x.contains("timestamp=\"2026-11-24T03:00:00Z\" hostname=\"ci-runner-1\""), "{x}");
         assert!(x.contains("<failure message=\"expected ≥ 90.0 %, ≥ 50 samples; measured 99.9 % over 49 samples &lt;&amp; &quot;quoted&quot;&#10;[31m\" type=\"fail\">"), "{x}");
-        assert!(x.contains("<skipped message=\"inconclusive: expected"), "{x}");
+        assert!(x.contains("<skipped message=\"inconclusive: 49 samples, below the floor of 50 (expected"), "{x}");
         assert!(x.contains("<error message=\"expected") && x.contains("type=\"infrastructure\""), "{x}");
         assert!(!x.contains('\u{1b}'), "control characters are not XML");
         let run = every_verdict().into_iter().find(|(n, _)| n == "error-run").unwrap().1;
