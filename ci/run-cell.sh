@@ -9,7 +9,7 @@ export TRACELAB_SHARED="$shared"
 eval "$(bash "$shared/toolchains/install-dotnet.sh" --env)"
 cargo xtask "$@"
 rc=$?
-for s in results/*/summary.md; do
+for s in results/*/summary.md results/soak-*/soak.md; do
   [ -f "$s" ] || continue
   cat "$s"
   [ -n "${GITHUB_STEP_SUMMARY:-}" ] && cat "$s" >> "$GITHUB_STEP_SUMMARY"

@@ -81,15 +81,6 @@ fn make_target(
     }
 }
 
-/// A one-line note of what the engine is doing, for people watching a terminal (quiet otherwise,
-/// like the spinners of `progress`).
-fn step(msg: &str) {
-    use std::io::IsTerminal;
-    if std::io::stderr().is_terminal() {
-        eprintln!("==> {msg}");
-    }
-}
-
 /// Runs `scenario` and writes its results folder. Errors are returned only when not even a
 /// results folder could be written; anything that goes wrong inside the run becomes a FAIL (a
 /// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::run::Infrastructure`]
@@ -98,7 +89,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
     let started = crate::report::utc_rfc3339();
     let (target_kind, target_note) = choose_target(scenario, opts)?;
     if let Some(note) = &target_note {
-        step(note);
+        crate::progress::note("launch", note);
     }
     let image = opts.image.clone().or_else(|| scenario.image.clone());
     let label = crate::environment::short_label(
@@ -126,6 +117,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
 
     let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
+    let report_step = crate::progress::step("report", "checks, stacks, flame graphs, summary");
     let (verdict, reason, mut checks) = match outcome {
         Ok(()) => judge(scenario, &state),
         Err(e) => match collect::unsupported_reason(&e) {
@@ -187,6 +179,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         load: state.load_report.clone(),
     };
     let final_dir = dir.finish(&manifest)?;
+    report_step.done(&format!("{} in {}", verdict.upper(), final_dir.display()));
     Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
 }
 
@@ -225,7 +218,7 @@ fn execute(
         scenario.collectors.iter().map(collect::from_spec).collect::<Result<_>>()?;
     let groups = scenario.run_groups();
 
-    step(&format!("building workload for `{}`", scenario.name));
+    crate::progress::note("build", &format!("workload for `{}`", scenario.name));
     let dotnet = timed(state, "dotnet", |_| crate::dotnet::Dotnet::locate_or_install())?;
     if state.environment.dotnet_runtimes.is_empty() {
         state.environment.dotnet_runtimes = crate::environment::dotnet_runtimes(&dotnet.dotnet);
@@ -243,7 +236,7 @@ fn execute(
         let artifacts = if groups.len() > 1 { dir.artifacts().join(format!("run-{}", i + 1)) } else { dir.artifacts() };
         std::fs::create_dir_all(&artifacts)?;
         if groups.len() > 1 {
-            step(&format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
+            crate::progress::note("launch", &format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
         }
         let mut target: Box<dyn Target> =
             timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image))?;
@@ -298,7 +291,7 @@ fn run_app(
         launch.args.join(" ")
     ));
 
-    step(&format!("starting `{}` on the {} target", built.name, target.label()));
+    crate::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
     let t_run = Instant::now();
     let mut app = target.launch(&launch)?;
     let ready = app.wait_for_line("TRACELAB READY", Duration::from_secs(90));
@@ -315,7 +308,7 @@ fn run_app(
     let mut started: Vec<usize> = Vec::new();
     let mut start_error = None;
     for (i, c) in collectors.iter_mut().enumerate() {
-        step(&format!("starting collector `{}`", c.name()));
+        crate::progress::note("launch", &format!("starting collector `{}`", c.name()));
         match c.start(target, &app, &artifacts) {
             Ok(()) => started.push(i),
             Err(e) => {
@@ -325,19 +318,26 @@ fn run_app(
         }
     }
     let probe = start_error.is_none().then(|| crate::run::load::LoadProbe::start(app.host_pid));
+    // The collect step starts when the app is released, before any load: started after the load
+    // (as it once was) it showed 1.3 s for a ~10 s collection.
+    let mut spinner = None;
     if start_error.is_none() {
         std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
-        step("app released; collecting");
+        let what = format!("app `{}`", built.name);
+        spinner = Some(match expected_collect_s(scenario) {
+            Some(s) => crate::progress::timed_step("collect", what, Duration::from_secs_f64(s)),
+            None => crate::progress::step("collect", what),
+        });
         if let Some(load) = &scenario.load {
             if let Err(e) = apply_load(load, &app, state) {
                 start_error = Some(e);
             }
         }
     }
-    let spinner = crate::progress::step(format!("collecting from `{}`", built.name));
+    let spinner = spinner.unwrap_or_else(|| crate::progress::step("collect", format!("stopping `{}`", built.name)));
     let exit = target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s));
     match &exit {
-        Ok(0) => spinner.done("app finished"),
+        Ok(0) => spinner.done("finished"),
         _ => spinner.failed(),
     }
     for (k, v) in probe.map(|p| p.finish()).unwrap_or_default() {
@@ -371,7 +371,6 @@ fn run_app(
         .with_context(|| format!("the app wrote no {} (its output is in artifacts/app-output.txt)", truth_path.display()))?;
     state.truth = serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?;
 
-    step("decoding");
     let t_decode = Instant::now();
     // Container runs record paths as the container saw them; the target maps them to host files.
     let target_ref: &dyn Target = &*target;
@@ -396,7 +395,9 @@ fn run_app(
         std::collections::BTreeSet::new()
     };
     for c in collectors.iter_mut() {
+        let decoding = crate::progress::step("decode", c.name());
         let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        decoding.done(&format!("{} samples, {} events", collection.samples.len(), collection.events.len()));
         if collection.method_names.is_empty() {
             collection.method_names = perf_map_names.clone();
         }
@@ -411,6 +412,16 @@ fn run_app(
     Ok(())
 }
 
+/// How long the measured phase should last: the load's seconds (the app is stopped after it),
+/// else the app's `--seconds`; None for workloads that run to a count.
+fn expected_collect_s(scenario: &Scenario) -> Option<f64> {
+    if let Some(load) = &scenario.load {
+        return Some(load.seconds);
+    }
+    let at = scenario.args.iter().position(|a| a == "--seconds")?;
+    scenario.args.get(at + 1)?.parse().ok()
+}
+
 /// Drives equal loopback load on each route for the stated time, then asks the app to stop.
 fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::run::RunningApp, state: &mut RunState) -> Result<()> {
     let url = app
@@ -419,7 +430,7 @@ fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::run::RunningApp, st
         .find_map(|l| l.strip_prefix("TRACELAB LISTENING "))
         .map(|u| u.trim().trim_end_matches('/').to_string())
         .context("the app printed no `TRACELAB LISTENING http://127.0.0.1:PORT` line before READY")?;
-    step(&format!(
+    crate::progress::note("collect", &format!(
         "load: {} connection(s) per route on {} for {} s",
         load.connections_per_route,
         load.routes.join(", "),

@@ -276,18 +276,11 @@ fn dockerfile(suite: &Suite) -> String {
 }
 
 /// A spinner with elapsed time for steps that take long; hidden when stderr is not a terminal.
-fn spinner(msg: String) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new_spinner();
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {prefix} {wide_msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    pb.set_prefix(msg);
-    pb.enable_steady_tick(Duration::from_millis(200));
-    pb
+fn spinner(msg: String) -> crate::progress::Step {
+    crate::progress::step("images", msg)
 }
 
-fn run_logged(cmd: &mut Command, what: &str, pb: &indicatif::ProgressBar) -> Result<()> {
+fn run_logged(cmd: &mut Command, what: &str, pb: &crate::progress::Step) -> Result<()> {
     use std::io::BufRead;
     let mut child = cmd
         .stdin(Stdio::null())
@@ -301,7 +294,7 @@ fn run_logged(cmd: &mut Command, what: &str, pb: &indicatif::ProgressBar) -> Res
     });
     let mut tail: Vec<String> = Vec::new();
     for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines().map_while(|l| l.ok()) {
-        pb.set_message(line.clone());
+        pb.set_detail(&line);
         tail.push(line);
         if tail.len() > 20 {
             tail.remove(0);
@@ -360,7 +353,8 @@ pub fn ensure_rootfs(suite: &Suite) -> Result<bool> {
             }
         }
     }
-    pb.set_prefix(format!("tar rootfs {}", suite.name));
+    pb.done("done");
+    let pb = spinner(format!("tar rootfs {}", suite.name));
     let tar_partial = dir.join("rootfs.tar.partial");
     run_logged(
         Command::new("tar").arg("--numeric-owner").arg("-C").arg(&partial).arg("-cf").arg(&tar_partial).arg("."),
@@ -374,8 +368,7 @@ pub fn ensure_rootfs(suite: &Suite) -> Result<bool> {
     std::fs::rename(&partial, &final_dir)?;
     std::fs::rename(&tar_partial, &tarball)?;
     std::fs::write(&stamp, &inputs)?;
-    pb.finish_and_clear();
-    eprintln!("rootfs {}: built in {:.0} s", suite.name, started.elapsed().as_secs_f64());
+    pb.done(&format!("done; rootfs {} built in {:.0} s", suite.name, started.elapsed().as_secs_f64()));
     Ok(false)
 }
 
@@ -389,6 +382,7 @@ pub fn build(docker: &Docker, suite: &'static Suite, dotnet_root: &Path) -> Resu
     let lock_path = suite_dir(suite).join(".lock");
     let lock = std::fs::File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
     lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
+    crate::progress::note("images", &format!("{}: rootfs, base and runtime images (each reused when its inputs are unchanged)", suite.name));
     let rootfs_reused = ensure_rootfs(suite)?;
 
     let t = Instant::now();
@@ -406,8 +400,7 @@ pub fn build(docker: &Docker, suite: &'static Suite, dotnet_root: &Path) -> Resu
                 suite.name,
                 &[(LABEL.into(), "1".into()), (LABEL_INPUTS.into(), base_inputs.clone())],
             )?;
-            pb.finish_and_clear();
-            eprintln!("{tag}: imported in {:.1} s", t.elapsed().as_secs_f64());
+            pb.done("imported");
             BuiltImage { tag, id, reused: false, duration: t.elapsed() }
         }
     };
@@ -447,10 +440,9 @@ pub fn build(docker: &Docker, suite: &'static Suite, dotnet_root: &Path) -> Resu
                 &tar,
                 &tag,
                 &[(LABEL.into(), "1".into()), (LABEL_INPUTS.into(), runtime_inputs.clone())],
-                &mut |line| pb.set_message(line.to_string()),
+                &mut |line| pb.set_detail(line),
             )?;
-            pb.finish_and_clear();
-            eprintln!("{tag}: built in {:.1} s", t.elapsed().as_secs_f64());
+            pb.done("built");
             BuiltImage { tag, id, reused: false, duration: t.elapsed() }
         }
     };

@@ -42,6 +42,8 @@ pub mod workflow;
 /// The tables generated from the runtime's event manifest (`cargo xtask codegen`).
 pub mod codegen;
 pub mod progress;
+/// Repeating scenarios (optionally beside a CPU hog) and counting verdicts: `cargo xtask soak`.
+pub mod soak;
 pub mod testing;
 
 /// The project root (the folder holding the workspace Cargo.toml).

@@ -142,6 +142,19 @@ pub fn generate(axes: &Axes) -> String {
         &format!("matrix dotnet --dotnet ${{{{ matrix.dotnet }}}} --scenario {}", axes.scenarios.join(",")),
         "results-dotnet-${{ matrix.dotnet }}",
     );
+    // The flake budget: 30 runs of every scenario, idle and beside a CPU hog on every core. Its
+    // artifacts are named soak-* so the merged report (results-*) is not flooded with hundreds of
+    // repeats, and the merge job does not wait hours for it: soak.md is the soak's own table.
+    job(
+        &mut y,
+        "soak",
+        "soak · ${{ matrix.scenario }} · ${{ matrix.load }}",
+        &[("scenario", scenarios.clone()), ("load", "[\"idle\", \"hog\"]".to_string())],
+        240,
+        "soak ${{ matrix.scenario }} --runs 30 --target host ${{ matrix.load == 'hog' && '--hog' || '' }}",
+        "soak-${{ matrix.scenario }}-${{ matrix.load }}",
+    );
+    job_names.retain(|j| j != "soak");
     let _ = write!(
         y,
         "  report:\n\
@@ -241,6 +254,14 @@ mod tests {
     }
 
     #[test]
+    fn every_scenario_is_soaked_30_times_idle_and_hogged() {
+        let y = generate(&axes());
+        assert!(y.contains("soak ${{ matrix.scenario }} --runs 30 --target host"), "{y}");
+        let soak = &y[y.find("  soak:").unwrap()..];
+        assert!(soak.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]") && soak.contains("load: [\"idle\", \"hog\"]"), "{y}");
+    }
+
+    #[test]
     fn a_new_runtime_is_one_more_value() {
         let mut a = axes();
         a.dotnet.push("11.0".into());
@@ -265,8 +286,8 @@ mod tests {
     fn every_job_uploads_its_results() {
         let y = generate(&axes());
         let jobs = y.matches("bash ci/run-cell.sh").count();
-        let uploads = y.matches("name: results-").count();
-        assert_eq!(jobs, 5);
+        let uploads = y.matches("name: results-").count() + y.matches("name: soak-").count();
+        assert_eq!(jobs, 6);
         assert_eq!(jobs, uploads, "{y}");
     }
 }

@@ -294,9 +294,9 @@ fn run_build(
         std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
     }
     let verb = if ready_to_run { "publish" } else { "build" };
-    let step = crate::progress::step(format!(
-        "{verb} workload {name}{}",
-        if ready_to_run { " (ReadyToRun)" } else { "" }
+    let step = crate::progress::step("build", format!(
+        "workload {name} (dotnet {verb}{})",
+        if ready_to_run { ", ReadyToRun" } else { "" }
     ));
     let mut cmd = dotnet.command();
     cmd.arg(verb).arg(project).args([

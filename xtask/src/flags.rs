@@ -45,6 +45,30 @@ pub enum Task {
     },
     /// Regenerate the tables made from the runtime's event manifest (eventpipe's manifest.rs, LTTng's events.rs).
     Codegen(Codegen),
+    /// Repeat scenarios N times (interleaved), optionally beside a CPU hog; count verdicts per scenario and check.
+    Soak(Soak),
+}
+
+#[derive(Args, Debug)]
+pub struct Soak {
+    /// Scenario names (scenarios/NAME.toml) or paths; run in turn, A B C A B C …
+    #[arg(required = true)]
+    pub scenarios: Vec<String>,
+    /// Runs of each scenario.
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// Run beside a CPU hog on every core (stress-ng --cpu 0; Debian package stress-ng).
+    #[arg(long)]
+    pub hog: bool,
+    /// host | container | sidecar (default: each scenario's, else container when Docker answers).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Base image for container targets: bullseye | bookworm | trixie.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Where the soak folder (its runs, soak.md, soak.json) goes (default results/).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

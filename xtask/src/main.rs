@@ -13,6 +13,7 @@ mod list;
 mod matrix;
 mod report;
 mod scenario;
+mod soak;
 mod sweep;
 mod trace;
 
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
             Task::Report(f) => done(report::run(&sh, f)),
             Task::Ci { what } => done(ci::run(&sh, what)),
             Task::Codegen(f) => done(codegen::run(&sh, f.check)),
+            Task::Soak(f) => soak::run(&sh, f),
         }
     });
     result.unwrap_or_else(|e| {

@@ -12,8 +12,10 @@ pub fn run(_sh: &Shell, a: Report) -> Result<()> {
     let dirs = if a.dirs.is_empty() { vec![root.join("results")] } else { a.dirs };
     let out = a.out.unwrap_or_else(|| root.join("results").join("report"));
     let baseline = (!a.baseline.is_empty()).then_some(a.baseline.as_slice());
+    let step = harness::progress::step("report", format!("merging {} folder(s)", dirs.len()));
     let report = merge::merge(&dirs, baseline, Thresholds { ratio_drop: a.ratio_drop, rate_drop: a.rate_drop })?;
     let (html, md) = report.write(&out)?;
+    step.done("written");
     print!("{}", report.markdown());
     println!("\nwrote {} and {}", html.display(), md.display());
     if a.fail_on_regression && !report.regressions.is_empty() {

@@ -70,7 +70,7 @@ pub fn run(opts: &Options) -> Result<()> {
         None => {
             let dir = default.join("trace");
             if opts.record || !dir.join("ust").exists() {
-                eprintln!("==> recording the bench trace ({} FixtureApp runs, bullseye image)", opts.record_runs);
+                crate::progress::note("bench", &format!("recording the bench trace ({} FixtureApp runs, bullseye image)", opts.record_runs));
                 crate::collect::lttng::record_bench_trace(&default, opts.record_runs)?
             } else {
                 dir

@@ -69,7 +69,7 @@ pub fn load_average() -> String {
 /// `cargo build --release --quiet ARGS` in the project root: the timed children are optimised
 /// whatever profile the driver itself was built with. Echoed like the driver's own commands.
 pub fn cargo_build_release(args: &[&str]) -> Result<()> {
-    eprintln!("$ cargo build --release --quiet {}", args.join(" "));
+    crate::progress::note("build", &format!("$ cargo build --release --quiet {}", args.join(" ")));
     let status = Command::new("cargo")
         .args(["build", "--release", "--quiet"])
         .args(args)

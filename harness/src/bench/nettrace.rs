@@ -55,9 +55,9 @@ fn record(dotnet: &Dotnet, out: &Path) -> Result<()> {
         ],
         ..SessionConfig::default()
     };
-    eprintln!("recording {} (FixtureApp {phases} 1) …", out.display());
+    crate::progress::note("bench", &format!("recording {} (FixtureApp {phases} 1) …", out.display()));
     let bytes = record_app(&dotnet.dotnet, &dll, &[phases, "1".into()], "FIXTURE READY", &config, out)?;
-    eprintln!("recorded {:.1} MB", bytes as f64 / 1e6);
+    crate::progress::note("bench", &format!("recorded {:.1} MB", bytes as f64 / 1e6));
     Ok(())
 }
 
@@ -102,7 +102,7 @@ pub fn run(opts: &Options) -> Result<()> {
         }
     };
     let size = std::fs::metadata(&trace).with_context(|| format!("{}", trace.display()))?.len();
-    eprintln!("building the release decoder and TraceDump …");
+    crate::progress::note("build", "the release decoder and TraceDump …");
     cargo_build_release(&["-p", "eventpipe", "--bin", "nettrace"])?;
     let ours_exe = crate::project_root().join("target").join("release").join("nettrace");
     let tracedump = build_tracedump(&dotnet, &bench_dir.join("tracedump"))?;

@@ -63,7 +63,7 @@ pub fn run(opts: &Options) -> Result<()> {
         configs: configs.clone(),
         results_root: crate::project_root().join("target/bench/overhead-runs"),
     };
-    let measured = measure(&measure_opts, |msg| eprintln!("==> {msg}"))?;
+    let measured = measure(&measure_opts, |msg| crate::progress::note("bench", msg))?;
     println!("\nCollector overhead on gc-heavy (unpaced allocation, {} s per run, {} rounds, interleaved):\n", opts.seconds, opts.repeats);
     println!("{}", table(&measured, &configs)?);
     Ok(())

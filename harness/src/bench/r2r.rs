@@ -534,7 +534,7 @@ pub fn run(opts: &Options) -> Result<()> {
         let dir = crate::project_root().join("target/bench/r2r");
         let data = dir.join("perf.data");
         if opts.rerecord || !data.is_file() {
-            eprintln!("recording the framework workload ({} s at {} Hz) into {} …", opts.seconds, opts.frequency, data.display());
+            crate::progress::note("bench", &format!("recording the framework workload ({} s at {} Hz) into {} …", opts.seconds, opts.frequency, data.display()));
             record_framework(&dotnet, perf, &dir, opts.seconds, opts.frequency)?;
         }
         specs.push(StreamSpec::Recorded { perf_data: data, frames: opts.frames });

@@ -154,7 +154,7 @@ pub fn run_kernel_matrix(opts: &KernelMatrixOptions) -> Result<Vec<KernelCell>> 
         let mut attempt = 0;
         while !pending.is_empty() {
             attempt += 1;
-            eprintln!("==> kernel {} ({}): booting for {} (attempt {attempt})", kernel.label, kernel.suite, pending.join(", "));
+            crate::progress::note("launch", &format!("kernel {} ({}): booting for {} (attempt {attempt})", kernel.label, kernel.suite, pending.join(", ")));
             let found = boot_and_run(kernel, &pending, &runner, &results_root, opts, attempt);
             let mut retry = Vec::new();
             for s in &pending {

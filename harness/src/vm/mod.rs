@@ -328,9 +328,14 @@ pub fn run_job(kernel: &KernelSpec, job: &GuestJob, opts: &BootOptions, work_dir
         let lock_path = image::cache_dir().join("prepare.lock");
         let lock = std::fs::File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
         lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
-        (image::prepare_kernel(kernel)?, image::prepare_disk()?)
+        let step = crate::progress::step("images", format!("kernel {} and guest disk", kernel.label));
+        let prepared = (image::prepare_kernel(kernel)?, image::prepare_disk()?);
+        step.done("ready");
+        prepared
     };
+    let step = crate::progress::step("launch", format!("booting kernel {} in qemu", kernel.label));
     let outcome = boot(&prepared, &disk, job, opts, work_dir)?;
+    step.done("guest finished");
     Ok((prepared, outcome))
 }
 

@@ -7,6 +7,7 @@ mod eventpipe;
 mod lttng;
 mod matrix;
 mod perf;
+mod progress;
 mod r2r;
 mod report;
 mod scenarios;

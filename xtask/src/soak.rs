@@ -1,0 +1,34 @@
+//! `cargo xtask soak SCENARIO… --runs N [--hog]`: repeat scenarios and print the verdict table
+//! (harness::soak); exit 1 when any run FAILed, else 0.
+
+use std::process::ExitCode;
+
+use harness::engine::RunOptions;
+use harness::run::TargetKind;
+use harness::soak::{self, SoakOptions};
+use xshell::Shell;
+
+use crate::flags::Soak;
+
+pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
+    // A missing hog is a missing prerequisite (exit 4), said before any run starts.
+    if args.hog && let Err(why) = soak::hog_available() {
+        eprintln!("error: {why}");
+        return Ok(ExitCode::from(harness::assert::exit::SKIP));
+    }
+    let opts = SoakOptions {
+        scenarios: args.scenarios,
+        runs: args.runs,
+        hog: args.hog,
+        run: RunOptions {
+            target: args.target.as_deref().map(TargetKind::parse).transpose()?,
+            image: args.image,
+            results_root: args.results,
+            symbol_dirs: Vec::new(),
+        },
+    };
+    let (table, dir) = soak::run(&opts)?;
+    println!("\n{}", table.markdown());
+    println!("soak: {}", dir.display());
+    Ok(ExitCode::from(table.exit_code()))
+}
