@@ -485,7 +485,7 @@ fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec
             return check;
         }
         let q = quality.iter().find(|q| Some(&q.collector) == check.collector.as_ref());
-        assert::sufficiency::apply(check, q, &scenario.sufficiency)
+        assert::sufficiency::apply(check, q, &scenario.sufficiency, e.check.judge().against_wall_clock_truth())
     }));
     let verdict = Verdict::combine(checks.iter().map(|c| c.verdict));
     let reason = checks

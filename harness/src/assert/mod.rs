@@ -89,6 +89,15 @@ pub trait Judge {
         false
     }
 
+    /// Whether the check holds sample shares against a truth the app measured in wall-clock
+    /// time, so that a thread starved of CPU in one phase (fewer samples per second than asked)
+    /// skews it. Only such checks take the sampling-rate rule: a web app's pool threads are on
+    /// CPU part of the time by design, and a share bound (`share_at_least`) or a frame check does
+    /// not compare with wall-clock phases.
+    fn against_wall_clock_truth(&self) -> bool {
+        false
+    }
+
     /// The check, or why it could not be judged (missing data or truth).
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String>;
 }

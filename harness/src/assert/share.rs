@@ -63,6 +63,10 @@ impl Judge for ShareCheck {
         true
     }
 
+    fn against_wall_clock_truth(&self) -> bool {
+        true
+    }
+
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
         let ShareCheck { method, among, truth, mode, sample_kind, tolerance_pts, min_samples } = self;
         let c = ev.read(collector)?;

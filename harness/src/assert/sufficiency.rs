@@ -126,7 +126,7 @@ impl DataQuality {
     }
 
     /// Why this collector's samples cannot decide a check, or `None` when they can.
-    pub fn insufficient(&self, rules: &Sufficiency) -> Option<String> {
+    pub fn insufficient(&self, rules: &Sufficiency, rate_rule: bool) -> Option<String> {
         let mut why = Vec::new();
         let lost = self.lost_ratio();
         if lost > rules.max_lost_ratio {
@@ -139,7 +139,8 @@ impl DataQuality {
                 percent(rules.max_lost_ratio)
             ));
         }
-        if let (Some(ratio), Some((tid, phase, hz)), Some(asked)) = (self.min_rate_ratio(), self.slowest_phase(), self.asked_hz)
+        if let (true, Some(ratio), Some((tid, phase, hz)), Some(asked)) =
+            (rate_rule, self.min_rate_ratio(), self.slowest_phase(), self.asked_hz)
             && ratio < rules.min_rate_ratio
         {
             why.push(format!(
@@ -193,9 +194,10 @@ pub fn inconclusive(mut check: Check, reason: String) -> Check {
     check
 }
 
-/// Applies the collection-wide rules to a check that reads sample proportions.
-pub fn apply(check: Check, quality: Option<&DataQuality>, rules: &Sufficiency) -> Check {
-    match quality.and_then(|q| q.insufficient(rules)) {
+/// Applies the collection-wide rules to a check that reads sample proportions; the rate rule
+/// only when `rate_rule` (the check compares with wall-clock truth).
+pub fn apply(check: Check, quality: Option<&DataQuality>, rules: &Sufficiency, rate_rule: bool) -> Check {
+    match quality.and_then(|q| q.insufficient(rules, rate_rule)) {
         Some(why) => inconclusive(check, why),
         None => check,
     }
@@ -235,15 +237,18 @@ mod tests {
         assert_eq!((tid, phase), (2, 2));
         assert!((hz - 250.0).abs() < 2.0, "{hz}");
         let rules = Sufficiency::default();
-        let judged = apply(passed(), Some(&q), &rules);
+        let judged = apply(passed(), Some(&q), &rules, true);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         let reason = judged.reason.unwrap();
         assert!(reason.starts_with("`perf-cpu` sampled thread 2 at 25") && reason.contains("Hz in phase 2 of 2") && reason.contains("of the asked 1000 Hz (bound 50.0 %)"), "{reason}");
         // A scenario that accepts a quarter of the rate decides.
         let lenient = Sufficiency { min_rate_ratio: 0.2, ..rules.clone() };
-        assert_eq!(apply(passed(), Some(&q), &lenient).verdict, Verdict::Pass);
+        assert_eq!(apply(passed(), Some(&q), &lenient, true).verdict, Verdict::Pass);
         // Without an asked frequency (off-CPU, EventPipe) the rate rule does not apply.
-        assert_eq!(apply(passed(), Some(&DataQuality::measure(&c, None)), &rules).verdict, Verdict::Pass);
+        assert_eq!(apply(passed(), Some(&DataQuality::measure(&c, None)), &rules, true).verdict, Verdict::Pass);
+        // Nor to a check that does not compare with wall-clock truth (a share bound, a frame
+        // check): a web app's pool threads are on CPU part of the time by design.
+        assert_eq!(apply(passed(), Some(&q), &rules, false).verdict, Verdict::Pass);
     }
 
     #[test]
@@ -254,9 +259,9 @@ mod tests {
         let rules = Sufficiency::default();
         let failed = Check::new("c".into(), Some("perf-offcpu"), false, "x".into(), "y".into());
         // 1.0 % lost is at the bound: still decided.
-        assert_eq!(apply(failed.clone(), Some(&DataQuality::measure(&c, None)), &rules).verdict, Verdict::Fail);
+        assert_eq!(apply(failed.clone(), Some(&DataQuality::measure(&c, None)), &rules, true).verdict, Verdict::Fail);
         c.lost_events = 307;
-        let judged = apply(failed, Some(&DataQuality::measure(&c, None)), &rules);
+        let judged = apply(failed, Some(&DataQuality::measure(&c, None)), &rules, true);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         assert_eq!(
             judged.reason.as_deref(),
