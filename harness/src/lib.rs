@@ -42,6 +42,8 @@ pub mod workflow;
 /// The tables generated from the runtime's event manifest (`cargo xtask codegen`).
 pub mod codegen;
 pub mod progress;
+/// What a scenario or the tests need from the machine, and the one installer (`cargo xtask setup`).
+pub mod prereq;
 pub mod testing;
 
 /// The project root (the folder holding the workspace Cargo.toml).

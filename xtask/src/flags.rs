@@ -20,6 +20,10 @@ pub enum Task {
     List,
     /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET.
     Doctor,
+    /// Print (and as root install) what a scenario or the test suite needs: packages, tracefs, Docker, .NET, images.
+    Setup(Setup),
+    /// The test suite: its set-up, then `cargo nextest run --workspace` (profile ci when CI=true).
+    Test(Test),
     /// Benchmarks that time tracelab against the peer tool on the same input.
     Bench {
         #[command(subcommand)]
@@ -55,6 +59,35 @@ pub struct Codegen {
 }
 
 #[derive(Args, Debug)]
+pub struct Setup {
+    /// Plan for this scenario (name or TOML path) instead of the test suite.
+    #[arg(long, conflicts_with = "tests")]
+    pub scenario: Option<String>,
+    /// Plan for the test suite (the default).
+    #[arg(long)]
+    pub tests: bool,
+    /// With --scenario: host | container | sidecar.
+    #[arg(long, requires = "scenario")]
+    pub target: Option<String>,
+    /// With --scenario: base image suite for container targets.
+    #[arg(long, requires = "scenario")]
+    pub image: Option<String>,
+    /// Print the plan only; exit 4 when something is missing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct Test {
+    /// Skip the prerequisite step.
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Passed to `cargo nextest run --workspace` (after `--`).
+    #[arg(last = true, value_name = "NEXTEST_ARGS")]
+    pub nextest_args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 pub struct Scenario {
     /// Scenario name (scenarios/NAME.toml) or a path to your own TOML file.
     pub name: String,
@@ -73,6 +106,9 @@ pub struct Scenario {
     /// Where result folders go (default results/).
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// Do not check or install prerequisites first (`cargo xtask setup --scenario NAME`).
+    #[arg(long)]
+    pub no_setup: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -13,7 +13,9 @@ mod list;
 mod matrix;
 mod report;
 mod scenario;
+mod setup;
 mod sweep;
+mod test;
 mod trace;
 
 use std::process::ExitCode;
@@ -31,6 +33,8 @@ fn main() -> ExitCode {
             Task::Scenario(f) => scenario::run(&sh, f),
             Task::List => done(list::run(&sh)),
             Task::Doctor => done(doctor::run(&sh)),
+            Task::Setup(f) => setup::run(&sh, f),
+            Task::Test(f) => test::run(&sh, f),
             Task::Bench { what } => done(bench::run(&sh, what)),
             Task::Images(f) => done(images::run(&sh, f)),
             Task::Sweep => done(sweep::run(&sh)),

@@ -1,5 +1,6 @@
 //! `cargo xtask scenario NAME`: run one scenario, print its verdict, exit 0 only on PASS (and on
-//! SKIP with `--allow-skip`).
+//! SKIP with `--allow-skip`). Its prerequisites are checked (and as root installed) first, within
+//! seconds, so nothing is missing after the workload or an image was built (`--no-setup` skips that).
 
 use std::process::ExitCode;
 
@@ -12,8 +13,16 @@ use crate::flags::Scenario;
 
 pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     let scenario = harness::scenario::Scenario::find(&args.name)?;
+    let target = args.target.as_deref().map(TargetKind::parse).transpose()?;
+    if let Some(image) = &args.image {
+        harness::image::suite(image)?; // an unknown suite is a usage error (2), not a failed set-up
+    }
+    let plan = (!args.no_setup).then(|| harness::prereq::Plan::for_scenario(&scenario, target, args.image.as_deref()));
+    if let Some(code) = plan.and_then(|p| crate::setup::prepare(&p, false)) {
+        return Ok(code);
+    }
     let opts = RunOptions {
-        target: args.target.as_deref().map(TargetKind::parse).transpose()?,
+        target,
         image: args.image,
         results_root: args.results,
         symbol_dirs: args.symbols,
