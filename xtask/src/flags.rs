@@ -18,8 +18,9 @@ pub enum Task {
     Scenario(Scenario),
     /// List the scenarios with their collectors and default target.
     List,
-    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET.
-    Doctor,
+    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET, images, tools; each
+    /// row not ok names its fix. Exit 4 when a prerequisite of the default scenario is missing.
+    Doctor(Doctor),
     /// Print (and as root install) what a scenario or the test suite needs: packages, tracefs, Docker, .NET, images.
     Setup(Setup),
     /// The test suite: its set-up, then `cargo nextest run --workspace` (profile ci when CI=true).
@@ -56,6 +57,16 @@ pub struct Codegen {
     /// Only compare the committed files with what the generator writes; exit 2 and name them when they differ.
     #[arg(long)]
     pub check: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct Doctor {
+    /// Print the rows as JSON: name, value, status, detail, fix.
+    #[arg(long)]
+    pub json: bool,
+    /// Symbol folders to check (as `scenario --symbols` takes them).
+    #[arg(long = "symbols")]
+    pub symbols: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         match flags.task {
             Task::Scenario(f) => scenario::run(&sh, f),
             Task::List => done(list::run(&sh)),
-            Task::Doctor => done(doctor::run(&sh)),
+            Task::Doctor(f) => doctor::run(&sh, f),
             Task::Setup(f) => setup::run(&sh, f),
             Task::Test(f) => test::run(&sh, f),
             Task::Bench { what } => done(bench::run(&sh, what)),
