@@ -8,6 +8,7 @@
 //! It prints within seconds, before any build: a missing prerequisite must never surface after the
 //! workload or an image was built.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,15 +21,16 @@ use crate::collect::CollectorKind;
 use crate::run::TargetKind;
 use crate::scenario::Scenario;
 
-/// A Debian package and why tracelab needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A Debian package and why tracelab needs it. Owned-or-static: Ubuntu's perf package is named
+/// after the running kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Package {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub why: &'static str,
 }
 
 const fn pkg(name: &'static str, why: &'static str) -> Package {
-    Package { name, why }
+    Package { name: Cow::Borrowed(name), why }
 }
 
 // One list of what each feature needs. `wrk` and `bpftrace` are not here: loopback load is our own
@@ -189,7 +191,7 @@ impl Needs {
     fn add(&mut self, pkgs: &[Package]) {
         for p in pkgs {
             if !self.packages.iter().any(|q| q.name == p.name) {
-                self.packages.push(*p);
+                self.packages.push(p.clone());
             }
         }
     }
@@ -225,8 +227,10 @@ impl Needs {
     pub fn for_distro(mut self, os_id: &str, kernel_release: &str) -> Needs {
         if os_id == "ubuntu" {
             if let Some(i) = self.packages.iter().position(|p| p.name == "linux-perf") {
-                let tools: &'static str = Box::leak(format!("linux-tools-{kernel_release}").into_boxed_str());
-                self.packages[i] = pkg(tools, "perf for the running kernel (Ubuntu builds it per kernel)");
+                self.packages[i] = Package {
+                    name: format!("linux-tools-{kernel_release}").into(),
+                    why: "perf for the running kernel (Ubuntu builds it per kernel)",
+                };
                 self.packages.insert(i, pkg("linux-tools-common", "the `perf` wrapper that picks linux-tools-RELEASE"));
             }
         }
@@ -323,14 +327,14 @@ impl Plan {
 
     /// The pure planner: needs + recorded answers → steps.
     pub fn make(needs: &Needs, seen: &dyn Observe) -> Plan {
-        let mut names: Vec<&str> = needs.packages.iter().map(|p| p.name).collect();
+        let mut names: Vec<&str> = needs.packages.iter().map(|p| p.name.as_ref()).collect();
         names.extend(["docker.io", "docker-ce", "qemu-utils"]);
         let installed = parse_dpkg(&seen.dpkg(&names));
         let has = |n: &str| installed.iter().any(|i| i.name == n);
         let mut present = Vec::new();
         let mut to_install: Vec<(String, String)> = Vec::new();
         for p in &needs.packages {
-            if has(p.name) {
+            if has(&p.name) {
                 present.push(format!("package {}", p.name));
             } else {
                 to_install.push((p.name.to_string(), p.why.to_string()));
@@ -655,7 +659,7 @@ mod tests {
     #[test]
     fn ubuntu_takes_perf_for_its_running_kernel() {
         let needs = Needs::for_tests().for_distro("ubuntu", "6.8.0-1021-azure");
-        let names: Vec<&str> = needs.packages.iter().map(|p| p.name).collect();
+        let names: Vec<&str> = needs.packages.iter().map(|p| p.name.as_ref()).collect();
         assert_eq!(names[..2], ["linux-tools-common", "linux-tools-6.8.0-1021-azure"]);
         assert!(!names.contains(&"linux-perf"));
         let debian = Needs::for_tests().for_distro("debian", "6.1.0-40-amd64");
