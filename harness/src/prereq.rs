@@ -118,8 +118,22 @@ impl Observe for Machine {
     fn dotnet(&self) -> Option<PathBuf> {
         // An empty shared dir makes locate_with only look, never run the installer.
         let search = crate::dotnet::Search { shared_dir: PathBuf::new(), ..crate::dotnet::Search::from_env() };
-        crate::dotnet::Dotnet::locate_with(&search).ok().map(|d| d.root)
+        crate::dotnet::Dotnet::locate_with(&search).ok().map(|d| d.root).or_else(offline_sdk)
     }
+}
+
+/// An SDK the offline installer already unpacked (it marks its folders with `.tracelab-sdk`):
+/// `install-dotnet.sh` then only prints its path, so the plan need not list it.
+fn offline_sdk() -> Option<PathBuf> {
+    let mut parents = vec![PathBuf::from("/opt/tracelab-dotnet")];
+    parents.extend(std::env::var_os("TRACELAB_DOTNET_ROOT").map(PathBuf::from).and_then(|r| r.parent().map(Path::to_path_buf)));
+    let cache = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    parents.extend(cache.map(|c| c.join("tracelab-dotnet")));
+    parents
+        .iter()
+        .filter_map(|p| std::fs::read_dir(p).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .find(|root| root.join(".tracelab-sdk").is_file() && root.join("dotnet").is_file())
 }
 
 /// Answers recorded into a folder, one file per question (see harness/tests/data/prereq/README.md).
@@ -202,7 +216,10 @@ impl Needs {
         let target = target.or(scenario.target).unwrap_or(TargetKind::Container);
         let mut needs = Needs { purpose: format!("scenario {} ({})", scenario.name, target.as_str()), ..Needs::default() };
         let kinds: BTreeSet<CollectorKind> = scenario.collectors.iter().map(|c| c.kind()).collect();
-        for kind in &kinds {
+        // In a container, perf and the lttng tools are the image's own (collect::perf picks the
+        // container's perf; collect::lttng::session enters the container's namespaces), so only
+        // a host target needs them on the host.
+        for kind in kinds.iter().filter(|_| target == TargetKind::Host) {
             match kind {
                 CollectorKind::PerfCpu | CollectorKind::PerfOffcpu => needs.add(PERF),
                 CollectorKind::Lttng => needs.add(LTTNG),
@@ -664,6 +681,18 @@ mod tests {
         assert!(!names.contains(&"linux-perf"));
         let debian = Needs::for_tests().for_distro("debian", "6.1.0-40-amd64");
         assert_eq!(debian.packages[0].name, "linux-perf");
+    }
+
+    #[test]
+    fn perf_and_lttng_on_the_host_only_for_host_targets() {
+        let names = |n: Needs| n.packages.iter().map(|p| p.name.to_string()).collect::<Vec<_>>();
+        let host = names(Needs::for_scenario(&cpu_bound(), Some(TargetKind::Host), None));
+        assert_eq!(host, ["linux-perf"]);
+        let container = names(Needs::for_scenario(&cpu_bound(), Some(TargetKind::Container), None));
+        assert_eq!(container, ["debootstrap", "tar", "xz-utils"], "perf runs from the image");
+        let lttng = Scenario::find("exceptions-lttng").unwrap();
+        assert!(names(Needs::for_scenario(&lttng, Some(TargetKind::Host), None)).contains(&"lttng-tools".to_string()));
+        assert!(!names(Needs::for_scenario(&lttng, None, None)).contains(&"lttng-tools".to_string()));
     }
 
     #[test]
