@@ -19,7 +19,10 @@ pub fn run(sh: &Shell, args: Test) -> anyhow::Result<ExitCode> {
         anyhow::bail!("cargo-nextest is not installed: `cargo install --locked cargo-nextest`");
     }
     let nextest_args = args.nextest_args;
-    let mut c = cmd!(sh, "cargo nextest run --workspace {nextest_args...}");
+    // `--workspace` beside `-p X` runs every package: leave it out when a package is named.
+    let named = nextest_args.iter().any(|a| a == "-p" || a.starts_with("--package") || (a.starts_with("-p") && a.len() > 2));
+    let workspace = (!named).then_some("--workspace");
+    let mut c = cmd!(sh, "cargo nextest run {workspace...} {nextest_args...}");
     // Tests that start `dotnet` themselves find the same SDK the harness uses (as .ci/run's
     // `eval install-dotnet.sh --env` did).
     if let Ok(dotnet) = harness::dotnet::Dotnet::locate_or_install() {
@@ -29,6 +32,7 @@ pub fn run(sh: &Shell, args: Test) -> anyhow::Result<ExitCode> {
     if std::env::var("CI").is_ok_and(|v| v == "true") && std::env::var_os("NEXTEST_PROFILE").is_none() {
         c = c.env("NEXTEST_PROFILE", "ci");
     }
+    eprintln!("$ {c}");
     // Not `.run()`: its error would turn nextest's exit code (100 = tests failed) into ours.
     let status = std::process::Command::from(c).status()?;
     Ok(ExitCode::from(status.code().map(|c| c as u8).unwrap_or(1)))
