@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export CI=true
 shared="${TRACELAB_SHARED:-$(cd .. && pwd)/shared}"
 export TRACELAB_SHARED="$shared"
-eval "$(bash "$shared/toolchains/install-dotnet.sh" --env)"
+# A stock runner has no offline toolchain: the SDK of actions/setup-dotnet is on PATH (ci/setup.sh).
+if [ -x "$shared/toolchains/install-dotnet.sh" ]; then eval "$(bash "$shared/toolchains/install-dotnet.sh" --env)"; fi
 cargo xtask "$@"
 rc=$?
 for s in results/*/summary.md results/soak-*/soak.md; do

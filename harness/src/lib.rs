@@ -44,6 +44,8 @@ pub mod codegen;
 pub mod progress;
 /// Repeating scenarios (optionally beside a CPU hog) and counting verdicts: `cargo xtask soak`.
 pub mod soak;
+/// What a scenario or the tests need from the machine, and the one installer (`cargo xtask setup`).
+pub mod prereq;
 pub mod testing;
 
 /// The project root (the folder holding the workspace Cargo.toml).

@@ -68,8 +68,13 @@ pub fn generate(axes: &Axes) -> String {
          env:\n  CI: \"true\"\n  CARGO_TERM_COLOR: never\n\
          jobs:\n",
     );
+    // A stock hosted runner has no ../shared: .NET comes from actions/setup-dotnet, which
+    // ci/setup.sh uses when no offline toolchain is present (it keeps the offline path first).
     let steps_prelude = "    steps:\n\
                          \x20     - uses: actions/checkout@v4\n\
+                         \x20     - uses: actions/setup-dotnet@v4\n\
+                         \x20       with:\n\
+                         \x20         dotnet-version: \"10.0.x\"\n\
                          \x20     - name: install prerequisites\n\
                          \x20       run: sudo -E env \"PATH=$PATH\" bash ci/setup.sh\n";
     let upload = |name: &str| {
@@ -289,5 +294,17 @@ mod tests {
         let uploads = y.matches("name: results-").count() + y.matches("name: soak-").count();
         assert_eq!(jobs, 6);
         assert_eq!(jobs, uploads, "{y}");
+    }
+
+    #[test]
+    fn every_setup_has_dotnet_from_setup_dotnet_first() {
+        // Stock hosted runners have no ../shared: ci/setup.sh falls back to this SDK.
+        let y = generate(&axes());
+        let setups: Vec<usize> = y.match_indices("bash ci/setup.sh").map(|(i, _)| i).collect();
+        assert!(!setups.is_empty());
+        for at in setups {
+            let job_start = y[..at].rfind("    steps:\n").unwrap();
+            assert!(y[job_start..at].contains("uses: actions/setup-dotnet@v4\n        with:\n          dotnet-version: \"10.0.x\""), "{}", &y[job_start..at]);
+        }
     }
 }

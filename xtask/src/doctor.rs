@@ -1,20 +1,35 @@
-//! `cargo xtask doctor`: what this machine can trace, and what each fact means for which collector.
+//! `cargo xtask doctor [--json] [--symbols DIR]`: what this machine can trace, what each fact means
+//! for which collector, and the command that fixes each row that is not ok. Exit 4 when a
+//! prerequisite of the default scenario is missing (the exit-code table: skip, environment).
+
+use std::process::ExitCode;
 
 use anyhow::Result;
-use harness::environment::{Status, doctor};
+use harness::environment::{Status, default_scenario_row, doctor, rows_json};
 use xshell::Shell;
 
-pub fn run(_sh: &Shell) -> Result<()> {
+use crate::flags::Doctor;
+
+pub fn run(_sh: &Shell, args: Doctor) -> Result<ExitCode> {
     let dotnet = harness::dotnet::Dotnet::locate_or_install().ok();
-    let rows = doctor(dotnet.as_ref().map(|d| d.root.as_path()));
-    let width = rows.iter().map(|r| r.item.len()).max().unwrap_or(10);
-    for r in &rows {
-        let mark = match r.status {
-            Status::Ok => "ok  ",
-            Status::Warn => "warn",
-            Status::Missing => "MISS",
-        };
-        println!("{mark}  {:<width$}  {}\n      {:<width$}  → {}", r.item, r.value, "", r.meaning);
+    let mut rows = doctor(dotnet.as_ref().map(|d| d.root.as_path()), &args.symbols);
+    rows.push(default_scenario_row());
+    let ready = rows.last().is_some_and(|r| r.status == Status::Ok);
+    if args.json {
+        println!("{}", rows_json(&rows));
+    } else {
+        let width = rows.iter().map(|r| r.item.len()).max().unwrap_or(10);
+        for r in &rows {
+            let mark = match r.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Missing => "MISS",
+            };
+            println!("{mark}  {:<width$}  {}\n      {:<width$}  → {}", r.item, r.value, "", r.meaning);
+            if let Some(fix) = &r.fix {
+                println!("      {:<width$}  fix: {fix}", "");
+            }
+        }
     }
-    Ok(())
+    Ok(if ready { ExitCode::SUCCESS } else { ExitCode::from(4) })
 }

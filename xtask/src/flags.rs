@@ -18,8 +18,13 @@ pub enum Task {
     Scenario(Scenario),
     /// List the scenarios with their collectors and default target.
     List,
-    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET.
-    Doctor,
+    /// Check this machine: kernel, perf, tracefs, capabilities, docker, LTTng, .NET, images, tools; each
+    /// row not ok names its fix. Exit 4 when a prerequisite of the default scenario is missing.
+    Doctor(Doctor),
+    /// Print (and as root install) what a scenario or the test suite needs: packages, tracefs, Docker, .NET, images.
+    Setup(Setup),
+    /// The test suite: its set-up, then `cargo nextest run --workspace` (profile ci when CI=true).
+    Test(Test),
     /// Benchmarks that time tracelab against the peer tool on the same input.
     Bench {
         #[command(subcommand)]
@@ -79,6 +84,45 @@ pub struct Codegen {
 }
 
 #[derive(Args, Debug)]
+pub struct Doctor {
+    /// Print the rows as JSON: name, value, status, detail, fix.
+    #[arg(long)]
+    pub json: bool,
+    /// Symbol folders to check (as `scenario --symbols` takes them).
+    #[arg(long = "symbols")]
+    pub symbols: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct Setup {
+    /// Plan for this scenario (name or TOML path) instead of the test suite.
+    #[arg(long, conflicts_with = "tests")]
+    pub scenario: Option<String>,
+    /// Plan for the test suite (the default).
+    #[arg(long)]
+    pub tests: bool,
+    /// With --scenario: host | container | sidecar.
+    #[arg(long, requires = "scenario")]
+    pub target: Option<String>,
+    /// With --scenario: base image suite for container targets.
+    #[arg(long, requires = "scenario")]
+    pub image: Option<String>,
+    /// Print the plan only; exit 4 when something is missing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct Test {
+    /// Skip the prerequisite step.
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Passed to `cargo nextest run --workspace` (after `--`).
+    #[arg(last = true, value_name = "NEXTEST_ARGS")]
+    pub nextest_args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 pub struct Scenario {
     /// Scenario name (scenarios/NAME.toml) or a path to your own TOML file.
     pub name: String,
@@ -98,6 +142,9 @@ pub struct Scenario {
     /// Where result folders go (default results/).
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// Do not check or install prerequisites first (`cargo xtask setup --scenario NAME`).
+    #[arg(long)]
+    pub no_setup: bool,
 }
 
 #[derive(Subcommand, Debug)]

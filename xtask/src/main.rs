@@ -14,7 +14,9 @@ mod matrix;
 mod report;
 mod scenario;
 mod soak;
+mod setup;
 mod sweep;
+mod test;
 mod trace;
 
 use std::process::ExitCode;
@@ -31,7 +33,9 @@ fn main() -> ExitCode {
         match flags.task {
             Task::Scenario(f) => scenario::run(&sh, f),
             Task::List => done(list::run(&sh)),
-            Task::Doctor => done(doctor::run(&sh)),
+            Task::Doctor(f) => doctor::run(&sh, f),
+            Task::Setup(f) => setup::run(&sh, f),
+            Task::Test(f) => test::run(&sh, f),
             Task::Bench { what } => done(bench::run(&sh, what)),
             Task::Images(f) => done(images::run(&sh, f)),
             Task::Sweep => done(sweep::run(&sh)),

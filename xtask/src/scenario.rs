@@ -1,6 +1,8 @@
 //! `cargo xtask scenario NAME`: run one scenario, print its verdict, and exit with the verdict's
 //! code (`harness::assert::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
-//! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2).
+//! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
+//! prerequisites are checked (and as root installed) first, within seconds, so nothing is missing
+//! after the workload or an image was built (`--no-setup` skips that).
 
 use std::process::ExitCode;
 
@@ -13,8 +15,16 @@ use crate::flags::Scenario;
 
 pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     let scenario = harness::scenario::Scenario::find(&args.name)?;
+    let target = args.target.as_deref().map(TargetKind::parse).transpose()?;
+    if let Some(image) = &args.image {
+        harness::image::suite(image)?; // an unknown suite is a usage error (2), not a failed set-up
+    }
+    let plan = (!args.no_setup).then(|| harness::prereq::Plan::for_scenario(&scenario, target, args.image.as_deref()));
+    if let Some(code) = plan.and_then(|p| crate::setup::prepare(&p, false)) {
+        return Ok(code);
+    }
     let opts = RunOptions {
-        target: args.target.as_deref().map(TargetKind::parse).transpose()?,
+        target,
         image: args.image,
         results_root: args.results,
         symbol_dirs: args.symbols,
