@@ -282,9 +282,11 @@ mod tests {
         assert!(merge_job.contains("cat report/report.md >> \"$GITHUB_STEP_SUMMARY\""), "{merge_job}");
         let junit = &merge_job[merge_job.find("name: merged JUnit").expect("a JUnit step")..];
         assert!(junit.contains("if: always()") && junit.contains("name: junit\n") && junit.contains("path: report/junit.xml"), "{junit}");
-        // Only actions the workflow already uses: no third-party test reporter to trust.
+        // Only GitHub's own actions (setup-dotnet brings .NET to stock runners): no third-party
+        // test reporter to trust.
         let used: std::collections::BTreeSet<&str> = y.lines().filter_map(|l| l.split("uses: ").nth(1)).collect();
-        assert_eq!(used, ["actions/checkout@v4", "actions/download-artifact@v4", "actions/upload-artifact@v4"].into(), "{y}");
+        let expected = ["actions/checkout@v4", "actions/download-artifact@v4", "actions/setup-dotnet@v4", "actions/upload-artifact@v4"];
+        assert_eq!(used, expected.into(), "{y}");
     }
 
     #[test]
