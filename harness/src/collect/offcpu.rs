@@ -33,8 +33,8 @@ pub struct OffCpuCollector {
     call_graph: CallGraph,
     perf_binary: Option<String>,
     /// perf's ring buffer per CPU, pages (`-m`): N-byte stacks fill the default 512 KiB fast.
-    /// Default: 1024 on the host; in a container perf's default, because without
-    /// CAP_IPC_LOCK the buffer is capped by perf_event_mlock_kb (516 KiB) and -m 1024 fails.
+    /// Default: 1024 on the host; in a container as many as `kernel.perf_event_mlock_kb` allows
+    /// ([`container_mmap_pages`]), because without CAP_IPC_LOCK the buffer is capped by it.
     mmap_pages: Option<u64>,
     data_file: String,
     tool: Option<ToolProcess>,
@@ -102,6 +102,25 @@ pub struct OffCpuOptions {
 }
 
 /// The capability probe: the defaults a scenario gets (sched_switch, dwarf stacks).
+/// The `kernel.perf_event_mlock_kb` that lets a container's perf (no CAP_IPC_LOCK) map 1024 pages
+/// per CPU: the kernel allows `mlock_kb / 4` pages per online CPU to one user, and perf maps
+/// pages + 1 per CPU; the margin covers a perf-cpu beside it under the same uid. `cargo xtask
+/// setup` raises it (harness::prereq) for off-CPU scenarios in containers.
+pub const PERF_MLOCK_KB: u64 = 8200;
+
+/// This machine's `kernel.perf_event_mlock_kb` (the same inside containers: not namespaced).
+pub fn perf_mlock_kb() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb").ok()?.trim().parse().ok()
+}
+
+/// `-m` for a container's perf under `mlock_kb`: the largest power of two up to 1024 whose
+/// pages + 1 fit, or None (perf's own default) when that is not more than the default 128.
+pub fn container_mmap_pages(mlock_kb: u64) -> Option<u64> {
+    let budget = mlock_kb / 4;
+    let pages = (0..=10).rev().map(|e| 1u64 << e).find(|p| p + 1 <= budget)?;
+    (pages > 128).then_some(pages)
+}
+
 pub fn probe_options() -> OffCpuOptions {
     OffCpuOptions::default()
 }
@@ -186,7 +205,10 @@ impl Collector for OffCpuCollector {
                 .to_string(),
             None => "perf".to_string(),
         };
-        let mmap_pages = self.mmap_pages.or(app.container_id.is_none().then_some(1024));
+        let mmap_pages = self.mmap_pages.or(match app.container_id {
+            None => Some(1024),
+            Some(_) => perf_mlock_kb().and_then(container_mmap_pages),
+        });
         let mut argv: Vec<String> = vec![
             perf,
             "record".into(),
@@ -386,6 +408,18 @@ pub fn offcpu_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_buffer_follows_the_mlock_limit() {
+        // Debian's default 516 KiB: perf's own default (128 pages) is all it allows.
+        assert_eq!(container_mmap_pages(516), None);
+        // Raised by set-up: 1024 pages per CPU.
+        assert_eq!(container_mmap_pages(PERF_MLOCK_KB), Some(1024));
+        assert_eq!(container_mmap_pages(4100), Some(1024));
+        // In between: the largest power of two whose pages + 1 fit.
+        assert_eq!(container_mmap_pages(2048), Some(256));
+        assert_eq!(container_mmap_pages(0), None);
+    }
     use crate::unwind::{SchedSwitch, StackEnd, ThreadSwitch, UnwoundSample};
 
     #[test]

@@ -17,6 +17,7 @@ rec() { # CASE ADMINDIR DOCKER_HOST TRACEFS_DIR UID_CMD...
   DOCKER_HOST=$host timeout 20 docker info --format '{{.ServerVersion}}' >"$c/docker-info.out" 2>/dev/null; echo $? >"$c/docker-info.status"
   DOCKER_HOST=$host timeout 20 docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep '^tracelab/' | sort >"$c/docker-images.out"
   mountpoint -q "$tdir"; echo $? >"$c/mountpoint.status"
+  cat /proc/sys/kernel/perf_event_mlock_kb >"$c/perf_event_mlock_kb"
   "$@" >"$c/id-u.out"
 }
 live=unix:///var/run/docker.sock
