@@ -115,7 +115,7 @@ pub fn owner_alive(owner: &str) -> bool {
 
 /// Every Docker API failure is an infrastructure error (exit 5), not a verdict on the pipeline.
 fn explain(e: bollard::errors::Error) -> anyhow::Error {
-    crate::run::Infrastructure::wrap(e)
+    crate::infra::Infrastructure::wrap(e)
 }
 
 impl Docker {
@@ -135,7 +135,7 @@ impl Docker {
                 Ok::<_, anyhow::Error>(api)
             })
             .map_err(|e| {
-                crate::run::Infrastructure::wrap(anyhow!(
+                crate::infra::Infrastructure::wrap(anyhow!(
                     "no Docker daemon answers at {} ({e}). Start one (`systemctl start docker`, or \
                      `dockerd --bridge=none --iptables=false &` where no service exists) or run with --target host",
                     std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into())

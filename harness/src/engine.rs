@@ -83,7 +83,7 @@ fn make_target(
 
 /// Runs `scenario` and writes its results folder. Errors are returned only when not even a
 /// results folder could be written; anything that goes wrong inside the run becomes a FAIL (a
-/// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::run::Infrastructure`]
+/// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::infra::Infrastructure`]
 /// failure) with its reason.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
     let started = crate::report::utc_rfc3339();
@@ -122,7 +122,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         Ok(()) => judge(scenario, &state),
         Err(e) => match collect::unsupported_reason(&e) {
             Some(why) => (Verdict::Skip, Some(why), Vec::new()),
-            None if crate::run::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
+            None if crate::infra::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
             None => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
         },
     };
@@ -349,7 +349,7 @@ fn run_app(
             // The tool crashed or hung around the app: infrastructure, unless the environment
             // proves the collector cannot work here (a SKIP).
             let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
-            let e = if collect::unsupported_reason(&e).is_some() { e } else { crate::run::Infrastructure::wrap(e) };
+            let e = if collect::unsupported_reason(&e).is_some() { e } else { crate::infra::Infrastructure::wrap(e) };
             start_error.get_or_insert(e);
         }
         state.commands.extend(collectors[i].commands());

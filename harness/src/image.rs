@@ -455,7 +455,7 @@ pub fn ensure(docker: &Docker, suite_name: &str) -> Result<String> {
     let suite = suite(suite_name)?;
     let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
     let built = build(docker, suite, &dotnet.root)
-        .map_err(|e| crate::run::Infrastructure::wrap(e.context(format!("building the {} images", suite.name))))?;
+        .map_err(|e| crate::infra::Infrastructure::wrap(e.context(format!("building the {} images", suite.name))))?;
     Ok(built.runtime.tag)
 }
 

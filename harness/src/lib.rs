@@ -5,6 +5,8 @@
 //! arguments and calls into here.
 
 pub mod model;
+/// Failures around the pipeline (Docker, image builds, crashed tools): the `error` verdict.
+pub mod infra;
 
 // What to run and what to expect: the scenario file.
 pub mod scenario;
@@ -35,6 +37,7 @@ pub mod engine;
 // Around the pipeline: the machine's facts (doctor), compatibility matrices, benchmarks, the
 // nightly workflow generator, one-off looks at trace files (inspect), progress output and test helpers.
 pub mod environment;
+pub mod doctor;
 pub mod matrix;
 pub mod bench;
 pub mod inspect;

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use harness::environment::{Status, default_scenario_row, doctor, rows_json};
+use harness::doctor::{Status, default_scenario_row, doctor, rows_json};
 use xshell::Shell;
 
 use crate::flags::Doctor;

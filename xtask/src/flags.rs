@@ -295,6 +295,9 @@ pub enum MatrixAxis {
         /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
         #[arg(long, value_delimiter = ',')]
         caps: Vec<String>,
+        /// Print the cells without probing anything.
+        #[arg(long)]
+        list: bool,
     },
     /// Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel.
     Kernels {
@@ -316,6 +319,9 @@ pub enum MatrixAxis {
         /// Scenarios (comma-separated or repeated); default all.
         #[arg(long, value_delimiter = ',')]
         scenario: Vec<String>,
+        /// Print the cells of a default run without running anything.
+        #[arg(long)]
+        list: bool,
     },
     /// Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason.
     Lttng {
@@ -325,6 +331,9 @@ pub enum MatrixAxis {
         /// Scenarios to run in each suite; default the LTTng scenarios.
         #[arg(long)]
         scenario: Vec<String>,
+        /// Print the cells of a default run without running anything.
+        #[arg(long)]
+        list: bool,
     },
 }
 

@@ -14,7 +14,7 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
     let axis = match m.axis {
         Some(axis) => axis,
         None if !m.kernels.is_empty() => MatrixAxis::Kernels { kernels: m.kernels, scenario: m.scenario, list: m.list },
-        None if !m.dotnet.is_empty() => MatrixAxis::Dotnet { dotnet: m.dotnet, scenario: m.scenario },
+        None if !m.dotnet.is_empty() => MatrixAxis::Dotnet { dotnet: m.dotnet, scenario: m.scenario, list: m.list },
         None if m.list => {
             for axis in matrix::AXES {
                 println!("{:<8} {}", axis.name, axis.description);
@@ -35,24 +35,31 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
 
 fn default_axis(name: &str) -> MatrixAxis {
     match name {
-        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![] },
+        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![], list: false },
         "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
-        "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![] },
-        "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![] },
+        "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![], list: false },
+        "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![], list: false },
         other => unreachable!("harness::matrix::AXES has an axis `{other}` that flags do not declare"),
     }
 }
 
 fn run_axis(axis: MatrixAxis) -> Result<()> {
     match axis {
-        MatrixAxis::Caps { suite, collectors, caps } => run_caps(suite, collectors, caps),
+        MatrixAxis::Caps { suite, collectors, caps, list } => run_caps(suite, collectors, caps, list),
         MatrixAxis::Kernels { kernels, scenario, list } => run_kernels(kernels, scenario, list),
-        MatrixAxis::Dotnet { dotnet, scenario } => run_dotnet(dotnet, scenario),
-        MatrixAxis::Lttng { suites, scenario } => run_lttng(suites, scenario),
+        MatrixAxis::Dotnet { list: true, .. } => print_cells(matrix::dotnet::cells()?),
+        MatrixAxis::Lttng { list: true, .. } => print_cells(matrix::lttng::cells()?),
+        MatrixAxis::Dotnet { dotnet, scenario, .. } => run_dotnet(dotnet, scenario),
+        MatrixAxis::Lttng { suites, scenario, .. } => run_lttng(suites, scenario),
     }
 }
 
-fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>) -> Result<()> {
+fn print_cells(cells: Vec<String>) -> Result<()> {
+    cells.iter().for_each(|c| println!("{c}"));
+    Ok(())
+}
+
+fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: bool) -> Result<()> {
     // Only a run over every cell of the default suite may replace the committed table (its test
     // checks coverage; container runs default to that suite).
     let full = collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
@@ -62,6 +69,10 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>) -> Result
     }
     if !caps.is_empty() {
         options.cap_sets = caps;
+    }
+    if list {
+        let cells = options.collectors.iter().flat_map(|k| options.cap_sets.iter().map(move |c| format!("{k} / {c}")));
+        return print_cells(cells.collect());
     }
     matrix::caps::run_and_print(&options, full)
 }

@@ -13,32 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-/// A failure around the pipeline, not in it: the Docker API, an image build, a tool that crashed.
-/// Raised where it arises (docker.rs, image.rs, collector tools) and turned by the engine into an
-/// `error` verdict (exit 5), so a red cell means the pipeline broke only when it did.
-#[derive(Debug, Clone)]
-pub struct Infrastructure(pub String);
-
-impl std::fmt::Display for Infrastructure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Infrastructure {}
-
-impl Infrastructure {
-    /// `err` (its whole chain, as text) as an infrastructure error.
-    pub fn wrap(err: impl std::fmt::Display) -> anyhow::Error {
-        anyhow::Error::new(Infrastructure(format!("{err:#}")))
-    }
-}
-
-/// Whether `err` (or anything in its chain) is an [`Infrastructure`] failure.
-pub fn is_infrastructure(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| e.is::<Infrastructure>())
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
@@ -357,16 +331,6 @@ mod tests {
     const CONTAINER_INIT_STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t13857\n\
         Ngid:\t0\nPid:\t13857\nPPid:\t13825\nTracerPid:\t0\nNStgid:\t13857\t1\nNSpid:\t13857\t1\n\
         NSpgid:\t13857\t1\nNSsid:\t13857\t1\nThreads:\t1\n";
-
-    #[test]
-    fn infrastructure_failures_are_found_under_added_context() {
-        let e = Infrastructure::wrap(anyhow::anyhow!("error trying to connect: No such file or directory"))
-            .context("cannot inspect image tracelab/runtime:bullseye")
-            .context("starting the container target");
-        assert!(is_infrastructure(&e));
-        assert!(format!("{e:#}").ends_with("No such file or directory"), "{e:#}");
-        assert!(!is_infrastructure(&anyhow::anyhow!("the app exited with code 1")));
-    }
 
     #[test]
     fn nspid_lists_the_pid_in_each_namespace() {
