@@ -180,7 +180,7 @@ impl Observe for Recorded {
 
 /// Why off-CPU runs in a container need a larger perf buffer allowance: a root perf outside the
 /// host's init namespace lacks CAP_IPC_LOCK, so its buffers are bounded by this sysctl, and the
-/// default (516 KiB per CPU) loses 2–3 % of sched_switch records with their 8 KiB stacks
+/// default (516 KiB per CPU) loses 2–3 % of sched_switch records with their 16 KiB stacks
 /// (measured: 24 lost of 822 on off-cpu, 436 of 19 419 on on-vs-off-cpu, idle machine).
 const OFFCPU_BUFFERS: &str = "perf-offcpu in a container keeps its stacks only with 4 MiB ring buffers per CPU; without CAP_IPC_LOCK perf may lock no more than this sysctl allows";
 
@@ -210,7 +210,7 @@ pub struct Needs {
     pub purpose: String,
     pub packages: Vec<Package>,
     pub tracefs: Option<&'static str>,
-    /// perf's ring buffers must be allowed [`crate::collect::offcpu::PERF_MLOCK_KB`] per CPU.
+    /// perf's ring buffers must be allowed [`crate::collect::offcpu::perf_mlock_kb_needed`].
     pub perf_buffers: Option<&'static str>,
     pub docker: Option<&'static str>,
     /// Image suites to build, with why.
@@ -318,7 +318,7 @@ impl Step {
             }
             Step::MountTracefs { .. } => "mount -t tracefs nodev /sys/kernel/tracing".into(),
             Step::RaisePerfMlock { .. } => {
-                format!("sysctl -w kernel.perf_event_mlock_kb={}", crate::collect::offcpu::PERF_MLOCK_KB)
+                format!("sysctl -w kernel.perf_event_mlock_kb={}", crate::collect::offcpu::perf_mlock_kb_needed(crate::collect::offcpu::online_cpus()))
             }
             // Guarded: a user outside the docker group sees "not answering" while a daemon runs.
             Step::StartDocker { .. } => {
@@ -413,7 +413,7 @@ impl Plan {
         }
         if let Some(why) = needs.perf_buffers {
             match seen.perf_mlock_kb() {
-                Some(kb) if kb < crate::collect::offcpu::PERF_MLOCK_KB => {
+                Some(kb) if kb < crate::collect::offcpu::perf_mlock_kb_needed(crate::collect::offcpu::online_cpus()) => {
                     steps.push(Step::RaisePerfMlock { from: kb, why: why.into() })
                 }
                 Some(kb) => present.push(format!("kernel.perf_event_mlock_kb = {kb}")),
@@ -493,23 +493,31 @@ pub enum Outcome {
 /// Prints the plan, then (as root, unless `dry_run`) carries it out. Without root, a plan whose
 /// only step is the .NET install (which needs no root) still runs.
 pub fn run(plan: &Plan, dry_run: bool) -> Result<Outcome> {
-    eprint!("{}", plan.render());
+    // Through `progress`, so a log (CI, a pipe) gets timestamped `setup:` lines like every phase.
+    plan.render().lines().for_each(|l| crate::progress::note("setup", l));
     if plan.is_ready() {
         return Ok(Outcome::Ready);
     }
     if dry_run {
-        eprintln!("dry run: nothing installed");
+        crate::progress::note("setup", "dry run: nothing installed");
         return Ok(if plan.needs_root() { Outcome::Missing } else { Outcome::Ready });
     }
     if !plan.root && plan.needs_root() {
-        eprintln!("not root: run these as root, then again:\n\n{}\n", plan.commands().join("\n"));
+        crate::progress::note("setup", "not root: run these as root, then again:");
+        plan.commands().iter().for_each(|c| crate::progress::note("setup", &format!("  {c}")));
         return Ok(Outcome::Missing);
     }
     // Every step is tried, so one failure does not hide the next: the error names all of them.
     let mut failed = Vec::new();
     for step in &plan.steps {
+        // An image is built through the Docker engine: without one, building only wastes minutes.
+        if matches!(step, Step::BuildImage { .. }) && failed.iter().any(|f: &String| f.starts_with(DOCKER_FAILED)) {
+            failed.push(format!("{} not tried: it needs the Docker engine", step.command(&crate::shared_dir())));
+            continue;
+        }
         if let Err(e) = execute(step) {
-            eprintln!("set-up: FAILED {}: {e:#}", step.command(&crate::shared_dir()));
+            let e = if matches!(step, Step::StartDocker { .. }) { e.context(DOCKER_FAILED) } else { e };
+            crate::progress::note("setup", &format!("FAILED {}: {e:#}", step.command(&crate::shared_dir())));
             failed.push(format!("{e:#}"));
         }
     }
@@ -520,7 +528,7 @@ pub fn run(plan: &Plan, dry_run: bool) -> Result<Outcome> {
 }
 
 fn sh(cmd: &mut Command, what: &str) -> Result<()> {
-    eprintln!("set-up: {what}");
+    crate::progress::note("setup", what);
     let status = cmd.status().with_context(|| format!("cannot start {what}"))?;
     if !status.success() {
         bail!("{what} failed ({status})");
@@ -553,16 +561,16 @@ fn execute(step: &Step) -> Result<()> {
             sh(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]), "mount tracefs")
         }
         Step::RaisePerfMlock { .. } => {
-            let kb = crate::collect::offcpu::PERF_MLOCK_KB;
+            let kb = crate::collect::offcpu::perf_mlock_kb_needed(crate::collect::offcpu::online_cpus());
             sh(Command::new("sysctl").args(["-w", &format!("kernel.perf_event_mlock_kb={kb}")]), "raise perf's buffer limit")
         }
         Step::StartDocker { .. } => start_docker(),
-        Step::InstallDotnet => crate::dotnet::Dotnet::locate_or_install().map(|d| eprintln!("set-up: .NET at {}", d.root.display())),
+        Step::InstallDotnet => crate::dotnet::Dotnet::locate_or_install().map(|d| crate::progress::note("setup", &format!(".NET at {}", d.root.display()))),
         Step::BuildImage { suite, .. } => {
             let docker = crate::docker::Docker::connect()?;
             let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
             let built = crate::image::build(&docker, crate::image::suite(suite)?, &dotnet.root)?;
-            eprintln!("set-up: {} ready in {:.1} s", built.runtime.tag, built.duration.as_secs_f64());
+            crate::progress::note("setup", &format!("{} ready in {:.1} s", built.runtime.tag, built.duration.as_secs_f64()));
             Ok(())
         }
     }
@@ -570,11 +578,19 @@ fn execute(step: &Step) -> Result<()> {
 
 /// Debian's docker.io started by hand, as on these machines (shared/DESIGN.md §6): no bridge and
 /// no iptables rules (the containers run with `--network none`).
+/// How a failed engine start begins its error (later steps that need the engine look for it).
+const DOCKER_FAILED: &str = "no Docker engine";
+
 fn start_docker() -> Result<()> {
     if Machine.docker().is_some() {
         return Ok(());
     }
-    eprintln!("set-up: dockerd --bridge=none --iptables=false (log /tmp/tracelab-dockerd.log)");
+    // An engine the user pointed at elsewhere is theirs to start: a local dockerd would neither
+    // answer there nor coexist with the engine that owns /var/run/docker.pid.
+    if let Some(host) = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty() && h != "unix:///var/run/docker.sock") {
+        bail!("the Docker engine at DOCKER_HOST={host} does not answer: start it, or unset DOCKER_HOST to use the local engine");
+    }
+    crate::progress::note("setup", "dockerd --bridge=none --iptables=false (log /tmp/tracelab-dockerd.log)");
     let log = std::fs::File::create("/tmp/tracelab-dockerd.log")?;
     Command::new("dockerd")
         .args(["--bridge=none", "--iptables=false"])
@@ -638,7 +654,8 @@ mod tests {
         assert!(plan.steps.contains(&Step::InstallDotnet));
         // Debian's 516 KiB lets a container's off-CPU perf lose 2–3 % of its records.
         assert!(plan.steps.contains(&Step::RaisePerfMlock { from: 516, why: OFFCPU_BUFFERS.into() }), "{}", plan.render());
-        assert!(plan.render().contains("sysctl -w kernel.perf_event_mlock_kb=8200"), "{}", plan.render());
+        let kb = crate::collect::offcpu::perf_mlock_kb_needed(crate::collect::offcpu::online_cpus());
+        assert!(plan.render().contains(&format!("sysctl -w kernel.perf_event_mlock_kb={kb}")), "{}", plan.render());
         assert_eq!(plan.steps[0], Step::AptUpdate, "no qemu-utils from backports on a fresh machine");
         // apt first (dockerd and mount come from packages), images last (they need all the rest).
         let last = plan.steps.iter().rposition(|s| matches!(s, Step::AptInstall { .. })).unwrap();

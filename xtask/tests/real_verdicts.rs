@@ -98,7 +98,9 @@ fn a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5() {
     // the daemon is down.
     let socket = format!("unix://{}", dir.path().join("no-daemon.sock").display());
     let out = xtask(
-        &["scenario", "cpu-bound", "--target", "container", "--results", results.to_str().unwrap()],
+        // --no-setup: this is the engine's verdict on a daemon that stops answering; set-up
+        // itself refuses a dead DOCKER_HOST at once (another test below).
+        &["scenario", "cpu-bound", "--target", "container", "--no-setup", "--results", results.to_str().unwrap()],
         &[("DOCKER_HOST", &socket)],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -108,4 +110,19 @@ fn a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5() {
     assert_eq!(manifest["verdict"], "error", "{manifest:#}");
     let reason = manifest["reason"].as_str().unwrap();
     assert!(reason.starts_with("infrastructure: ") && reason.contains("no Docker daemon answers"), "{reason}");
+}
+
+#[test]
+fn set_up_refuses_a_dead_docker_host_at_once_without_starting_a_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!("unix://{}", dir.path().join("no-daemon.sock").display());
+    let started = std::time::Instant::now();
+    let out = xtask(&["setup", "--scenario", "cpu-bound", "--target", "container"], &[("DOCKER_HOST", &socket)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Not root: missing (4); root: the engine step fails (5) — never a second dockerd, never a wait.
+    assert!(matches!(out.status.code(), Some(4) | Some(5)), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}:\n{stderr}", started.elapsed());
+    if out.status.code() == Some(5) {
+        assert!(stderr.contains("DOCKER_HOST=") && stderr.contains("does not answer"), "{stderr}");
+    }
 }
