@@ -67,6 +67,11 @@ pub const DOCKER: Package = pkg("docker.io", "container and sidecar targets, ima
 /// ship, so when qemu-utils comes from backports qemu-system-x86 must come from there too.
 pub const BACKPORTS_LIST: &str = "/etc/apt/sources.list.d/tracelab-backports.list";
 pub const BACKPORTS_LINE: &str = "deb http://deb.debian.org/debian bookworm-backports main";
+/// qemu-system-x86 of backports needs these at backports versions too, and apt resolves
+/// dependencies from the default release: each is named with `/bookworm-backports` (seen on a
+/// fresh machine: "Depends: qemu-system-data (> 1:10.0.2+ds~) but 1:7.2+dfsg-7+deb12u18 is to be
+/// installed", then the same for seabios).
+pub const QEMU_BACKPORTS_COMPANIONS: [&str; 3] = ["qemu-system-common", "qemu-system-data", "seabios"];
 
 /// What the machine answered; everything the planner decides on. The real implementation asks the
 /// machine ([`Machine`]); tests read answers recorded from it ([`Recorded`]).
@@ -396,10 +401,14 @@ impl Plan {
         let mut steps = Vec::new();
         if !to_install.is_empty() {
             let bpo = installed.iter().any(|i| i.name == "qemu-utils" && i.version.contains("~bpo12"));
-            let backports: Vec<String> =
+            let mut backports: Vec<String> =
                 to_install.iter().filter(|(p, _)| bpo && p == "qemu-system-x86").map(|(p, _)| p.clone()).collect();
             if !backports.is_empty() {
                 steps.push(Step::Backports);
+                for companion in QEMU_BACKPORTS_COMPANIONS {
+                    backports.push(companion.to_string());
+                    to_install.push((companion.to_string(), "qemu-system-x86 of backports needs it at the same release".to_string()));
+                }
             }
             steps.push(Step::AptUpdate);
             steps.push(Step::AptInstall { packages: to_install, backports });
@@ -694,7 +703,10 @@ mod tests {
         let plan = Plan::make(&needs, &Answer);
         assert_eq!(plan.steps[0], Step::Backports, "{}", plan.render());
         let cmds = plan.commands();
-        assert!(cmds[2].ends_with(" qemu-system-x86/bookworm-backports"), "{cmds:?}");
+        assert!(
+            cmds[2].ends_with(" qemu-system-x86/bookworm-backports qemu-system-common/bookworm-backports qemu-system-data/bookworm-backports seabios/bookworm-backports"),
+            "{cmds:?}"
+        );
     }
 
     #[test]
