@@ -89,6 +89,11 @@ pub struct Swept {
 pub struct ImageInfo {
     pub id: String,
     pub labels: HashMap<String, String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// `KEY=VALUE` lines of the image's environment.
+    pub env: Vec<String>,
+    pub working_dir: String,
 }
 
 /// `PID:STARTTIME` of this process.
@@ -158,10 +163,17 @@ impl Docker {
 
     pub fn inspect_image(&self, name: &str) -> Result<Option<ImageInfo>> {
         match self.rt.block_on(self.api.inspect_image(name)) {
-            Ok(img) => Ok(Some(ImageInfo {
-                id: img.id.unwrap_or_default(),
-                labels: img.config.and_then(|c| c.labels).unwrap_or_default(),
-            })),
+            Ok(img) => {
+                let config = img.config.unwrap_or_default();
+                Ok(Some(ImageInfo {
+                    id: img.id.unwrap_or_default(),
+                    labels: config.labels.unwrap_or_default(),
+                    entrypoint: config.entrypoint.unwrap_or_default(),
+                    cmd: config.cmd.unwrap_or_default(),
+                    env: config.env.unwrap_or_default(),
+                    working_dir: config.working_dir.unwrap_or_default(),
+                }))
+            }
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
             Err(e) => Err(explain(e)).with_context(|| format!("cannot inspect image {name}")),
         }
@@ -242,7 +254,8 @@ impl Docker {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            cmd: Some(spec.cmd.clone()),
+            // Empty: the image's own cmd (a user's image keeps its entrypoint and cmd).
+            cmd: (!spec.cmd.is_empty()).then(|| spec.cmd.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(labels),
             working_dir: spec.working_dir.clone(),

@@ -12,7 +12,7 @@ use crate::collect::{self, Collector};
 use crate::symbolize::DecodeContext;
 use crate::model::{Collection, DsoClass};
 use crate::report::{Manifest, ResultsDir};
-use crate::scenario::Scenario;
+use crate::scenario::{Protocol, Ready, Scenario, Stop};
 use crate::run::{AppLaunch, Target, TargetKind};
 
 /// How to run a scenario (command-line overrides of the scenario file).
@@ -42,6 +42,10 @@ pub fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(TargetKi
     }
     if let Some(t) = scenario.target {
         return Ok((t, None));
+    }
+    if let crate::scenario::WorkloadRef::Image { .. } = scenario.workload {
+        // The user's image has none of the tools: they run beside it.
+        return Ok((TargetKind::Sidecar, Some("an `image` workload: tools run in a sidecar beside it".into())));
     }
     if container_default_available() {
         Ok((TargetKind::Container, None))
@@ -223,7 +227,7 @@ fn execute(
     if state.environment.dotnet_runtimes.is_empty() {
         state.environment.dotnet_runtimes = crate::environment::dotnet_runtimes(&dotnet.dotnet);
     }
-    let built = timed(state, "build", |_| crate::workload::build(&scenario.workload))?;
+    let built = timed(state, "build", |_| crate::workload::prepare(&scenario.workload))?;
     state.workload = Some(built.name.clone());
 
     for (i, group) in groups.iter().enumerate() {
@@ -260,7 +264,7 @@ fn execute(
 fn run_app(
     scenario: &Scenario,
     opts: &RunOptions,
-    built: &crate::workload::BuiltWorkload,
+    built: &crate::workload::PreparedApp,
     target: &mut dyn Target,
     collectors: &mut [Box<dyn Collector>],
     artifacts: &Path,
@@ -276,33 +280,58 @@ fn run_app(
     // The scenario's and this run's collectors' own `env` override what collectors ask for.
     let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
     env.extend(scenario.run_env(&names)?);
-    let mut args = vec![
-        "--truth".to_string(),
-        truth_path.display().to_string(),
-        "--go-file".to_string(),
-        go_path.display().to_string(),
-    ];
+    let protocol = scenario.protocol();
+    let mut args = Vec::new();
+    if protocol == Protocol::Tracelab {
+        args.extend(["--truth".to_string(), truth_path.display().to_string(), "--go-file".to_string(), go_path.display().to_string()]);
+    }
     args.extend(scenario.args.iter().cloned());
-    let launch = AppLaunch { dll: built.dll.clone(), args, env: env.clone(), work_dir: artifacts.clone() };
+    let launch = AppLaunch { program: built.program.clone(), args, env: env.clone(), work_dir: artifacts.clone(), cwd: scenario.cwd.clone() };
     state.commands.push(format!(
-        "{} dotnet {} {}",
+        "{} {} {}",
         env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
-        built.dll.display(),
+        built.program.describe(),
         launch.args.join(" ")
     ));
 
     crate::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
     let t_run = Instant::now();
     let mut app = target.launch(&launch)?;
-    let ready = app.wait_for_line("TRACELAB READY", Duration::from_secs(90));
-    let ready = match ready {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = target.wait_app(&mut app, Duration::from_secs(1));
-            return Err(e);
+    let awaited = match protocol {
+        Protocol::Tracelab => app.wait_for_line("TRACELAB READY", Duration::from_secs(90)).map(|_| None),
+        Protocol::None => {
+            let ready = scenario.ready.clone().unwrap_or_else(|| default_ready(scenario, built));
+            crate::progress::note("launch", &format!("waiting for {}", ready.describe()));
+            let timeout = Duration::from_secs(scenario.timeout_s.min(90));
+            crate::run::ready::await_ready(&mut app, &ready, timeout).and_then(|url| {
+                let warmup = scenario.warmup_s.unwrap_or(1.0);
+                crate::progress::note("launch", &format!("ready; warm-up {warmup} s before measuring"));
+                if crate::run::ready::run_for(&mut app, warmup) {
+                    Ok(url)
+                } else {
+                    app.drain_output();
+                    bail!("the app exited during its {warmup} s warm-up; its last lines:\n{}", app.last_lines(15))
+                }
+            })
         }
     };
-    let _ = ready;
+    state.load.insert("app.pid".into(), f64::from(app.target_pid));
+    let url = match awaited {
+        Ok(url) => url,
+        Err(e) => {
+            let code = target.wait_app(&mut app, Duration::from_secs(1));
+            let _ = std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"));
+            let e = match code {
+                Ok(code) => e.context(format!("the app ended with exit code {code}")),
+                Err(_) => e,
+            };
+            // The app never got to be measured: no answer of the pipeline was wrong.
+            return Err(if protocol == Protocol::None { crate::infra::Infrastructure::wrap(e) } else { e });
+        }
+    };
+    let url = scenario.load.as_ref().and_then(|l| l.url.clone()).or(url).or_else(|| {
+        app.transcript.iter().find_map(|l| l.strip_prefix("TRACELAB LISTENING ")).map(|u| u.trim().trim_end_matches('/').to_string())
+    });
 
     // Every collector must be recording before the app is released into its measured phase.
     let mut started: Vec<usize> = Vec::new();
@@ -322,37 +351,53 @@ fn run_app(
     // (as it once was) it showed 1.3 s for a ~10 s collection.
     let mut spinner = None;
     if start_error.is_none() {
-        std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
+        if protocol == Protocol::Tracelab {
+            std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
+        }
         let what = format!("app `{}`", built.name);
         spinner = Some(match expected_collect_s(scenario) {
             Some(s) => crate::progress::timed_step("collect", what, Duration::from_secs_f64(s)),
             None => crate::progress::step("collect", what),
         });
         if let Some(load) = &scenario.load {
-            if let Err(e) = apply_load(load, &app, state) {
+            let applied = url
+                .as_deref()
+                .context("no URL for `[load]`: give `[load] url`, or a `ready.line` with a (?P<url>…) capture")
+                .and_then(|u| apply_load(load, u, protocol == Protocol::Tracelab, state));
+            if let Err(e) = applied {
                 start_error = Some(e);
             }
+        } else if protocol == Protocol::None && scenario.stop != Some(Stop::Exit) {
+            crate::run::ready::run_for(&mut app, scenario.seconds.unwrap_or(DEFAULT_WINDOW_S));
         }
     }
     let spinner = spinner.unwrap_or_else(|| crate::progress::step("collect", format!("stopping `{}`", built.name)));
-    let exit = target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s));
+    // An app as it is ends after its collectors (unless it is awaited to exit by itself): a
+    // user image is its container's pid 1, whose exit would end the tools beside it unflushed.
+    let stop = scenario.stop.clone().unwrap_or(Stop::Sigterm);
+    let stop_first = protocol == Protocol::None && stop != Stop::Exit;
+    if stop_first {
+        stop_collectors(collectors, &started, target, &app, state, &mut start_error);
+    }
+    let exit = match protocol {
+        Protocol::None if app.is_alive() => crate::run::ready::stop_app(&app, &stop, url.as_deref()).and_then(|done| {
+            state.commands.push(done);
+            let limit = if stop == Stop::Exit { scenario.timeout_s } else { STOP_GRACE_S };
+            target.wait_app(&mut app, Duration::from_secs(limit)).with_context(|| format!("after {}", describe_stop(&stop)))
+        }),
+        _ => target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s)),
+    };
     match &exit {
         Ok(0) => spinner.done("finished"),
+        Ok(code) if stop_first => spinner.done(&format!("stopped (exit code {code})")),
         _ => spinner.failed(),
     }
     for (k, v) in probe.map(|p| p.finish()).unwrap_or_default() {
         let worst = state.load.entry(k).or_insert(v);
         *worst = worst.max(v);
     }
-    for &i in &started {
-        if let Err(e) = collectors[i].stop(target, &app) {
-            // The tool crashed or hung around the app: infrastructure, unless the environment
-            // proves the collector cannot work here (a SKIP).
-            let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
-            let e = if collect::unsupported_reason(&e).is_some() { e } else { crate::infra::Infrastructure::wrap(e) };
-            start_error.get_or_insert(e);
-        }
-        state.commands.extend(collectors[i].commands());
+    if !stop_first {
+        stop_collectors(collectors, &started, target, &app, state, &mut start_error);
     }
     state.durations.insert("run".into(), t_run.elapsed().as_secs_f64());
     std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"))?;
@@ -361,15 +406,23 @@ fn run_app(
         return Err(e);
     }
     let code = exit?;
-    if code != 0 {
-        bail!(
-            "the app exited with code {code}; last lines:\n{}",
-            app.transcript.iter().rev().take(15).rev().cloned().collect::<Vec<_>>().join("\n")
-        );
+    state.load.insert("app.exit_code".into(), code as f64);
+    // An app stopped by the signal it was asked to stop with ends with that signal's code.
+    let by_our_signal = stop_first && matches!((&stop, code), (Stop::Sigterm, 143 | -1) | (Stop::Sigint, 130 | -1));
+    if code != 0 && !by_our_signal {
+        bail!("the app exited with code {code}; last lines:\n{}", app.last_lines(15));
     }
-    let truth_text = std::fs::read_to_string(&truth_path)
-        .with_context(|| format!("the app wrote no {} (its output is in artifacts/app-output.txt)", truth_path.display()))?;
-    state.truth = serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?;
+    state.truth = match protocol {
+        Protocol::Tracelab => {
+            let truth_text = std::fs::read_to_string(&truth_path)
+                .with_context(|| format!("the app wrote no {} (its output is in artifacts/app-output.txt)", truth_path.display()))?;
+            serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?
+        }
+        Protocol::None => match &scenario.truth {
+            Some(spec) => spec.read(scenario.cwd.as_deref().unwrap_or(&artifacts))?,
+            None => serde_json::Value::Null,
+        },
+    };
 
     let t_decode = Instant::now();
     // Container runs record paths as the container saw them; the target maps them to host files.
@@ -409,6 +462,80 @@ fn run_app(
         state.collections.push(collection);
     }
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
+    keep_runtime_files(&app, &artifacts)?;
+    Ok(())
+}
+
+/// Seconds a run of an app as it is measures when neither `seconds` nor `[load]` says.
+const DEFAULT_WINDOW_S: f64 = 5.0;
+/// Seconds an app gets to end after its stop signal or request.
+const STOP_GRACE_S: u64 = 30;
+
+fn describe_stop(stop: &Stop) -> String {
+    match stop {
+        Stop::Sigint => "SIGINT".into(),
+        Stop::Sigterm => "SIGTERM".into(),
+        Stop::Exit => "waiting for it to exit".into(),
+        Stop::Http(p) => format!("GET {p}"),
+    }
+}
+
+/// Readiness when the scenario names none: ASP.NET Core's own listening line for a web app (its
+/// runtimeconfig lists Microsoft.AspNetCore.App) or when load is asked for, else the runtime's
+/// diagnostics socket (any .NET app has one).
+fn default_ready(scenario: &Scenario, app: &crate::workload::PreparedApp) -> Ready {
+    let web = scenario.load.is_some()
+        || match &app.program {
+            crate::workload::Program::Dll(dll) => crate::scenario::is_aspnetcore(dll),
+            crate::workload::Program::Command(argv) => crate::scenario::is_aspnetcore(&Path::new(&argv[0]).with_extension("dll")),
+            crate::workload::Program::Image(_) => false,
+        };
+    if web { Ready::Line(crate::scenario::ASPNETCORE_READY_LINE.into()) } else { Ready::DiagnosticSocket }
+}
+
+/// Stops the started collectors (each writes its data); the first failure is kept.
+fn stop_collectors(
+    collectors: &mut [Box<dyn Collector>],
+    started: &[usize],
+    target: &mut dyn Target,
+    app: &crate::run::RunningApp,
+    state: &mut RunState,
+    first_error: &mut Option<anyhow::Error>,
+) {
+    for &i in started {
+        if let Err(e) = collectors[i].stop(target, app) {
+            // The tool crashed or hung around the app: infrastructure, unless the environment
+            // proves the collector cannot work here (a SKIP).
+            let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
+            let e = if collect::unsupported_reason(&e).is_some() { e } else { crate::infra::Infrastructure::wrap(e) };
+            first_error.get_or_insert(e);
+        }
+        state.commands.extend(collectors[i].commands());
+    }
+}
+
+/// The runtime's perf map, perfinfo and jitdump of a host run live in the host's /tmp: after
+/// decoding they move into the run's artifacts, so a finished run leaves nothing in /tmp.
+/// (Container runs write them into the run folder already.)
+fn keep_runtime_files(app: &crate::run::RunningApp, artifacts: &Path) -> Result<()> {
+    if app.tmp_dir_host.starts_with(artifacts.parent().unwrap_or(artifacts)) {
+        return Ok(());
+    }
+    let pid = app.target_pid;
+    for name in [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")] {
+        let from = app.tmp_dir_host.join(&name);
+        if !from.is_file() {
+            continue;
+        }
+        let to = artifacts.join(&name);
+        if to.is_file() {
+            std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
+        } else if std::fs::rename(&from, &to).is_err() {
+            // Another file system: copy, then remove.
+            std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} into {}", from.display(), artifacts.display()))?;
+            std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
+        }
+    }
     Ok(())
 }
 
@@ -418,25 +545,23 @@ fn expected_collect_s(scenario: &Scenario) -> Option<f64> {
     if let Some(load) = &scenario.load {
         return Some(load.seconds);
     }
+    if scenario.protocol() == Protocol::None {
+        return (scenario.stop != Some(Stop::Exit)).then(|| scenario.seconds.unwrap_or(DEFAULT_WINDOW_S));
+    }
     let at = scenario.args.iter().position(|a| a == "--seconds")?;
     scenario.args.get(at + 1)?.parse().ok()
 }
 
-/// Drives equal loopback load on each route for the stated time, then asks the app to stop.
-fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::run::RunningApp, state: &mut RunState) -> Result<()> {
-    let url = app
-        .transcript
-        .iter()
-        .find_map(|l| l.strip_prefix("TRACELAB LISTENING "))
-        .map(|u| u.trim().trim_end_matches('/').to_string())
-        .context("the app printed no `TRACELAB LISTENING http://127.0.0.1:PORT` line before READY")?;
+/// Drives equal loopback load on each route of `url` for the stated time; a tracelab workload
+/// is then asked to end its measured phase (`GET /stop`).
+fn apply_load(load: &crate::scenario::LoadSpec, url: &str, tracelab_stop: bool, state: &mut RunState) -> Result<()> {
     crate::progress::note("collect", &format!(
         "load: {} connection(s) per route on {} for {} s",
         load.connections_per_route,
         load.routes.join(", "),
         load.seconds
     ));
-    let host_port = url.strip_prefix("http://").unwrap_or(&url).to_string();
+    let host_port = crate::run::load::loopback_host_port(url)?;
     let routes = load.routes.iter().map(|r| r.parse()).collect::<Result<Vec<loadgen::Route>, _>>()?;
     let mut config = loadgen::Config::new(&host_port, routes)?;
     config.connections_per_route = load.connections_per_route as usize;
@@ -449,6 +574,9 @@ fn apply_load(load: &crate::scenario::LoadSpec, app: &crate::run::RunningApp, st
         load.seconds
     ));
     state.load_report = Some(serde_json::to_value(&report)?);
+    if !tracelab_stop {
+        return Ok(());
+    }
     // Ends the app's measured phase now rather than at its --seconds.
     let mut stop = loadgen::Config::new(&host_port, vec!["/stop".parse()?])?;
     stop.max_requests_per_route = Some(1);

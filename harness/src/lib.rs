@@ -47,6 +47,7 @@ pub mod codegen;
 pub mod progress;
 /// Repeating scenarios (optionally beside a CPU hog) and counting verdicts: `cargo xtask soak`.
 pub mod soak;
+pub mod check_image;
 /// What a scenario or the tests need from the machine, and the one installer (`cargo xtask setup`).
 pub mod prereq;
 pub mod testing;

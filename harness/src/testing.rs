@@ -95,3 +95,42 @@ pub mod fixture_app {
         Ok(dll)
     }
 }
+
+/// The apps of `harness/tests/apps` (written without any tracelab code), built as their user
+/// would build them, from a copy: nothing is written into the checkout.
+pub mod user_app {
+    use std::path::{Path, PathBuf};
+
+    use anyhow::{Context, Result, bail};
+
+    use crate::dotnet::Dotnet;
+
+    /// Builds `harness/tests/apps/<name>` from a copy in `dir/src` into `dir/bin`; the dll.
+    pub fn build(name: &str, dir: &Path) -> Result<PathBuf> {
+        let dotnet = Dotnet::locate_or_install()?;
+        let src = dir.join("src");
+        std::fs::create_dir_all(&src)?;
+        let from = crate::project_root().join("harness/tests/apps").join(name);
+        for entry in std::fs::read_dir(&from).with_context(|| format!("cannot list {}", from.display()))?.flatten() {
+            std::fs::copy(entry.path(), src.join(entry.file_name()))?;
+        }
+        // The offline feed, as a user of this machine would configure it.
+        let config = std::fs::read_to_string(crate::project_root().join("nuget.config"))?
+            .replace("../shared/toolchains/nuget-feed", &Dotnet::feed().display().to_string());
+        std::fs::write(src.join("nuget.config"), config)?;
+        let out = dir.join("bin");
+        let built = dotnet
+            .command()
+            .args(["build", "-c", "Release", "-v", "q", "-nologo", "--disable-build-servers", "--artifacts-path"])
+            .arg(dir.join("artifacts"))
+            .arg("-o")
+            .arg(&out)
+            .arg(src.join(format!("{name}.csproj")))
+            .output()
+            .context("cannot run `dotnet build`")?;
+        if !built.status.success() {
+            bail!("dotnet build {name}: {}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
+        }
+        Ok(out.join(format!("{name}.dll")))
+    }
+}

@@ -1,8 +1,8 @@
 //! Stage `workload`: builds the app under test and reads the ground truth it writes.
 //!
 //! Named workloads (`workloads/<name>/`) build into `.build/workloads/<name>/` (ReadyToRun:
-//! `.build/workloads/<name>-r2r/`); a user's project folder builds into `.build/user/<hash>/`; a
-//! user's dll is used as it is. A build is skipped when the SHA-256 of its inputs (sources,
+//! `.build/workloads/<name>-r2r/`); a user's project builds into the XDG cache
+//! (`~/.cache/tracelab/build/<hash>/`); a user's dll, command or image is used as it is. A build is skipped when the SHA-256 of its inputs (sources,
 //! project files, the shared props, the SDK used) matches the stamp left by the last build, so a
 //! scenario run costs no build when nothing changed.
 
@@ -53,16 +53,45 @@ pub fn names() -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Builds (or finds up to date) what a scenario's `workload` names.
+pub use crate::run::Program;
+
+/// A scenario's app, ready to start: built when it is a project, found when it is a file.
+#[derive(Clone, Debug)]
+pub struct PreparedApp {
+    /// The workload's name, or the user app's file stem / image name.
+    pub name: String,
+    pub program: Program,
+    /// The build, for `dll` and `project` forms.
+    pub built: Option<BuiltWorkload>,
+}
+
+/// Builds (or finds) what a scenario's `workload` names, in any of its forms.
+pub fn prepare(workload: &WorkloadRef) -> Result<PreparedApp> {
+    match workload {
+        WorkloadRef::Command { command } => {
+            let program = Path::new(&command[0]);
+            if command[0].contains('/') && !program.is_file() {
+                bail!("workload command `{}` does not exist (relative paths are next to the scenario file)", program.display());
+            }
+            let name = program.file_stem().map_or_else(|| command[0].clone(), |s| s.to_string_lossy().into_owned());
+            Ok(PreparedApp { name, program: Program::Command(command.clone()), built: None })
+        }
+        WorkloadRef::Image { image } => {
+            let name = image.rsplit('/').next().unwrap_or(image).split([':', '@']).next().unwrap_or(image).to_string();
+            Ok(PreparedApp { name, program: Program::Image(image.clone()), built: None })
+        }
+        other => {
+            let built = build(other)?;
+            Ok(PreparedApp { name: built.name.clone(), program: Program::Dll(built.dll.clone()), built: Some(built) })
+        }
+    }
+}
+
+/// Builds (or finds up to date) a `dotnet` workload: named, a project or a dll.
 pub fn build(workload: &WorkloadRef) -> Result<BuiltWorkload> {
-    if let WorkloadRef::Path {
-        project: None,
-        dll: Some(dll),
-        ready_to_run,
-    } = workload
-    {
+    if let WorkloadRef::Dll { dll } = workload {
         // A built dll needs no SDK; don't install one just to hand it back.
-        return use_dll(dll, *ready_to_run);
+        return use_dll(dll);
     }
     let dotnet = Dotnet::locate_or_install()?;
     build_with(&dotnet, workload)
@@ -71,44 +100,22 @@ pub fn build(workload: &WorkloadRef) -> Result<BuiltWorkload> {
 pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorkload> {
     match workload {
         WorkloadRef::Named(name) => build_named(dotnet, name, false),
-        WorkloadRef::Path {
-            project: Some(_),
-            dll: Some(_),
-            ..
-        } => {
-            bail!("workload names both `project` and `dll`: give one")
+        WorkloadRef::Dll { dll } => use_dll(dll),
+        WorkloadRef::Command { .. } | WorkloadRef::Image { .. } => {
+            bail!("a `command` or `image` workload is not built: tracelab runs it as it is")
         }
-        WorkloadRef::Path {
-            project: None,
-            dll: None,
-            ..
-        } => {
-            bail!(
-                "workload names neither `project` nor `dll`: give `{{ project = \"DIR\" }}` or `{{ dll = \"PATH\" }}`"
-            )
-        }
-        WorkloadRef::Path {
-            project: None,
-            dll: Some(dll),
-            ready_to_run,
-        } => use_dll(dll, *ready_to_run),
-        WorkloadRef::Path {
-            project: Some(project),
-            ready_to_run,
-            ..
-        } => {
-            let project = if project.is_relative() {
-                crate::project_root().join(project)
-            } else {
-                project.clone()
-            };
+        WorkloadRef::Project { project, ready_to_run } => {
+            let project = if project.is_relative() { std::path::absolute(project)? } else { project.clone() };
+            if !project.exists() {
+                bail!("workload project {} does not exist (relative paths are next to the scenario file)", project.display());
+            }
             let folder = if project.is_file() {
                 project.parent().unwrap_or(Path::new(".")).to_path_buf()
             } else {
                 project.clone()
             };
-            // `{ project = "workloads/cpu-bound", ready_to_run = true }` is how a scenario asks for
-            // the precompiled variant of one of ours: build it where the named one goes.
+            // `{ project = "../workloads/cpu-bound", ready_to_run = true }` is how a scenario asks
+            // for the precompiled variant of one of ours: build it where the named one goes.
             if let (Ok(canon), Ok(ours)) = (folder.canonicalize(), workloads_dir().canonicalize())
                 && canon.parent() == Some(ours.as_path())
             {
@@ -118,6 +125,17 @@ pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorklo
             build_project(dotnet, &project, *ready_to_run)
         }
     }
+}
+
+/// Where a user's project builds: the XDG cache (`$XDG_CACHE_HOME/tracelab/build`, else
+/// `~/.cache/tracelab/build`), never the tracelab checkout nor the user's folder.
+pub fn user_build_cache() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| std::env::temp_dir().join("tracelab-cache"));
+    base.join("tracelab").join("build")
 }
 
 /// Builds `workloads/<name>`, published ReadyToRun when `ready_to_run`.
@@ -182,7 +200,7 @@ fn build_project(dotnet: &Dotnet, project: &Path, ready_to_run: bool) -> Result<
         format!("{}|{ready_to_run}", canon.display()).as_bytes(),
     ))[..16]
         .to_string();
-    let out = crate::project_root().join(".build").join("user").join(key);
+    let out = user_build_cache().join(key);
     let mut inputs = InputHash::new();
     inputs.add_tree(&folder)?;
     // MSBuild imports Directory.Build.* from every folder above the project.
@@ -214,15 +232,14 @@ fn build_project(dotnet: &Dotnet, project: &Path, ready_to_run: bool) -> Result<
     )
 }
 
-fn use_dll(dll: &Path, ready_to_run: bool) -> Result<BuiltWorkload> {
-    let dll = if dll.is_relative() {
-        crate::project_root().join(dll)
-    } else {
-        dll.to_path_buf()
-    };
+fn use_dll(dll: &Path) -> Result<BuiltWorkload> {
+    let dll = std::path::absolute(dll)?;
     if !dll.is_file() {
-        bail!("workload dll {} does not exist", dll.display());
+        bail!("workload dll {} does not exist (relative paths are next to the scenario file)", dll.display());
     }
+    // A dll published ReadyToRun carries a ManagedNativeHeader; that is read where it matters
+    // (the R2R resolver), so here it is only a label.
+    let ready_to_run = false;
     Ok(BuiltWorkload {
         name: dll.file_stem().unwrap().to_string_lossy().into_owned(),
         dir: dll.parent().unwrap().to_path_buf(),

@@ -52,6 +52,40 @@ pub enum Task {
     Codegen(Codegen),
     /// Repeat scenarios N times (interleaved), optionally beside a CPU hog; count verdicts per scenario and check.
     Soak(Soak),
+    /// Write a starter scenario for your own app (a dll, a project or an image), defaults commented.
+    Init(Init),
+    /// Does tracing work for your image? Its .NET, LTTng, settings, and each collector tried against it (least capabilities).
+    CheckImage(CheckImage),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckImage {
+    /// Your image (repo:tag); never pulled.
+    pub image: String,
+    /// Arguments that replace the image's cmd for the trial runs (as `docker run IMAGE ARGS`).
+    #[arg(long = "app-cmd", num_args = 1.., allow_hyphen_values = true)]
+    pub app_cmd: Vec<String>,
+    /// Where the trial runs and the table go (default results/check-image-STAMP/).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct Init {
+    /// The scenario file to write (refused if it exists).
+    pub toml: PathBuf,
+    /// Your built app: `dotnet build` output, e.g. bin/Release/net10.0/App.dll.
+    #[arg(long, group = "app")]
+    pub dll: Option<PathBuf>,
+    /// Your project folder or .csproj (tracelab builds it into ~/.cache/tracelab).
+    #[arg(long, group = "app")]
+    pub project: Option<PathBuf>,
+    /// Your Docker image, run with its own entrypoint (tools run in a sidecar).
+    #[arg(long, group = "app")]
+    pub image: Option<String>,
+    /// An ASP.NET Core app: ready on its `Now listening on:` line, with loopback load.
+    #[arg(long)]
+    pub web: bool,
 }
 
 #[derive(Args, Debug)]

@@ -4,11 +4,13 @@
 //! driver.
 
 mod bench;
+mod check_image;
 mod ci;
 mod codegen;
 mod doctor;
 mod flags;
 mod images;
+mod init;
 mod list;
 mod matrix;
 mod report;
@@ -45,6 +47,8 @@ fn main() -> ExitCode {
             Task::Ci { what } => done(ci::run(&sh, what)),
             Task::Codegen(f) => done(codegen::run(&sh, f.check)),
             Task::Soak(f) => soak::run(&sh, f),
+            Task::Init(f) => done(init::run(f)),
+            Task::CheckImage(f) => done(check_image::run(f)),
         }
     });
     result.unwrap_or_else(|e| {

@@ -126,3 +126,42 @@ fn set_up_refuses_a_dead_docker_host_at_once_without_starting_a_daemon() {
         assert!(stderr.contains("DOCKER_HOST=") && stderr.contains("does not answer"), "{stderr}");
     }
 }
+
+/// `cargo xtask init mine.toml --dll app.dll`, then `cargo xtask scenario mine.toml`, on a
+/// console app written without tracelab code: it passes with the starter's defaults, and the
+/// checkout and /tmp are as they were (the app's runtime files moved into its run).
+#[test]
+fn init_then_scenario_passes_on_an_app_as_it_is_and_leaves_nothing_behind() {
+    let test = "real_verdicts::init_then_scenario";
+    let perf = || detect_perf_binary().map(|_| ()).ok_or_else(|| "no `perf` (or `perf_X.Y`) on PATH".to_string());
+    if !prerequisites(test, &[&require_root, &perf]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dll = harness::testing::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let git_status = || {
+        let out = Command::new("git").arg("-C").arg(harness::project_root()).args(["status", "--porcelain"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = git_status();
+    let toml = dir.path().join("mine.toml");
+    let init = xtask(&["init", toml.to_str().unwrap(), "--dll", dll.to_str().unwrap()], &[]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let text = std::fs::read_to_string(&toml).unwrap();
+    assert!(text.contains("workload = { dll = \"bin/spin-two.dll\" }"), "{text}");
+    let again = xtask(&["init", toml.to_str().unwrap(), "--dll", dll.to_str().unwrap()], &[]);
+    assert_eq!(again.status.code(), Some(2), "init overwrote {}", toml.display());
+
+    let results = dir.path().join("results");
+    let run = xtask(&["scenario", toml.to_str().unwrap(), "--target", "host", "--no-setup", "--results", results.to_str().unwrap()], &[]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("mine PASS") || stdout.contains("spin-two PASS"), "{stdout}");
+    assert_eq!(git_status(), before, "the run changed the checkout");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("latest/manifest.json")).unwrap()).unwrap();
+    let pid = manifest["metrics"]["app.pid"].as_f64().expect("app.pid in the manifest") as u32;
+    let tmp: Vec<String> = std::fs::read_dir("/tmp").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let left: Vec<&String> = tmp.iter().filter(|n| n.contains(&format!("-{pid}.")) || n.contains(&format!("-{pid}-"))).collect();
+    assert!(left.is_empty(), "the finished run left {left:?} in /tmp");
+}

@@ -9,6 +9,7 @@
 
 mod agree_count;
 mod agree_frames;
+mod agree_share;
 mod event_balance;
 mod event_count;
 mod exceptions;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use agree_count::AgreeCountCheck;
 pub use agree_frames::{AgreeFramesCheck, FRAMEWORK_ASSEMBLIES};
+pub use agree_share::AgreeShareCheck;
 pub use event_balance::EventBalanceCheck;
 pub use event_count::EventCountCheck;
 pub use exceptions::ExceptionsCheck;

@@ -43,7 +43,7 @@ pub struct ShareAtLeastCheck {
 }
 
 /// The method and every compared pattern must be regexes, caught when the scenario loads.
-fn compile(method: &str, among: &[String]) -> Result<()> {
+pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
     for p in std::iter::once(method).chain(among.iter().map(String::as_str)) {
         regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
     }

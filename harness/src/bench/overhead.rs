@@ -100,9 +100,6 @@ pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<
             let config = &opts.configs[(k + rep) % n];
             progress(&format!("round {}/{}: {}", rep + 1, opts.repeats, config.name));
             let scenario = Scenario {
-                name: format!("overhead-{}", config.name),
-                description: String::new(),
-                workload: WorkloadRef::Named("gc-heavy".into()),
                 args: vec![
                     "--seconds".into(),
                     opts.seconds.to_string(),
@@ -111,17 +108,9 @@ pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<
                     "--induced".into(),
                     "0".into(),
                 ],
-                env: BTreeMap::new(),
                 target: Some(TargetKind::Host),
-                image: None,
-                capabilities: None,
-                timeout_s: 120,
                 collectors: config.collectors.clone(),
-                expectations: vec![],
-                notes: vec![],
-                load: None,
-                runs: vec![],
-                sufficiency: Default::default(),
+                ..Scenario::new(&format!("overhead-{}", config.name), WorkloadRef::Named("gc-heavy".into()))
             };
             let ro = RunOptions {
                 target: Some(TargetKind::Host),

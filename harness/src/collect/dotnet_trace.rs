@@ -195,11 +195,12 @@ impl Collector for DotnetTrace {
         Ok(())
     }
 
-    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };
         // dotnet-trace ends by itself when the traced process exits; if the app is still alive
-        // (a run cut short), Enter makes it stop the session and finish the file.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // (a run cut short, an app stopped after its collectors), Enter makes it stop the
+        // session and finish the file.
+        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 5 });
         while child.try_wait()?.is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -265,10 +265,11 @@ impl Collector for EventPipeCollector {
         Ok(())
     }
 
-    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let Some(mut drain) = self.drain.take() else { return Ok(()) };
-        // After the app's exit the stream ends by itself; give it a moment before asking.
-        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        // After the app's exit the stream ends by itself; give it a moment before asking. A
+        // live app (stopped after its collectors) is asked at once.
+        let deadline = std::time::Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 3 });
         while !drain.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -308,7 +309,7 @@ pub fn record_app(dotnet: &Path, dll: &Path, args: &[String], ready_line: &str, 
     use crate::run::{AppLaunch, HostTarget};
     let work_dir = out.parent().unwrap_or(Path::new(".")).to_path_buf();
     let mut target = HostTarget::new(dotnet.to_path_buf());
-    let launch = AppLaunch { dll: dll.to_path_buf(), args: args.to_vec(), env: Default::default(), work_dir };
+    let launch = AppLaunch::dotnet(dll.to_path_buf(), args.to_vec(), Default::default(), work_dir);
     let mut app = target.launch(&launch)?;
     app.wait_for_line(ready_line, Duration::from_secs(60))?;
     let client = DiagnosticsClient::for_pid(app.host_pid)?;

@@ -288,10 +288,11 @@ impl Collector for OffCpuCollector {
         Ok(())
     }
 
-    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let Some(mut tool) = self.tool.take() else { return Ok(()) };
-        // With -p, perf ends by itself when the app exits; a run cut short needs SIGINT.
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // With -p, perf ends by itself when the app exits; a run cut short (or an app stopped
+        // after its collectors) needs SIGINT.
+        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 10 });
         while tool.child.try_wait()?.is_none() {
             if Instant::now() >= deadline {
                 tool.interrupt()?;

@@ -299,10 +299,12 @@ impl Collector for PerfCpuCollector {
         Ok(())
     }
 
-    fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         if let Some(mut tool) = self.tool.take() {
-            // perf -p exits by itself once the process is gone.
-            let deadline = Instant::now() + Duration::from_secs(5);
+            // perf -p exits by itself once the process is gone; an app still running (stopped
+            // after the collectors) needs no grace.
+            let grace = if app.is_alive() { 0 } else { 5 };
+            let deadline = Instant::now() + Duration::from_secs(grace);
             while tool.child.try_wait()?.is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }

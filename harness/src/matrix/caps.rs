@@ -48,21 +48,14 @@ impl Default for MatrixOptions {
 /// fails a run whose collector saw nothing, so PASS means the collector recorded data.
 pub fn probe_scenario(kind: CollectorKind, caps: &str, suite: &str, timeout: Duration) -> Result<Scenario> {
     Ok(Scenario {
-        name: format!("probe-{kind}-{}", caps.to_lowercase().replace('+', "-")),
         description: format!("capability probe: {kind} under {caps}"),
-        workload: WorkloadRef::Named("gc-heavy".into()),
         args: ["--seconds", "1", "--induced", "3", "--alloc-mb-per-s", "50"].map(String::from).to_vec(),
-        env: BTreeMap::new(),
         target: Some(TargetKind::Container),
         image: Some(suite.to_string()),
         capabilities: Some(cap_list(caps)?.iter().map(|c| c.to_string()).collect()),
         timeout_s: timeout.as_secs(),
         collectors: vec![kind.probe_spec()],
-        expectations: Vec::new(),
-        notes: Vec::new(),
-        load: None,
-        runs: Vec::new(),
-        sufficiency: Default::default(),
+        ..Scenario::new(&format!("probe-{kind}-{}", caps.to_lowercase().replace('+', "-")), WorkloadRef::Named("gc-heavy".into()))
     })
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{AppLaunch, RunningApp, Target, TargetKind, ToolProcess, host_pid_in_namespace_of, pid_in_own_namespace};
+use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess, host_pid_in_namespace_of, pid_in_own_namespace};
 use crate::docker::{ContainerSpec, Docker};
 use crate::image::Suite;
 
@@ -67,6 +67,10 @@ pub struct ContainerTarget {
     work_dir: Option<PathBuf>,
     /// Host pid of the app container's init shell (lives until cleanup).
     init_pid: u32,
+    /// `/proc/APP/root`, opened at launch.
+    app_root: Option<std::fs::File>,
+    /// The app runs from a user's image: its files are its own, not tracelab's runtime image's.
+    user_image: bool,
 }
 
 static TOOL_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -117,6 +121,8 @@ impl ContainerTarget {
             tmp_dir_host: None,
             work_dir: None,
             init_pid: 0,
+            app_root: None,
+            user_image: false,
         })
     }
 
@@ -211,17 +217,31 @@ impl Target for ContainerTarget {
         }
         // A previous run in the same work dir must not look like this app's exit.
         let _ = std::fs::remove_file(tmp.join(APP_EXIT_FILE));
-        let dll = std::path::absolute(&app.dll)?;
-        let app_dir = dll.parent().context("the app dll has no folder")?;
-        if !dll.is_file() {
-            bail!("{} does not exist: build the workload first", dll.display());
-        }
         let mut binds = vec![
             format!("{}:/tmp", tmp.display()),
             format!("{0}:{0}", work_dir.display()),
         ];
-        if !app_dir.starts_with(&work_dir) {
-            binds.push(format!("{0}:{0}:ro", app_dir.display()));
+        // The app's files, read-only at the same path inside as outside.
+        let mut bind_folder_of = |file: &Path, what: &str| -> Result<()> {
+            let file = std::path::absolute(file)?;
+            if !file.is_file() {
+                bail!("{what} {} does not exist", file.display());
+            }
+            let dir = file.parent().context("the app has no folder")?;
+            if !dir.starts_with(&work_dir) {
+                binds.push(format!("{0}:{0}:ro", dir.display()));
+            }
+            Ok(())
+        };
+        match &app.program {
+            Program::Dll(dll) => bind_folder_of(dll, "the app dll")?,
+            Program::Command(argv) if argv[0].starts_with('/') => bind_folder_of(Path::new(&argv[0]), "the app command")?,
+            _ => {}
+        }
+        if let Some(cwd) = &app.cwd
+            && !cwd.starts_with(&work_dir)
+        {
+            binds.push(format!("{0}:{0}", cwd.display()));
         }
         // Tools the harness installs on the host (dotnet-trace) run inside under the same path.
         let tools = crate::project_root().join(".build").join("tools");
@@ -238,21 +258,46 @@ impl Target for ContainerTarget {
         // pid 1 is a shell that outlives the app: when a pid namespace's init exits, the kernel
         // kills every process in it, and tools (exec'd or in a sidecar) must survive the app's
         // exit to flush their data. The app's exit code goes to a file in the shared /tmp.
-        let mut cmd = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            format!("\"$@\"; echo $? > /tmp/{APP_EXIT_FILE}; exec sleep 86400"),
-            "sh".to_string(),
-            "dotnet".to_string(),
-            dll.display().to_string(),
-        ];
-        cmd.extend(app.args.iter().cloned());
-        let mut spec = ContainerSpec::new(&self.image, "app", cmd);
-        spec.env = app.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // A user's image keeps its own entrypoint and cmd: it is pid 1 itself (its args, when
+        // given, replace the image's cmd as with `docker run IMAGE ARGS`).
+        let (image, cmd, wrapped) = match &app.program {
+            Program::Image(image) => {
+                if self.docker.inspect_image(image)?.is_none() {
+                    bail!("image {image} does not exist here: build it (`docker build -t {image} …`) or `docker load` it; tracelab never pulls");
+                }
+                (image.clone(), app.args.clone(), false)
+            }
+            program => {
+                let mut cmd = vec![
+                    "sh".to_string(),
+                    "-c".to_string(),
+                    format!("\"$@\"; echo $? > /tmp/{APP_EXIT_FILE}; exec sleep 86400"),
+                    "sh".to_string(),
+                ];
+                match program {
+                    Program::Dll(dll) => cmd.extend(["dotnet".to_string(), std::path::absolute(dll)?.display().to_string()]),
+                    Program::Command(argv) => cmd.extend(argv.iter().cloned()),
+                    Program::Image(_) => unreachable!(),
+                }
+                cmd.extend(app.args.iter().cloned());
+                (self.image.clone(), cmd, true)
+            }
+        };
+        let mut spec = ContainerSpec::new(&image, "app", cmd);
+        let mut env: Vec<(String, String)> = app.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if wrapped && !app.env.contains_key("DOTNET_ROOT") {
+            // A framework-dependent apphost (a `command`) finds the image's runtime here.
+            env.push(("DOTNET_ROOT".into(), "/usr/share/dotnet".into()));
+        }
+        spec.env = env;
         spec.binds = binds.clone();
         spec.network_mode = self.options.network.clone();
         spec.labels = self.labels();
-        spec.working_dir = Some(work_dir.display().to_string());
+        spec.working_dir = match (&app.cwd, wrapped) {
+            (Some(cwd), _) => Some(cwd.display().to_string()),
+            (None, true) => Some(work_dir.display().to_string()),
+            (None, false) => None,
+        };
         if self.kind == TargetKind::Container {
             self.apply_caps(&mut spec);
         } else {
@@ -267,9 +312,17 @@ impl Target for ContainerTarget {
         if init_pid == 0 {
             bail!("the app's container {} exited right after its start", crate::docker::short(&id));
         }
-        let host_pid = child_of(init_pid, Duration::from_secs(10))
-            .with_context(|| format!("the app did not start in container {}", crate::docker::short(&id)))?;
+        let host_pid = if wrapped {
+            child_of(init_pid, Duration::from_secs(10))
+                .with_context(|| format!("the app did not start in container {}", crate::docker::short(&id)))?
+        } else {
+            init_pid
+        };
         let target_pid = pid_in_own_namespace(host_pid)?;
+        // The app's own file system, for files a recording names (a user image's runtime is not
+        // on the host): kept open, it stays readable after the app exits.
+        self.app_root = std::fs::File::open(format!("/proc/{host_pid}/root")).ok();
+        self.user_image = !wrapped;
         self.init_pid = init_pid;
         self.binds = binds;
         self.tmp_dir_host = Some(tmp.clone());
@@ -390,7 +443,9 @@ impl Target for ContainerTarget {
     }
 
     fn path_map(&self, path: &Path) -> Option<PathBuf> {
-        if let Ok(rest) = path.strip_prefix("/usr/share/dotnet") {
+        if !self.user_image
+            && let Ok(rest) = path.strip_prefix("/usr/share/dotnet")
+        {
             return Some(self.dotnet_root_host.join(rest));
         }
         if let (Ok(rest), Some(tmp)) = (path.strip_prefix("/tmp"), &self.tmp_dir_host) {
@@ -405,8 +460,16 @@ impl Target for ContainerTarget {
         if bound {
             return Some(path.to_path_buf());
         }
-        let in_rootfs = crate::image::rootfs_dir(self.options.suite).join(path.strip_prefix("/").ok()?);
-        in_rootfs.exists().then_some(in_rootfs)
+        let rel = path.strip_prefix("/").ok()?;
+        if !self.user_image {
+            let in_rootfs = crate::image::rootfs_dir(self.options.suite).join(rel);
+            if in_rootfs.exists() {
+                return Some(in_rootfs);
+            }
+        }
+        use std::os::fd::AsRawFd;
+        let through_root = PathBuf::from(format!("/proc/self/fd/{}", self.app_root.as_ref()?.as_raw_fd())).join(rel);
+        through_root.exists().then_some(through_root)
     }
 }
 

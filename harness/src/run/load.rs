@@ -4,6 +4,8 @@
 //! (its own CPU time from /proc/PID/stat, sampled while it runs since it is gone at the end).
 
 use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -106,6 +108,25 @@ impl Drop for LoadProbe {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// `HOST:PORT` of an http URL on this machine; an app bound to every address (`0.0.0.0`, `[::]`,
+/// `+`, `*`) is reached on 127.0.0.1. Any other host is refused: load goes to loopback only.
+pub fn loopback_host_port(url: &str) -> Result<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("`{url}` is not an http:// URL (the load generator speaks plain HTTP on loopback)"))?;
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = authority
+        .rsplit_once(':')
+        .with_context(|| format!("`{url}` names no port"))?;
+    let port: u16 = port.parse().with_context(|| format!("`{url}`: `{port}` is not a port"))?;
+    let host = match host {
+        "0.0.0.0" | "[::]" | "+" | "*" | "localhost" | "[::1]" => "127.0.0.1",
+        h if h.starts_with("127.") => h,
+        other => bail!("`{url}`: load goes to this machine's loopback only, not to `{other}`"),
+    };
+    Ok(format!("{host}:{port}"))
 }
 
 #[cfg(test)]

@@ -13,6 +13,29 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+/// How the app of a scenario starts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Program {
+    /// `dotnet <dll>` with the target's runtime.
+    Dll(PathBuf),
+    /// A command line: the program and its fixed arguments (a self-contained app, a script).
+    Command(Vec<String>),
+    /// A user's Docker image, started with its own entrypoint and cmd (container targets only).
+    Image(String),
+}
+
+impl Program {
+    /// The program as the manifest shows it.
+    pub fn describe(&self) -> String {
+        match self {
+            Program::Dll(dll) => format!("dotnet {}", dll.display()),
+            Program::Command(argv) => argv.join(" "),
+            Program::Image(image) => format!("image {image} (its own entrypoint)"),
+        }
+    }
+}
+
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
@@ -42,12 +65,22 @@ impl TargetKind {
 /// What to start. Paths are host paths; a container target maps them into its own view.
 #[derive(Clone, Debug)]
 pub struct AppLaunch {
-    /// The built app (`…/cpu-bound.dll`) started with `dotnet`, or a native apphost.
-    pub dll: PathBuf,
+    /// `dotnet <dll>`, a command line, or a user's image.
+    pub program: Program,
+    /// Passed exactly as written, after the program's own.
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     /// Host folder shared with the target: truth.json, the go-file, artifacts, perf maps.
     pub work_dir: PathBuf,
+    /// The app's working folder; `None` = `work_dir` (a user image: its own WORKDIR).
+    pub cwd: Option<PathBuf>,
+}
+
+impl AppLaunch {
+    /// `dotnet <dll> ARGS` run in `work_dir`.
+    pub fn dotnet(dll: PathBuf, args: Vec<String>, env: BTreeMap<String, String>, work_dir: PathBuf) -> AppLaunch {
+        AppLaunch { program: Program::Dll(dll), args, env, work_dir, cwd: None }
+    }
 }
 
 /// A started app.
@@ -93,6 +126,20 @@ impl RunningApp {
                 ),
             }
         }
+    }
+
+    /// Whether the app's process still runs (not gone, not a zombie awaiting its parent).
+    pub fn is_alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.host_pid))
+            .ok()
+            .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string)))
+            .is_some_and(|state| state != "Z" && state != "X")
+    }
+
+    /// The last `n` lines the app printed (for error messages).
+    pub fn last_lines(&self, n: usize) -> String {
+        let start = self.transcript.len().saturating_sub(n);
+        self.transcript[start..].join("\n")
     }
 
     /// Drains the remaining output until the app closes it.
@@ -249,15 +296,34 @@ impl Target for HostTarget {
         "host".into()
     }
     fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp> {
-        let mut cmd = Command::new(&self.dotnet);
-        cmd.arg(&app.dll).args(&app.args).envs(&app.env);
+        let mut cmd = match &app.program {
+            Program::Dll(dll) => {
+                let mut c = Command::new(&self.dotnet);
+                c.arg(dll);
+                c
+            }
+            Program::Command(argv) => {
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                c
+            }
+            Program::Image(image) => {
+                bail!("image {image} runs in a container: use the container or sidecar target")
+            }
+        };
+        cmd.args(&app.args);
+        // A framework-dependent apphost finds the runtime through DOTNET_ROOT.
         if let Some(root) = self.dotnet.parent() {
             cmd.env("DOTNET_ROOT", root);
         }
+        cmd.envs(&app.env);
+        // The app runs in its run folder (what it writes stays with the run), not the caller's.
+        let cwd = app.cwd.clone().unwrap_or_else(|| app.work_dir.clone());
+        cmd.current_dir(&cwd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("could not start {} {}", self.dotnet.display(), app.dll.display()))?;
+            .with_context(|| format!("could not start `{}` in {}", app.program.describe(), cwd.display()))?;
         let (tx, rx) = mpsc::channel();
         forward_lines(child.stdout.take().unwrap(), tx.clone());
         forward_lines(child.stderr.take().unwrap(), tx);
@@ -312,6 +378,7 @@ pub fn relative_to(p: &Path, base: &Path) -> PathBuf {
 
 pub mod container;
 pub mod load;
+pub mod ready;
 
 /// The target a scenario gets when it names none: `container` when a Docker daemon answers,
 /// else `host`; the string says why (print it).

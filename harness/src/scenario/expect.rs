@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::assert::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
 use crate::assert::{
-    AgreeCountCheck, AgreeFramesCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck,
+    AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck,
     FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck,
 };
 
@@ -40,6 +40,7 @@ pub enum CheckKind {
     Metric(MetricCheck),
     AgreeCount(AgreeCountCheck),
     AgreeFrames(AgreeFramesCheck),
+    AgreeShare(AgreeShareCheck),
 }
 
 impl CheckKind {
@@ -56,6 +57,7 @@ impl CheckKind {
             CheckKind::Metric(c) => c,
             CheckKind::AgreeCount(c) => c,
             CheckKind::AgreeFrames(c) => c,
+            CheckKind::AgreeShare(c) => c,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Scenarios are data: `scenarios/<name>.toml` names the workload, the collectors, the target and
-//! the expectations. A user points one at their own app with `workload = { dll = "…" }` or
-//! `workload = { project = "…" }` and their own expectations file.
+//! the expectations. A user points one at their own app as it is — `workload = { dll = "…" }`,
+//! `{ project = "…" }`, `{ command = [...] }` or `{ image = "…" }` — with how it is ready and
+//! stopped (`app.rs`); relative paths mean paths next to the TOML file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,8 +9,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+mod app;
 mod expect;
+pub mod starter;
+pub mod truth_map;
 
+pub use app::{Protocol, TruthSpec, WorkloadRef, is_aspnetcore};
+pub use crate::run::ready::{ASPNETCORE_READY_LINE, Ready, Stop};
 pub use expect::{CheckKind, Expectation, FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -19,12 +25,37 @@ pub struct Scenario {
     #[serde(default)]
     pub description: String,
     pub workload: WorkloadRef,
-    /// Arguments passed to the workload (after the ones the engine adds: --truth, --go-file).
+    /// `tracelab` (the built-in workloads: `--truth`/`--go-file` added, `TRACELAB READY`
+    /// awaited) or `none` (the app as it is); absent = `tracelab` for `workloads/…`, else `none`.
+    #[serde(default)]
+    pub protocol: Option<Protocol>,
+    /// Arguments passed to the app exactly as written (with the tracelab protocol, after the
+    /// ones the engine adds: --truth, --go-file).
     #[serde(default)]
     pub args: Vec<String>,
     /// Extra environment for the app.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The app's working folder; absent = its run folder (`artifacts/`).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// When the app is ready to be measured (protocol `none`); absent = ASP.NET Core's
+    /// `Now listening on:` line for web apps (or with `[load]`), else the diagnostics socket.
+    #[serde(default)]
+    pub ready: Option<Ready>,
+    /// Seconds between readiness and the start of measurement (start-up and first JIT excluded).
+    #[serde(default)]
+    pub warmup_s: Option<f64>,
+    /// Length of the measured window in seconds (protocol `none`; `[load]` sets it with a load).
+    #[serde(default)]
+    pub seconds: Option<f64>,
+    /// How the app is stopped after the window (protocol `none`); absent = `sigterm`.
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// A truth file in the app's own format (protocol `none`); without one the run is judged by
+    /// checks that need no truth.
+    #[serde(default)]
+    pub truth: Option<TruthSpec>,
     /// `host`, `container` or `sidecar`; absent = container when a Docker daemon answers, else host.
     #[serde(default)]
     pub target: Option<crate::run::TargetKind>,
@@ -58,12 +89,19 @@ pub struct Scenario {
     /// checks on such data are inconclusive, not FAIL.
     #[serde(default)]
     pub sufficiency: crate::assert::Sufficiency,
+    /// The scenario file, when it came from one (its folder anchors relative paths).
+    #[serde(skip)]
+    pub origin: Option<PathBuf>,
 }
 
 /// Equal load on each route, from a loopback load generator, bounded in time.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadSpec {
+    /// `http://127.0.0.1:PORT` (loopback only); absent = the `url` the readiness line captured
+    /// (or the built-in workloads' `TRACELAB LISTENING` line).
+    #[serde(default)]
+    pub url: Option<String>,
     pub routes: Vec<String>,
     #[serde(default = "five")]
     pub connections_per_route: u32,
@@ -74,36 +112,96 @@ fn five() -> u32 {
     5
 }
 
-fn default_timeout() -> u64 {
-    120
+impl LoadSpec {
+    /// The load generator sends traffic to this machine only.
+    fn validate(&self) -> Result<()> {
+        if let Some(url) = &self.url {
+            crate::run::load::loopback_host_port(url)?;
+        }
+        if self.routes.iter().any(|r| !r.starts_with('/')) || self.routes.is_empty() {
+            bail!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes);
+        }
+        if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
+            bail!("`[load] seconds` is 0–3600, got {}", self.seconds);
+        }
+        Ok(())
+    }
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-pub enum WorkloadRef {
-    /// A workload of this repository: `workloads/<name>`.
-    Named(String),
-    /// A user's project folder (built with `dotnet build`) or a built dll.
-    Path {
-        #[serde(default)]
-        project: Option<PathBuf>,
-        #[serde(default)]
-        dll: Option<PathBuf>,
-        /// Publish ReadyToRun (precompiled) instead of a plain build.
-        #[serde(default)]
-        ready_to_run: bool,
-    },
+
+fn default_timeout() -> u64 {
+    120
 }
 
 /// One collector of a scenario: the kind with its typed options, declared by the collectors.
 pub use crate::collect::{CollectorKind, CollectorSpec};
 
 impl Scenario {
+    /// A scenario of `workload` with every other setting at its default (scenarios built in code).
+    pub fn new(name: &str, workload: WorkloadRef) -> Scenario {
+        Scenario {
+            name: name.to_string(),
+            description: String::new(),
+            workload,
+            protocol: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            ready: None,
+            warmup_s: None,
+            seconds: None,
+            stop: None,
+            truth: None,
+            target: None,
+            image: None,
+            capabilities: None,
+            timeout_s: default_timeout(),
+            collectors: Vec::new(),
+            expectations: Vec::new(),
+            notes: Vec::new(),
+            load: None,
+            runs: Vec::new(),
+            sufficiency: Default::default(),
+            origin: None,
+        }
+    }
+
     pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
-        let scenario: Scenario =
+        let mut scenario: Scenario =
             toml::from_str(text).with_context(|| format!("{} is not a valid scenario", origin.display()))?;
+        let base = std::path::absolute(origin).ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
+        scenario.workload.resolve_against(&base);
+        if let Some(cwd) = &mut scenario.cwd
+            && cwd.is_relative()
+        {
+            *cwd = base.join(&*cwd);
+        }
+        scenario.origin = Some(origin.to_path_buf());
         scenario.validate().with_context(|| format!("in {}", origin.display()))?;
         Ok(scenario)
+    }
+
+    /// Whether the app speaks tracelab's protocol: as the scenario says, else when it is one of
+    /// the workloads of this repository.
+    pub fn protocol(&self) -> Protocol {
+        if let Some(p) = self.protocol {
+            return p;
+        }
+        match &self.workload {
+            WorkloadRef::Named(_) => Protocol::Tracelab,
+            WorkloadRef::Project { project, .. } => {
+                // (workloads/ named here, not through `workload`, which reads this module.)
+                let ours = crate::project_root().join("workloads").canonicalize().ok();
+                let folder = if project.is_file() { project.parent().map(Path::to_path_buf) } else { Some(project.clone()) };
+                let theirs = folder.and_then(|f| f.canonicalize().ok());
+                if ours.is_some() && theirs.as_ref().and_then(|t| t.parent()) == ours.as_deref() {
+                    Protocol::Tracelab
+                } else {
+                    Protocol::None
+                }
+            }
+            _ => Protocol::None,
+        }
     }
 
     pub fn load(path: &Path) -> Result<Scenario> {
@@ -127,6 +225,30 @@ impl Scenario {
 
     fn validate(&self) -> Result<()> {
         self.sufficiency.validate()?;
+        if let Some(truth) = &self.truth {
+            truth.validate()?;
+        }
+        if self.warmup_s.is_some_and(|w| !(0.0..=600.0).contains(&w)) || self.seconds.is_some_and(|s| !(s > 0.0 && s <= 3600.0)) {
+            bail!("`warmup_s` is 0–600 and `seconds` 0–3600 (seconds), got {:?} and {:?}", self.warmup_s, self.seconds);
+        }
+        if let Some(load) = &self.load {
+            load.validate()?;
+        }
+        if self.protocol() == Protocol::Tracelab {
+            for (key, set) in [("ready", self.ready.is_some()), ("stop", self.stop.is_some()), ("truth", self.truth.is_some()), ("seconds", self.seconds.is_some())] {
+                if set {
+                    bail!("`{key}` is for apps as they are (protocol = \"none\"); tracelab's own workloads signal readiness, stop and truth themselves");
+                }
+            }
+        }
+        if let WorkloadRef::Image { .. } = &self.workload {
+            if self.target == Some(crate::run::TargetKind::Host) {
+                bail!("an `image` workload runs in a container: use target = \"sidecar\" (tools beside it) or \"container\"");
+            }
+            if self.stop == Some(Stop::Exit) {
+                bail!("`stop = \"exit\"` cannot be used with an `image` workload: the app is its container's pid 1, and its exit ends the tools beside it before they write their data; use \"sigterm\" (the default) or {{ http = \"/path\" }}");
+            }
+        }
         if let Some(image) = &self.image {
             crate::image::suite(image)?;
         }
@@ -298,7 +420,8 @@ mod tests {
             frequency = 499
         "#;
         let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
-        assert!(matches!(s.workload, WorkloadRef::Path { dll: Some(_), .. }));
+        assert_eq!(s.workload, WorkloadRef::Dll { dll: "/srv/app/My.dll".into() });
+        assert_eq!(s.protocol(), Protocol::None);
         match &s.collectors[0].options {
             crate::collect::CollectorOptions::PerfCpu(o) => assert_eq!(o.frequency, 499),
             other => panic!("{other:?}"),

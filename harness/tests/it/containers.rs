@@ -64,7 +64,8 @@ fn image_build_is_cached() {
 fn launch_cpu_bound(target: &mut ContainerTarget, work: &Path, seconds: u32) -> harness::run::RunningApp {
     let app = built("cpu-bound");
     let launch = AppLaunch {
-        dll: app.dll.clone(),
+        program: harness::run::Program::Dll(app.dll.clone()),
+        cwd: None,
         args: vec![
             "--seconds".into(),
             seconds.to_string(),
@@ -314,7 +315,8 @@ fn sidecar_lttng_records_runtime_events_without_capabilities() {
     let work = work_dir("sidecar-lttng");
     let app_build = built("gc-heavy");
     let launch = AppLaunch {
-        dll: app_build.dll.clone(),
+        program: harness::run::Program::Dll(app_build.dll.clone()),
+        cwd: None,
         args: ["--seconds", "2", "--induced", "5", "--go-file"]
             .iter()
             .map(|s| s.to_string())

@@ -53,7 +53,8 @@ impl Fixture {
 
     fn launch(&self, target: &mut HostTarget, args: &[&str], env: Vec<(String, String)>) -> RunningApp {
         let launch = AppLaunch {
-            dll: self.dll.clone(),
+            program: harness::run::Program::Dll(self.dll.clone()),
+            cwd: None,
             args: args.iter().map(|s| s.to_string()).collect(),
             env: env.into_iter().collect(),
             work_dir: self.artifacts(),

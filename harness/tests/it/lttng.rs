@@ -62,7 +62,7 @@ fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&s
         vec!["--truth".into(), truth_path.display().to_string(), "--go-file".into(), go.display().to_string()];
     all_args.extend(args.iter().map(|s| s.to_string()));
     let env: BTreeMap<String, String> = collector.app_env().into_iter().collect();
-    let launch = AppLaunch { dll: built.dll.clone(), args: all_args, env, work_dir: work.to_path_buf() };
+    let launch = AppLaunch::dotnet(built.dll.clone(), all_args, env, work.to_path_buf());
     let mut app = target.launch(&launch)?;
     app.wait_for_line("TRACELAB READY", Duration::from_secs(90))?;
     let started = collector.start(target, &app, work);

@@ -13,3 +13,19 @@ mod report;
 mod scenarios;
 mod unwind;
 mod workloads;
+mod your_app;
+
+/// Runs a scenario until its verdict is decided: an inconclusive run (too few samples, lost
+/// events, a starved sampler — a busy machine, not a wrong pipeline) is run again, up to three
+/// times in all, as a user would "collect more"; each retry is printed with its reason.
+pub fn until_decided<T>(what: &str, mut run: impl FnMut() -> (harness::engine::RunOutcome, T)) -> (harness::engine::RunOutcome, T) {
+    let mut attempt = 1;
+    loop {
+        let (outcome, keep) = run();
+        if outcome.verdict != harness::assert::Verdict::Inconclusive || attempt == 3 {
+            return (outcome, keep);
+        }
+        eprintln!("{what}: attempt {attempt} inconclusive ({}); running again", outcome.reason.as_deref().unwrap_or("no reason"));
+        attempt += 1;
+    }
+}

@@ -44,7 +44,8 @@ fn perf_cpu_names_jit_frames_of_a_real_app() {
     let mut collector = harness::collect::from_spec(&perf_spec("frequency = 999")).unwrap();
     let mut target = HostTarget::new(dotnet.dotnet.clone());
     let launch = AppLaunch {
-        dll,
+        program: harness::run::Program::Dll(dll),
+        cwd: None,
         // FixtureApp gives perf only 300 ms between its readiness line and the hot phase; on a
         // loaded machine attaching takes longer, and the hot time perf misses skews the split.
         // Six seconds keep that error small.
@@ -127,7 +128,7 @@ fn perf_cpu_on_a_dead_process_says_why() {
     let dir = tempfile::tempdir().unwrap();
     // A real process that exits at once stands in for an app that died before perf attached.
     let mut target = HostTarget::new(PathBuf::from("/bin/true"));
-    let launch = AppLaunch { dll: "unused".into(), args: vec![], env: Default::default(), work_dir: dir.path().into() };
+    let launch = AppLaunch::dotnet("unused".into(), vec![], Default::default(), dir.path().into());
     let mut app = target.launch(&launch).unwrap();
     target.wait_app(&mut app, Duration::from_secs(10)).unwrap();
     let mut collector = harness::collect::from_spec(&perf_spec("")).unwrap();

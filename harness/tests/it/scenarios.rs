@@ -12,6 +12,10 @@ fn perf_available() -> Result<(), String> {
 }
 
 fn run_on_host(name: &str) -> (RunOutcome, tempfile::TempDir) {
+    crate::until_decided(name, || run_on_host_once(name))
+}
+
+fn run_on_host_once(name: &str) -> (RunOutcome, tempfile::TempDir) {
     let results = tempfile::tempdir().unwrap();
     let scenario = Scenario::find(name).unwrap();
     let opts = RunOptions {
@@ -107,6 +111,10 @@ fn docker_available() -> Result<(), String> {
 }
 
 fn run_on(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
+    crate::until_decided(name, || run_on_once(name, target))
+}
+
+fn run_on_once(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
     let results = tempfile::tempdir().unwrap();
     let scenario = Scenario::find(name).unwrap();
     let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };

@@ -279,14 +279,16 @@ fn unwind_offcpu_scenario_passes_on_host() {
     if !prerequisites("unwind::offcpu_scenario_passes_on_host", &[&require_root, &perf]) {
         return;
     }
-    let results = tempfile::tempdir().unwrap();
     let scenario = harness::scenario::Scenario::find("off-cpu").unwrap();
-    let opts = RunOptions {
-        target: Some(harness::run::TargetKind::Host),
-        results_root: Some(results.path().to_path_buf()),
-        ..Default::default()
-    };
-    let o = engine::run(&scenario, &opts).expect("the off-cpu scenario runs");
+    let (o, _results) = crate::until_decided("off-cpu", || {
+        let results = tempfile::tempdir().unwrap();
+        let opts = RunOptions {
+            target: Some(harness::run::TargetKind::Host),
+            results_root: Some(results.path().to_path_buf()),
+            ..Default::default()
+        };
+        (engine::run(&scenario, &opts).expect("the off-cpu scenario runs"), results)
+    });
     crate::report::assert_junit_valid(&o.dir);
     let m = &o.manifest.metrics;
     assert_eq!(o.verdict, Verdict::Pass, "{:?} {:?}", o.reason, o.manifest.checks.iter().map(|c| (&c.name, &c.measured)).collect::<Vec<_>>());

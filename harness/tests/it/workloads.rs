@@ -408,9 +408,8 @@ fn workloads_ready_to_run_publish_is_precompiled() {
     let Some(dotnet) = dotnet_or_skip("workloads_ready_to_run_publish_is_precompiled") else {
         return;
     };
-    let project = WorkloadRef::Path {
-        project: Some("workloads/cpu-bound".into()),
-        dll: None,
+    let project = WorkloadRef::Project {
+        project: harness::project_root().join("workloads/cpu-bound"),
         ready_to_run: true,
     };
     let built = workload::build_with(&dotnet, &project).unwrap_or_else(|e| panic!("{e:#}"));
@@ -508,9 +507,8 @@ fn workloads_build_failure_shows_compiler_output() {
     std::fs::write(dir.path().join("nuget.config"), config).unwrap();
     let err = workload::build_with(
         &dotnet,
-        &WorkloadRef::Path {
-            project: Some(dir.path().into()),
-            dll: None,
+        &WorkloadRef::Project {
+            project: dir.path().into(),
             ready_to_run: false,
         },
     )

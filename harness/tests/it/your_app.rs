@@ -1,0 +1,375 @@
+//! A user's app as it is (harness/tests/apps: no tracelab code in them): started with its own
+//! argv, awaited by readiness, stopped its own way, judged by checks that need no truth — or by
+//! a truth file in its own format — on the host, in a container and from a user's own image.
+
+use std::path::{Path, PathBuf};
+
+use harness::assert::Verdict;
+use harness::engine::{self, RunOptions, RunOutcome};
+use harness::run::TargetKind;
+use harness::scenario::Scenario;
+use harness::testing::{prerequisites, require_root};
+
+fn perf_available() -> Result<(), String> {
+    harness::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".into())
+}
+
+fn docker_available() -> Result<(), String> {
+    harness::docker::Docker::available()
+}
+
+fn build_app(name: &str, dir: &Path) -> PathBuf {
+    harness::testing::user_app::build(name, dir).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+fn run(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
+    crate::until_decided(&scenario_toml.display().to_string(), || run_once(scenario_toml, target))
+}
+
+fn run_once(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
+    let results = tempfile::tempdir().unwrap();
+    let scenario = Scenario::load(scenario_toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
+    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{e:#}"));
+    crate::report::assert_junit_valid(&outcome.dir);
+    (outcome, results)
+}
+
+fn describe(o: &RunOutcome) -> String {
+    let checks: Vec<String> = o
+        .manifest
+        .checks
+        .iter()
+        .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
+        .collect();
+    format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
+}
+
+fn verdict_of(o: &RunOutcome, check: &str) -> Verdict {
+    o.manifest.checks.iter().find(|c| c.name == check).unwrap_or_else(|| panic!("no check `{check}`: {}", describe(o))).verdict
+}
+
+/// The console app's scenario: paths relative to the TOML, its own argv, its own truth format.
+const SPIN_TOML: &str = r#"
+name = "spin-two"
+workload = { dll = "bin/spin-two.dll" }
+# The app's own arguments, exactly as written: its output file (in its run folder) and seconds.
+args = ["spin.json", "5"]
+stop = "exit"
+truth = { path = "spin.json", map = { "shares.cpu.Alpha" = "{/alpha_s} / ({/alpha_s} + {/beta_s})" } }
+
+[[collector]]
+kind = "perf-cpu"
+frequency = 499
+
+[[collector]]
+kind = "eventpipe"
+profile = "thread-time"
+
+[[expect]]
+kind = "agree_share"
+name = "Alpha's share agrees across perf and EventPipe"
+method = "::Alpha\\b"
+among = ["::Alpha\\b", "::Beta\\b"]
+collectors = ["perf-cpu", "eventpipe"]
+tolerance_pts = 10
+min_samples = 200
+
+[[expect]]
+kind = "resolved"
+collector = "perf-cpu"
+class = "jit"
+min = 0.9
+
+[[expect]]
+kind = "share"
+name = "Alpha's share against the app's own numbers"
+collector = "perf-cpu"
+method = "::Alpha\\b"
+among = ["::Alpha\\b", "::Beta\\b"]
+truth = "shares.cpu.Alpha"
+tolerance_pts = 10
+min_samples = 200
+"#;
+
+/// The negative twin: a share expectation on the wrong method must fail.
+const WRONG_METHOD: &str = r#"
+[[expect]]
+kind = "share"
+name = "twin: Beta held to Alpha's share"
+collector = "perf-cpu"
+method = "::Beta\\b"
+among = ["::Alpha\\b", "::Beta\\b"]
+truth = "shares.cpu.Alpha"
+tolerance_pts = 10
+min_samples = 200
+"#;
+
+fn spin_scenario(dir: &Path, extra: &str) -> PathBuf {
+    build_app("spin-two", dir);
+    let toml = dir.join("spin.toml");
+    std::fs::write(&toml, format!("{SPIN_TOML}{extra}")).unwrap();
+    toml
+}
+
+fn assert_spin_passed(o: &RunOutcome) {
+    // Nothing was injected into argv: the app wrote its file where its first argument said.
+    assert!(o.dir.join("artifacts/spin.json").is_file(), "{}", describe(o));
+    let truth = o.manifest.checks.iter().find(|c| c.name == "Alpha's share against the app's own numbers").unwrap();
+    let share = truth.values["truth"];
+    assert!((0.6..0.9).contains(&share), "the app's own split is ~75 %: {share}");
+    for check in ["Alpha's share agrees across perf and EventPipe", "Alpha's share against the app's own numbers"] {
+        assert_eq!(verdict_of(o, check), Verdict::Pass, "{}", describe(o));
+    }
+}
+
+#[test]
+fn console_app_as_it_is_on_the_host_and_its_twin_fails() {
+    if !prerequisites("your_app::console_host", &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _results) = run(&spin_scenario(dir.path(), WRONG_METHOD), TargetKind::Host);
+    assert_spin_passed(&o);
+    assert_eq!(verdict_of(&o, "twin: Beta held to Alpha's share"), Verdict::Fail, "{}", describe(&o));
+    assert_eq!(o.verdict, Verdict::Fail, "only the twin fails: {}", describe(&o));
+    // A finished host run leaves its runtime files in the run, not in /tmp.
+    let pid = o.manifest.metrics["app.pid"] as u32;
+    for name in [format!("perf-{pid}.map"), format!("jit-{pid}.dump"), format!("perfinfo-{pid}.map")] {
+        assert!(!Path::new("/tmp").join(&name).exists(), "/tmp/{name} left behind");
+    }
+    assert!(o.dir.join(format!("artifacts/perf-{pid}.map")).is_file());
+}
+
+#[test]
+fn console_app_as_it_is_in_a_container() {
+    if !prerequisites("your_app::console_container", &[&require_root, &docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (o, _results) = run(&spin_scenario(dir.path(), ""), TargetKind::Container);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert_spin_passed(&o);
+}
+
+/// The web app: ready by ASP.NET Core's own line (its URL feeds the load), stopped by SIGTERM,
+/// judged by truth-free bounds; on/off-CPU seen by perf, thread time by EventPipe in its own run.
+const WEB_TOML: &str = r#"
+name = "web-api"
+workload = { dll = "bin/web-api.dll" }
+args = ["--urls", "http://127.0.0.1:0"]
+runs = [["perf-cpu", "perf-offcpu"], ["eventpipe"]]
+
+[load]
+routes = ["/cpu", "/blocked"]
+connections_per_route = 4
+seconds = 6
+
+[[collector]]
+kind = "perf-cpu"
+frequency = 499
+
+[[collector]]
+kind = "perf-offcpu"
+
+[[collector]]
+kind = "eventpipe"
+profile = "thread-time"
+
+[[expect]]
+kind = "share_at_least"
+name = "perf cpu-clock ≈ CPU route only"
+collector = "perf-cpu"
+method = "::CpuRoute\\b"
+among = ["::CpuRoute\\b", "::BlockedRoute\\b"]
+min = 0.9
+min_samples = 100
+
+[[expect]]
+kind = "share_at_least"
+name = "perf off-CPU ≈ blocked route only"
+collector = "perf-offcpu"
+method = "::BlockedRoute\\b"
+among = ["::CpuRoute\\b", "::BlockedRoute\\b"]
+sample_kind = "blocked"
+min = 0.9
+min_samples = 50
+
+[[expect]]
+kind = "frame"
+collector = "eventpipe"
+pattern = "::BlockedRoute\\b"
+
+# The negative twin: on the blocked route perf cpu-clock and SampleProfiler truly disagree
+# (SampleProfiler samples blocked threads, cpu-clock does not): this check must fail.
+[[expect]]
+kind = "agree_share"
+name = "twin: blocked route's share agrees across perf-cpu and SampleProfiler"
+method = "::BlockedRoute\\b"
+among = ["::CpuRoute\\b", "::BlockedRoute\\b"]
+collectors = ["perf-cpu", "eventpipe"]
+tolerance_pts = 10
+min_samples = 100
+"#;
+
+#[test]
+fn web_api_as_it_is_with_load_from_its_listening_line() {
+    if !prerequisites("your_app::web_host", &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    build_app("web-api", dir.path());
+    let toml = dir.path().join("web.toml");
+    std::fs::write(&toml, WEB_TOML).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    for check in ["perf cpu-clock ≈ CPU route only", "perf off-CPU ≈ blocked route only"] {
+        assert_eq!(verdict_of(&o, check), Verdict::Pass, "{}", describe(&o));
+    }
+    assert_eq!(
+        verdict_of(&o, "twin: blocked route's share agrees across perf-cpu and SampleProfiler"),
+        Verdict::Fail,
+        "{}",
+        describe(&o)
+    );
+    assert_eq!(o.verdict, Verdict::Fail, "only the twin fails: {}", describe(&o));
+    // The load used the URL ASP.NET Core printed, and requests were served on both routes.
+    let load = o.manifest.load.as_ref().expect("no load report");
+    assert!(load.to_string().contains("/blocked"), "{load}");
+    // The on/off-CPU table shows each collector's view of the two routes.
+    assert!(!o.manifest.share_tables.is_empty(), "{}", describe(&o));
+}
+
+#[test]
+fn web_api_from_a_users_own_image() {
+    if !prerequisites("your_app::user_image", &[&require_root, &docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    build_app("web-api", dir.path());
+    let docker = harness::docker::Docker::connect().unwrap();
+    let dotnet = harness::dotnet::Dotnet::locate_or_install().unwrap();
+    let base = harness::image::build(&docker, harness::image::suite("bullseye").unwrap(), &dotnet.root).unwrap().runtime.tag;
+    // The user's image: tracelab's runtime image as a base, the app copied in, its own ENTRYPOINT.
+    let context = dir.path().join("image");
+    std::fs::create_dir_all(&context).unwrap();
+    let status = std::process::Command::new("cp").arg("-r").arg(dir.path().join("bin")).arg(context.join("app")).status().unwrap();
+    assert!(status.success());
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!("FROM {base}\nCOPY app /app\nWORKDIR /app\nENTRYPOINT [\"dotnet\", \"/app/web-api.dll\", \"--urls\", \"http://127.0.0.1:0\"]\n"),
+    )
+    .unwrap();
+    let tag = format!("tracelab-test/web-api:{}", std::process::id());
+    let built = std::process::Command::new("docker").args(["build", "-q", "-t", &tag]).arg(&context).output().unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    let _remove = RemoveImage(tag.clone());
+    let toml = dir.path().join("image.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            r#"
+name = "web-api-image"
+workload = {{ image = "{tag}" }}
+
+[load]
+routes = ["/cpu"]
+connections_per_route = 4
+seconds = 5
+
+[[collector]]
+kind = "perf-cpu"
+frequency = 499
+
+[[collector]]
+kind = "eventpipe"
+profile = "thread-time"
+
+[[expect]]
+kind = "frame"
+collector = "perf-cpu"
+pattern = "::CpuRoute\\b"
+
+[[expect]]
+kind = "resolved"
+collector = "perf-cpu"
+class = "jit"
+min = 0.9
+
+[[expect]]
+kind = "agree_share"
+name = "CPU route's share of its request path agrees across perf and EventPipe"
+method = "::CpuRoute\\b"
+among = ["::CpuRoute\\b", "::BlockedRoute\\b"]
+collectors = ["perf-cpu", "eventpipe"]
+tolerance_pts = 15
+min_samples = 100
+"#
+        ),
+    )
+    .unwrap();
+    let (o, _results) = run(&toml, TargetKind::Sidecar);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+
+    // check-image answers for the same image: its runtime, and each collector tried against it.
+    let results = tempfile::tempdir().unwrap();
+    let report = harness::check_image::check(&tag, &[], results.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let table = report.markdown();
+    assert_eq!(report.entrypoint, ["dotnet", "/app/web-api.dll", "--urls", "http://127.0.0.1:0"], "{table}");
+    assert!(report.files.shared_runtimes.iter().any(|v| v.starts_with("10.")), "{table}");
+    let row = |c: &str| report.rows.iter().find(|r| r.collector == c).unwrap_or_else(|| panic!("no {c} row: {table}"));
+    assert!(row("perf-cpu").works && row("perf-cpu").capabilities == "SYS_ADMIN", "{table}");
+    assert!(row("eventpipe").works && row("eventpipe").capabilities == "none", "{table}");
+    assert!(table.contains("--pid=container:app") && table.contains("--cap-add SYS_ADMIN"), "{table}");
+}
+
+struct RemoveImage(String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+#[test]
+fn mistakes_in_a_users_scenario_name_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let collector = "[[collector]]\nkind = \"perf-cpu\"\n";
+    for (body, why) in [
+        ("workload = { exe = \"app\" }\n", "unknown workload form `exe`"),
+        ("workload = { dll = \"a.dll\" }\nready = { line = \"(oops\" }\n", "`ready.line` is not a valid regex"),
+        (
+            "workload = { dll = \"a.dll\" }\ntruth = { path = \"t.json\", map = { \"k\" = \"{/a} +\" } }\n",
+            "truth.map.\"k\"",
+        ),
+        ("workload = { image = \"me/app\" }\nstop = \"exit\"\n", "cannot be used with an `image` workload"),
+        ("workload = { dll = \"a.dll\" }\n[load]\nurl = \"http://example.com:80\"\nroutes = [\"/\"]\nseconds = 1\n", "loopback only"),
+    ] {
+        let path = dir.path().join("mine.toml");
+        std::fs::write(&path, format!("name = \"x\"\n{body}{collector}")).unwrap();
+        let err = format!("{:#}", Scenario::load(&path).unwrap_err());
+        assert!(err.contains(why) && err.contains("mine.toml"), "{body}: {err}");
+    }
+}
+
+#[test]
+fn a_missing_image_or_an_app_that_exits_before_it_is_ready_says_so() {
+    if !prerequisites("your_app::early_exit", &[&require_root]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // `false` exits at once with code 1 and never opens a diagnostics socket.
+    let toml = dir.path().join("early.toml");
+    std::fs::write(&toml, "name = \"early\"\nworkload = { command = [\"sh\", \"-c\", \"echo starting; exit 3\"] }\n[[collector]]\nkind = \"eventpipe\"\nprofile = \"thread-time\"\n").unwrap();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    let reason = o.reason.clone().unwrap_or_default();
+    // Not a wrong answer of the pipeline: the run could not happen.
+    assert_eq!(o.verdict, Verdict::Error, "{reason}");
+    assert!(reason.contains("exited before it was ready") && reason.contains("exit code 3") && reason.contains("starting"), "{reason}");
+    if docker_available().is_err() {
+        return;
+    }
+    std::fs::write(&toml, "name = \"noimage\"\nworkload = { image = \"tracelab-test/does-not-exist:1\" }\n[[collector]]\nkind = \"eventpipe\"\nprofile = \"thread-time\"\n").unwrap();
+    let (o, _results) = run(&toml, TargetKind::Sidecar);
+    let reason = o.reason.clone().unwrap_or_default();
+    assert!(reason.contains("image tracelab-test/does-not-exist:1 does not exist here"), "{reason}");
+}
