@@ -89,7 +89,28 @@ fn make_target(
 /// results folder could be written; anything that goes wrong inside the run becomes a FAIL (a
 /// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::infra::Infrastructure`]
 /// failure) with its reason.
+///
+/// A run whose data cannot decide it (inconclusive: lost events, a starved sampler, too few
+/// samples — a busy machine, not a wrong pipeline) collects again, as a whole new run, up to
+/// `[sufficiency] attempts` in all; the deciding run's manifest lists the earlier ones.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
+    let attempts = scenario.sufficiency.attempts.max(1);
+    let mut earlier: Vec<crate::report::EarlierAttempt> = Vec::new();
+    loop {
+        let outcome = run_attempt(scenario, opts, &earlier)?;
+        if outcome.verdict != Verdict::Inconclusive || earlier.len() + 1 >= attempts as usize {
+            return Ok(outcome);
+        }
+        let reason = outcome.reason.clone().unwrap_or_default();
+        crate::progress::note(
+            "report",
+            &format!("inconclusive ({reason}): collecting again, attempt {} of {attempts}", earlier.len() + 2),
+        );
+        earlier.push(crate::report::EarlierAttempt { run_id: outcome.manifest.run_id.clone(), reason });
+    }
+}
+
+fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report::EarlierAttempt]) -> Result<RunOutcome> {
     let started = crate::report::utc_rfc3339();
     let (target_kind, target_note) = choose_target(scenario, opts)?;
     if let Some(note) = &target_note {
@@ -181,6 +202,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         notes: scenario.notes.clone(),
         share_tables: share_tables(scenario, &state),
         load: state.load_report.clone(),
+        earlier_attempts: earlier.to_vec(),
     };
     let final_dir = dir.finish(&manifest)?;
     report_step.done(&format!("{} in {}", verdict.upper(), final_dir.display()));

@@ -70,6 +70,13 @@ fn a_check_below_its_floor_is_inconclusive_with_exit_3() {
     assert!(metrics["perf-cpu.lost_ratio"].is_number() && metrics["load.cpu_busy_share"].is_number(), "{metrics:#}");
     let summary = std::fs::read_to_string(results.join("latest/summary.md")).unwrap();
     assert!(summary.starts_with("# thin-data — INCONCLUSIVE"), "{summary}");
+    // It collected again once (`[sufficiency] attempts` = 2) before saying so; the first
+    // attempt's results stay beside it, named in the deciding run's manifest and summary.
+    let earlier = manifest["earlier_attempts"].as_array().expect("earlier_attempts");
+    assert_eq!(earlier.len(), 1, "{manifest:#}");
+    let first = earlier[0]["run_id"].as_str().unwrap();
+    assert!(results.join(first).join("manifest.json").is_file(), "{first}");
+    assert!(summary.contains("attempt 1 of this run was inconclusive and ran again"), "{summary}");
 }
 
 fn xtask(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {

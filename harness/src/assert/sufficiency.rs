@@ -23,11 +23,14 @@ pub struct Sufficiency {
     /// An effective sampling rate below this fraction of the asked frequency (any measured
     /// thread, any phase) makes sample checks inconclusive.
     pub min_rate_ratio: f64,
+    /// Runs an inconclusive scenario is given in all ("collect more"): each further attempt is a
+    /// whole new run, and the manifest lists the attempts before the deciding one.
+    pub attempts: u32,
 }
 
 impl Default for Sufficiency {
     fn default() -> Self {
-        Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5 }
+        Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 }
     }
 }
 
@@ -36,6 +39,9 @@ impl Sufficiency {
     pub fn validate(&self) -> anyhow::Result<()> {
         if !(0.0..=1.0).contains(&self.max_lost_ratio) || !(0.0..=1.0).contains(&self.min_rate_ratio) {
             anyhow::bail!("[sufficiency] bounds are fractions between 0 and 1 (e.g. max_lost_ratio = 0.01, min_rate_ratio = 0.5)");
+        }
+        if !(1..=5).contains(&self.attempts) {
+            anyhow::bail!("[sufficiency] attempts is 1–5 (runs given to an inconclusive scenario), got {}", self.attempts);
         }
         Ok(())
     }

@@ -286,6 +286,7 @@ mod tests {
             notes: vec![],
             share_tables: vec![],
             load: None,
+            earlier_attempts: Vec::new(),
         }
     }
 

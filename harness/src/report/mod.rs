@@ -53,6 +53,17 @@ pub struct Manifest {
     /// The load generator's report (requests, errors, latency per route), for web scenarios.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<serde_json::Value>,
+    /// Earlier attempts of this run that were inconclusive (`[sufficiency] attempts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_attempts: Vec<EarlierAttempt>,
+}
+
+/// An inconclusive attempt of a run that was run again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlierAttempt {
+    /// Its results folder's name (beside this one).
+    pub run_id: String,
+    pub reason: String,
 }
 
 /// Rows = collectors, columns = the compared methods (e.g. the two routes of the web experiment).

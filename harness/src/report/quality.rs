@@ -60,7 +60,10 @@ fn thread_phases(metrics: &BTreeMap<String, f64>, c: &str) -> Vec<String> {
 
 /// The markdown block (with its heading), or nothing.
 pub fn block(m: &Manifest) -> String {
-    let lines = lines(m);
+    let mut lines = lines(m);
+    for (i, a) in m.earlier_attempts.iter().enumerate() {
+        lines.insert(i, format!("attempt {} of this run was inconclusive and ran again: {} (its results: `{}`)", i + 1, a.reason, a.run_id));
+    }
     if lines.is_empty() {
         return String::new();
     }
@@ -98,6 +101,7 @@ mod tests {
             notes: vec![],
             share_tables: vec![],
             load: None,
+            earlier_attempts: Vec::new(),
         }
     }
 

@@ -365,7 +365,7 @@ mod tests {
     fn sufficiency_bounds_and_image_are_typed_and_checked_when_loaded() {
         let base = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\n";
         let s = Scenario::from_toml(base, Path::new("x.toml")).unwrap();
-        assert_eq!(s.sufficiency, crate::assert::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5 });
+        assert_eq!(s.sufficiency, crate::assert::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 });
         let s = Scenario::from_toml(&format!("{base}[sufficiency]\nmin_rate_ratio = 0.25\n"), Path::new("x.toml")).unwrap();
         assert_eq!((s.sufficiency.max_lost_ratio, s.sufficiency.min_rate_ratio), (0.01, 0.25));
         for (extra, why) in [
