@@ -40,6 +40,9 @@ pub struct RunRecord {
     pub run_id: String,
     #[serde(default)]
     pub checks: Vec<CheckRecord>,
+    /// Inconclusive attempts before the deciding one (`[sufficiency] attempts`).
+    #[serde(default)]
+    pub earlier_attempts: Vec<crate::report::EarlierAttempt>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -96,6 +99,9 @@ pub struct RunRow {
     pub reason: Option<String>,
     /// 1-minute load average when the run ended.
     pub load1: Option<f64>,
+    /// Why earlier attempts of this run were inconclusive (it collected again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -138,7 +144,13 @@ impl Table {
             };
             let row = &mut scenarios[idx];
             row.counts.add(run.verdict);
-            row.runs.push(RunRow { run_id: run.run_id.clone(), verdict: run.verdict, reason: run.reason.clone(), load1: *load1 });
+            row.runs.push(RunRow {
+                run_id: run.run_id.clone(),
+                verdict: run.verdict,
+                reason: run.reason.clone(),
+                load1: *load1,
+                earlier: run.earlier_attempts.iter().map(|a| a.reason.clone()).collect(),
+            });
             for c in &run.checks {
                 let at = match row.checks.iter().position(|r| r.name == c.name && r.collector == c.collector) {
                     Some(i) => i,
@@ -206,6 +218,19 @@ impl Table {
             .iter()
             .flat_map(|s| s.runs.iter().filter(|r| r.verdict != Verdict::Pass).map(move |r| (s.scenario.as_str(), r)))
             .collect();
+        // Counted above by their deciding attempt; what the first attempt said is listed here.
+        let retried: Vec<(&str, &RunRow)> = self
+            .scenarios
+            .iter()
+            .flat_map(|s| s.runs.iter().filter(|r| !r.earlier.is_empty()).map(move |r| (s.scenario.as_str(), r)))
+            .collect();
+        if !retried.is_empty() {
+            let total: usize = self.scenarios.iter().map(|s| s.runs.len()).sum();
+            let _ = writeln!(md, "\n## Runs that collected again\n\n{} of {total} runs were inconclusive at first and ran again (counted above by the attempt that decided them):\n", retried.len());
+            for (scenario, r) in retried {
+                let _ = writeln!(md, "- {scenario} `{}`: {} after {}", r.run_id, r.verdict.upper(), r.earlier.join("; then "));
+            }
+        }
         if !odd.is_empty() {
             let _ = writeln!(md, "\n## Runs that did not pass\n");
             for (scenario, r) in odd {
@@ -324,6 +349,7 @@ pub fn run(opts: &SoakOptions) -> Result<(Table, PathBuf)> {
                     reason: Some(format!("{e:#}")),
                     run_id: String::new(),
                     checks: Vec::new(),
+                    earlier_attempts: Vec::new(),
                 },
             };
             crate::progress::note("soak", &format!("{} {}", record.scenario, record.verdict.upper()));
@@ -420,6 +446,19 @@ mod tests {
         assert_eq!(row.checks[0].counts.fail, 1);
         let md = table.markdown();
         assert!(md.contains("measured 50 %") && md.contains("stress-ng"), "{md}");
+    }
+
+    #[test]
+    fn runs_that_collected_again_are_listed_with_what_the_first_attempt_said() {
+        let mut runs = recorded();
+        runs[0].0.earlier_attempts =
+            vec![crate::report::EarlierAttempt { run_id: "first".into(), reason: "perf-offcpu lost 2.2 %".into() }];
+        let table = Table::from_runs(&runs, 2, false, 2);
+        let md = table.markdown();
+        assert!(md.contains(&format!("1 of {} runs were inconclusive at first and ran again", runs.len())), "{md}");
+        assert!(md.contains(&format!("`{}`: {} after perf-offcpu lost 2.2 %", runs[0].0.run_id, runs[0].0.verdict.upper())), "{md}");
+        // Counted once, by the deciding attempt.
+        assert_eq!(table.scenarios.iter().map(|s| s.counts.total()).sum::<usize>(), runs.len());
     }
 
     #[test]

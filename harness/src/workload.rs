@@ -335,6 +335,10 @@ fn run_build(
             "-p:DisableTransitiveFrameworkReferenceDownloads=true",
         ]);
     }
+    if !ours {
+        // obj/ and bin/ of a user's project stay in the cache too, not beside its sources.
+        cmd.arg("--artifacts-path").arg(out.with_extension("artifacts"));
+    }
     if ours {
         // workloads/Directory.Build.props keys obj/ on this, so the plain and the R2R build of
         // one project don't overwrite each other's restore output.

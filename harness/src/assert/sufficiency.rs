@@ -138,7 +138,8 @@ impl DataQuality {
         if lost > rules.max_lost_ratio {
             why.push(format!(
                 "`{}` lost {} events against {} samples recorded ({}, above the bound of {}; a larger ring \
-                 buffer keeps them: `cargo xtask setup` raises kernel.perf_event_mlock_kb, which bounds perf in containers)",
+                 buffer keeps them: `cargo xtask setup` raises kernel.perf_event_mlock_kb, which bounds perf in containers; \
+                 perf-offcpu writes less with a smaller stack copy, e.g. call_graph = \"dwarf,8192\")",
                 self.collector,
                 self.lost,
                 self.samples,

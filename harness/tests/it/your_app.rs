@@ -141,15 +141,56 @@ fn console_app_as_it_is_on_the_host_and_its_twin_fails() {
     assert!(o.dir.join(format!("artifacts/perf-{pid}.map")).is_file());
 }
 
+/// In a container, started as a `command`: the apphost `dotnet build` writes beside the dll,
+/// a path relative to the TOML, which finds the image's runtime through DOTNET_ROOT.
 #[test]
 fn console_app_as_it_is_in_a_container() {
     if !prerequisites("your_app::console_container", &[&require_root, &docker_available]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (o, _results) = run(&spin_scenario(dir.path(), ""), TargetKind::Container);
+    let toml = spin_scenario(dir.path(), "");
+    let text = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace("workload = { dll = \"bin/spin-two.dll\" }\n", "workload = { command = [\"./bin/spin-two\", \"spin.json\", \"5\"] }\n")
+        .replace("args = [\"spin.json\", \"5\"]\n", "");
+    std::fs::write(&toml, text).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Container);
     assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
     assert_spin_passed(&o);
+    assert!(o.manifest.commands.iter().any(|c| c.contains("/bin/spin-two spin.json 5")), "{:?}", o.manifest.commands);
+}
+
+/// A `project` is built where the user's cache is (XDG), never in the checkout nor beside the
+/// sources; readiness by a delay, stop by SIGINT after the window, no truth at all.
+#[test]
+fn a_users_project_builds_in_the_cache_and_stops_on_sigint() {
+    if !prerequisites("your_app::project_host", &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    build_app("spin-two", dir.path());
+    let cache = dir.path().join("cache");
+    // SAFETY: nextest runs each test in its own process; nothing else reads the environment here.
+    unsafe { std::env::set_var("XDG_CACHE_HOME", &cache) };
+    let toml = dir.path().join("project.toml");
+    std::fs::write(
+        &toml,
+        "name = \"spin-project\"\nworkload = { project = \"src\" }\nargs = [\"spin.json\", \"60\"]\n\
+         ready = { delay_s = 0.5 }\nseconds = 3\nstop = \"sigint\"\n\
+         [[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\
+         [[expect]]\nkind = \"frame\"\ncollector = \"perf-cpu\"\npattern = \"::Alpha\\\\b\"\n",
+    )
+    .unwrap();
+    let src_before: Vec<_> = std::fs::read_dir(dir.path().join("src")).unwrap().flatten().map(|e| e.file_name()).collect();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(cache.join("tracelab/build").is_dir(), "no build under {}", cache.display());
+    let src_after: Vec<_> = std::fs::read_dir(dir.path().join("src")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(src_before.len(), src_after.len(), "the build wrote beside the sources: {src_after:?}");
+    assert!(o.manifest.commands.iter().any(|c| c.contains("kill -INT")), "{:?}", o.manifest.commands);
+    let code = o.manifest.metrics["app.exit_code"];
+    assert!(code == -1.0 || code == 130.0, "SIGINT ended the app: exit code {code}");
 }
 
 /// The web app: ready by ASP.NET Core's own line (its URL feeds the load), stopped by SIGTERM,
