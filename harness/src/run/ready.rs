@@ -173,13 +173,17 @@ pub fn await_ready(app: &mut RunningApp, ready: &Ready, timeout: Duration) -> Re
                 app.last_lines(15)
             );
         }
-        if let Ok(line) = app.output.recv_timeout(Duration::from_millis(20)) {
-            app.transcript.push(line.clone());
-            if let Some(re) = &line_re
-                && let Some(caps) = re.captures(&line)
-            {
-                return Ok(caps.name("url").map(|m| m.as_str().trim_end_matches('/').to_string()));
+        match app.output.recv_timeout(Duration::from_millis(20)) {
+            Ok(line) => {
+                app.transcript.push(line.clone());
+                if let Some(re) = &line_re
+                    && let Some(caps) = re.captures(&line)
+                {
+                    return Ok(caps.name("url").map(|m| m.as_str().trim_end_matches('/').to_string()));
+                }
             }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(20)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
 }
@@ -191,8 +195,11 @@ pub fn run_for(app: &mut RunningApp, seconds: f64) -> bool {
         if !app.is_alive() {
             return false;
         }
-        if let Ok(line) = app.output.recv_timeout(Duration::from_millis(50)) {
-            app.transcript.push(line);
+        match app.output.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => app.transcript.push(line),
+            // The app closed its output but may still run: wait without spinning.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(50)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
     true

@@ -30,3 +30,24 @@ pub fn until_decided<T>(what: &str, mut run: impl FnMut() -> (harness::engine::R
         attempt += 1;
     }
 }
+
+/// One run of `scenario` on `target` into a temporary results root; every junit.xml a scenario
+/// writes must pass the strict JUnit schema.
+pub fn run_scenario(scenario: &harness::scenario::Scenario, target: harness::run::TargetKind) -> (harness::engine::RunOutcome, tempfile::TempDir) {
+    let results = tempfile::tempdir().unwrap();
+    let opts = harness::engine::RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
+    let outcome = harness::engine::run(scenario, &opts).unwrap_or_else(|e| panic!("{}: {e:#}", scenario.name));
+    report::assert_junit_valid(&outcome.dir);
+    (outcome, results)
+}
+
+/// A run's verdict and every check, for assertion messages.
+pub fn describe(o: &harness::engine::RunOutcome) -> String {
+    let checks: Vec<String> = o
+        .manifest
+        .checks
+        .iter()
+        .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
+        .collect();
+    format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
+}

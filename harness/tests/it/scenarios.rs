@@ -12,32 +12,10 @@ fn perf_available() -> Result<(), String> {
 }
 
 fn run_on_host(name: &str) -> (RunOutcome, tempfile::TempDir) {
-    crate::until_decided(name, || run_on_host_once(name))
+    run_on(name, TargetKind::Host)
 }
 
-fn run_on_host_once(name: &str) -> (RunOutcome, tempfile::TempDir) {
-    let results = tempfile::tempdir().unwrap();
-    let scenario = Scenario::find(name).unwrap();
-    let opts = RunOptions {
-        target: Some(TargetKind::Host),
-        results_root: Some(results.path().to_path_buf()),
-        ..Default::default()
-    };
-    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
-    // Every junit.xml a scenario writes must pass the strict JUnit schema.
-    crate::report::assert_junit_valid(&outcome.dir);
-    (outcome, results)
-}
-
-fn describe(o: &RunOutcome) -> String {
-    let checks: Vec<String> = o
-        .manifest
-        .checks
-        .iter()
-        .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
-        .collect();
-    format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
-}
+use crate::describe;
 
 #[test]
 fn cpu_bound_passes_on_host_with_contracted_manifest() {
@@ -111,17 +89,8 @@ fn docker_available() -> Result<(), String> {
 }
 
 fn run_on(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
-    crate::until_decided(name, || run_on_once(name, target))
-}
-
-fn run_on_once(name: &str, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
-    let results = tempfile::tempdir().unwrap();
     let scenario = Scenario::find(name).unwrap();
-    let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
-    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{name}: {e:#}"));
-    // Every junit.xml a scenario writes must pass the strict JUnit schema.
-    crate::report::assert_junit_valid(&outcome.dir);
-    (outcome, results)
+    crate::until_decided(name, || crate::run_scenario(&scenario, target))
 }
 
 /// One test per (scenario, target) that must PASS here, as `cargo xtask scenario NAME --target T`.

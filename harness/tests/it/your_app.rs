@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use harness::assert::Verdict;
-use harness::engine::{self, RunOptions, RunOutcome};
+use harness::engine::RunOutcome;
+use crate::describe;
 use harness::run::TargetKind;
 use harness::scenario::Scenario;
 use harness::testing::{prerequisites, require_root};
@@ -27,23 +28,9 @@ fn run(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempD
 }
 
 fn run_once(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
-    let results = tempfile::tempdir().unwrap();
-    let scenario = Scenario::load(scenario_toml).unwrap_or_else(|e| panic!("{e:#}"));
-    let opts = RunOptions { target: Some(target), results_root: Some(results.path().to_path_buf()), ..Default::default() };
-    let outcome = engine::run(&scenario, &opts).unwrap_or_else(|e| panic!("{e:#}"));
-    crate::report::assert_junit_valid(&outcome.dir);
-    (outcome, results)
+    crate::run_scenario(&Scenario::load(scenario_toml).unwrap_or_else(|e| panic!("{e:#}")), target)
 }
 
-fn describe(o: &RunOutcome) -> String {
-    let checks: Vec<String> = o
-        .manifest
-        .checks
-        .iter()
-        .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
-        .collect();
-    format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
-}
 
 fn verdict_of(o: &RunOutcome, check: &str) -> Verdict {
     o.manifest.checks.iter().find(|c| c.name == check).unwrap_or_else(|| panic!("no check `{check}`: {}", describe(o))).verdict
