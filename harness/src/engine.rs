@@ -124,6 +124,8 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
     let run_id = format!("{}-{}-{}", crate::report::utc_stamp(), scenario.name, label);
     let results_root = opts.results_root.clone().unwrap_or_else(|| crate::project_root().join("results"));
     let dir = ResultsDir::create(&results_root, &run_id)?;
+    // Another run may have taken the name in this same second: the folder's own name is the id.
+    let run_id = dir.name().to_string();
 
     let mut state = RunState {
         durations: BTreeMap::new(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::assert::{Check, Verdict};
@@ -138,18 +138,34 @@ pub struct ResultsDir {
 }
 
 impl ResultsDir {
-    /// Starts `root/<name>` as a hidden staging folder `root/.staging-<name>`.
+    /// Starts `root/<name>` as a hidden staging folder `root/.staging-<name>`. Two runs started
+    /// in the same second would share that name: the staging folder is created exclusively, and a
+    /// name already taken (staged or finished) gets the next free `-2`, `-3` … suffix, so a run
+    /// never writes into, or removes, another run's folder. [`ResultsDir::name`] is the name
+    /// taken.
     pub fn create(root: &Path, name: &str) -> Result<ResultsDir> {
         std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
-        let staging = root.join(format!(".staging-{name}"));
-        if staging.exists() {
-            std::fs::remove_dir_all(&staging)?;
-        }
+        let mut n = 1;
+        let (name, staging) = loop {
+            let candidate = if n == 1 { name.to_string() } else { format!("{name}-{n}") };
+            let staging = root.join(format!(".staging-{candidate}"));
+            if !root.join(&candidate).exists() {
+                match std::fs::create_dir(&staging) {
+                    Ok(()) => break (candidate, staging),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e).with_context(|| format!("cannot create {}", staging.display())),
+                }
+            }
+            n += 1;
+            if n > 1000 {
+                bail!("no free results folder name for {name} in {}", root.display());
+            }
+        };
         for sub in ["artifacts", "stacks"] {
             std::fs::create_dir_all(staging.join(sub))
                 .with_context(|| format!("cannot create {}", staging.join(sub).display()))?;
         }
-        Ok(ResultsDir { root: root.to_path_buf(), staging, name: name.to_string() })
+        Ok(ResultsDir { root: root.to_path_buf(), staging, name })
     }
 
     pub fn path(&self) -> &Path {
@@ -172,16 +188,21 @@ impl ResultsDir {
         std::fs::write(self.staging.join("manifest.json"), json)?;
         std::fs::write(self.staging.join("summary.md"), summary_markdown(manifest, &self.staging))?;
         std::fs::write(self.staging.join("junit.xml"), junit_xml(manifest))?;
+        // The name was free when the run started and no other run takes a name that is staged.
         let dest = self.root.join(&self.name);
         if dest.exists() {
-            std::fs::remove_dir_all(&dest)?;
+            bail!("{} appeared while this run was staged in {}: left as it is", dest.display(), self.staging.display());
         }
         std::fs::rename(&self.staging, &dest)
             .with_context(|| format!("cannot rename {} to {}", self.staging.display(), dest.display()))?;
+        // `latest` is replaced in one rename, so two runs finishing together never see it missing
+        // nor fail on each other's link.
         let latest = self.root.join("latest");
-        let _ = std::fs::remove_file(&latest);
+        let next = self.root.join(format!(".latest-{}", self.name));
+        let _ = std::fs::remove_file(&next);
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&self.name, &latest).with_context(|| format!("cannot link {}", latest.display()))?;
+        std::os::unix::fs::symlink(&self.name, &next).with_context(|| format!("cannot link {}", next.display()))?;
+        std::fs::rename(&next, &latest).with_context(|| format!("cannot replace {}", latest.display()))?;
         Ok(dest)
     }
 
@@ -354,4 +375,39 @@ fn fmt_num(v: f64) -> String {
 /// junit.xml of one run ([`junit`]: valid against the strict JUnit schema).
 pub fn junit_xml(m: &Manifest) -> String {
     junit::document(&serde_json::to_value(m).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real manifest (a recorded soak run) to finish folders with.
+    fn manifest(run_id: &str) -> Manifest {
+        let dir = crate::project_root().join("harness/tests/fixtures/soak/manifests");
+        let first = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "json")).unwrap();
+        let mut m: Manifest = serde_json::from_str(&std::fs::read_to_string(first).unwrap()).unwrap();
+        m.run_id = run_id.to_string();
+        m
+    }
+
+    /// Two runs started in the same second (same scenario, target, kernel) get two folders:
+    /// neither removes nor writes into the other's (seen: 3 of 5 such pairs broke each other).
+    #[test]
+    fn runs_started_in_the_same_second_get_their_own_folders() {
+        let root = tempfile::tempdir().unwrap();
+        let name = "20261125T031509Z-cpu-bound-host-k6.18";
+        let a = ResultsDir::create(root.path(), name).unwrap();
+        std::fs::write(a.artifacts().join("mine"), "a").unwrap();
+        let b = ResultsDir::create(root.path(), name).unwrap();
+        assert_eq!(b.name(), format!("{name}-2"));
+        assert!(a.artifacts().join("mine").is_file(), "the second run touched the first's staging folder");
+        let (ma, mb) = (manifest(a.name()), manifest(b.name()));
+        let (da, db) = (a.finish(&ma).unwrap(), b.finish(&mb).unwrap());
+        assert_ne!(da, db);
+        assert_eq!(std::fs::read_to_string(da.join("artifacts/mine")).unwrap(), "a");
+        // A finished name is not taken again either.
+        let c = ResultsDir::create(root.path(), name).unwrap();
+        assert_eq!(c.name(), format!("{name}-3"));
+        c.abandon();
+    }
 }
