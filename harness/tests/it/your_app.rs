@@ -27,6 +27,22 @@ fn run(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempD
     crate::until_decided(&scenario_toml.display().to_string(), || run_once(scenario_toml, target))
 }
 
+/// A run that holds a negative twin ends FAIL whatever else happened, so the engine's own
+/// "collect again" on an inconclusive run never starts: here the run is repeated (up to three in
+/// all) until the named checks are decided, each retry printed with its reason.
+fn run_until_decided(scenario_toml: &Path, target: TargetKind, checks: &[&str]) -> (RunOutcome, tempfile::TempDir) {
+    let mut attempt = 1;
+    loop {
+        let (o, results) = run_once(scenario_toml, target);
+        let undecided: Vec<&str> = checks.iter().copied().filter(|c| verdict_of(&o, c) == Verdict::Inconclusive).collect();
+        if undecided.is_empty() || attempt == 3 {
+            return (o, results);
+        }
+        eprintln!("{}: attempt {attempt}: {undecided:?} inconclusive; running again\n{}", scenario_toml.display(), describe(&o));
+        attempt += 1;
+    }
+}
+
 fn run_once(scenario_toml: &Path, target: TargetKind) -> (RunOutcome, tempfile::TempDir) {
     crate::run_scenario(&Scenario::load(scenario_toml).unwrap_or_else(|e| panic!("{e:#}")), target)
 }
@@ -116,7 +132,11 @@ fn console_app_as_it_is_on_the_host_and_its_twin_fails() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (o, _results) = run(&spin_scenario(dir.path(), WRONG_METHOD), TargetKind::Host);
+    let (o, _results) = run_until_decided(
+        &spin_scenario(dir.path(), WRONG_METHOD),
+        TargetKind::Host,
+        &["Alpha's share agrees across perf and EventPipe", "Alpha's share against the app's own numbers"],
+    );
     assert_spin_passed(&o);
     assert_eq!(verdict_of(&o, "twin: Beta held to Alpha's share"), Verdict::Fail, "{}", describe(&o));
     assert_eq!(o.verdict, Verdict::Fail, "only the twin fails: {}", describe(&o));
@@ -197,8 +217,10 @@ seconds = 6
 kind = "perf-cpu"
 frequency = 499
 
+# 8 KiB of stack per switch-out, as on-vs-off-cpu: under this load 16 KiB loses records.
 [[collector]]
 kind = "perf-offcpu"
+call_graph = "dwarf,8192"
 
 [[collector]]
 kind = "eventpipe"
@@ -249,7 +271,7 @@ fn web_api_as_it_is_with_load_from_its_listening_line() {
     build_app("web-api", dir.path());
     let toml = dir.path().join("web.toml");
     std::fs::write(&toml, WEB_TOML).unwrap();
-    let (o, _results) = run(&toml, TargetKind::Host);
+    let (o, _results) = run_until_decided(&toml, TargetKind::Host, &["perf cpu-clock ≈ CPU route only", "perf off-CPU ≈ blocked route only"]);
     for check in ["perf cpu-clock ≈ CPU route only", "perf off-CPU ≈ blocked route only"] {
         assert_eq!(verdict_of(&o, check), Verdict::Pass, "{}", describe(&o));
     }
