@@ -486,7 +486,7 @@ fn run_app(
         state.collections.push(collection);
     }
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
-    keep_runtime_files(&app, &artifacts)?;
+    app.keep_runtime_files(&artifacts)?;
     Ok(())
 }
 
@@ -538,30 +538,6 @@ fn stop_collectors(
     }
 }
 
-/// The runtime's perf map, perfinfo and jitdump of a host run live in the host's /tmp: after
-/// decoding they move into the run's artifacts, so a finished run leaves nothing in /tmp.
-/// (Container runs write them into the run folder already.)
-fn keep_runtime_files(app: &crate::run::RunningApp, artifacts: &Path) -> Result<()> {
-    if app.tmp_dir_host.starts_with(artifacts.parent().unwrap_or(artifacts)) {
-        return Ok(());
-    }
-    let pid = app.target_pid;
-    for name in [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")] {
-        let from = app.tmp_dir_host.join(&name);
-        if !from.is_file() {
-            continue;
-        }
-        let to = artifacts.join(&name);
-        if to.is_file() {
-            std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
-        } else if std::fs::rename(&from, &to).is_err() {
-            // Another file system: copy, then remove.
-            std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} into {}", from.display(), artifacts.display()))?;
-            std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
-        }
-    }
-    Ok(())
-}
 
 /// How long the measured phase should last: the load's seconds (the app is stopped after it),
 /// else the app's `--seconds`; None for workloads that run to a count.

@@ -142,6 +142,31 @@ impl RunningApp {
         self.transcript[start..].join("\n")
     }
 
+    /// The runtime's perf map, perfinfo and jitdump of a host run live in the host's /tmp: once
+    /// decoded, they move into the run's `artifacts`, so a finished run leaves nothing in /tmp.
+    /// (Container runs write them into the run folder already.)
+    pub fn keep_runtime_files(&self, artifacts: &Path) -> Result<()> {
+        if self.tmp_dir_host.starts_with(artifacts.parent().unwrap_or(artifacts)) {
+            return Ok(());
+        }
+        let pid = self.target_pid;
+        for name in [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")] {
+            let from = self.tmp_dir_host.join(&name);
+            if !from.is_file() {
+                continue;
+            }
+            let to = artifacts.join(&name);
+            if to.is_file() {
+                std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
+            } else if std::fs::rename(&from, &to).is_err() {
+                // Another file system: copy, then remove.
+                std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} into {}", from.display(), artifacts.display()))?;
+                std::fs::remove_file(&from).with_context(|| format!("cannot remove {}", from.display()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Drains the remaining output until the app closes it.
     pub fn drain_output(&mut self) {
         while let Ok(line) = self.output.recv_timeout(Duration::from_millis(200)) {

@@ -73,6 +73,11 @@ fn perf_cpu_names_jit_frames_of_a_real_app() {
         symbol_dirs: &[],
     };
     let coll = collector.decode(&ctx).unwrap();
+    // As the engine does after decoding: the runtime's files leave /tmp for the artifacts.
+    app.keep_runtime_files(&artifacts).unwrap();
+    for name in [format!("perf-{}.map", app.target_pid), format!("jit-{}.dump", app.target_pid)] {
+        assert!(!app.tmp_dir_host.join(&name).exists(), "{name} left in {}", app.tmp_dir_host.display());
+    }
     let report = resolution_report(&coll);
     let jit = report.get("jit").unwrap();
     eprintln!("{} samples; JIT leaves {} of {} named; commands: {:?}", coll.samples.len(), jit.leaf_resolved, jit.leaf_total, collector.commands());
