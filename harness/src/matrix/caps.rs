@@ -43,13 +43,14 @@ impl Default for MatrixOptions {
     }
 }
 /// The probe of one cell: a scenario of the gc-heavy app (GC events for the event collectors,
-/// JIT-compiled loops for perf) observed by `kind`'s own probe spec, in a container of `suite`
+/// JIT-compiled loops for perf; 3 s, since a 1 s run gave perf 129 samples with no JIT leaf once)
+/// observed by `kind`'s own probe spec, in a container of `suite`
 /// with exactly `caps`, run by the engine as any scenario is. Its verdict is the cell: the engine
 /// fails a run whose collector saw nothing, so PASS means the collector recorded data.
 pub fn probe_scenario(kind: CollectorKind, caps: &str, suite: &str, timeout: Duration) -> Result<Scenario> {
     Ok(Scenario {
         description: format!("capability probe: {kind} under {caps}"),
-        args: ["--seconds", "1", "--induced", "3", "--alloc-mb-per-s", "50"].map(String::from).to_vec(),
+        args: ["--seconds", "3", "--induced", "3", "--alloc-mb-per-s", "50"].map(String::from).to_vec(),
         target: Some(TargetKind::Container),
         image: Some(suite.to_string()),
         capabilities: Some(cap_list(caps)?.iter().map(|c| c.to_string()).collect()),
