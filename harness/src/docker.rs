@@ -5,11 +5,13 @@
 //! start time of the creating process), so `cargo xtask sweep` can remove what a killed run left
 //! behind without touching the containers of a run that is still alive. Containers created by this
 //! process are also kept in a registry that [`remove_registered`] (called by the Ctrl-C/SIGTERM
-//! handler of [`install_signal_cleanup`], and by targets on drop) clears.
+//! handler of [`crate::owner::install`], and by targets on drop) clears; the first container a
+//! process creates starts its guardian ([`crate::owner::guard_containers`]), which removes them
+//! if the process dies without doing so.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -34,7 +36,6 @@ static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// Held across each create + registration, so the signal handler never misses a container whose
 /// creation was in flight when the signal came.
 static CREATING: Mutex<()> = Mutex::new(());
-static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A connection to the Docker daemon with its own runtime; all methods block.
 pub struct Docker {
@@ -94,28 +95,6 @@ pub struct ImageInfo {
     /// `KEY=VALUE` lines of the image's environment.
     pub env: Vec<String>,
     pub working_dir: String,
-}
-
-/// `PID:STARTTIME` of this process.
-pub fn owner_tag() -> String {
-    let pid = std::process::id();
-    format!("{pid}:{}", process_start_time(pid).unwrap_or(0))
-}
-
-/// Field 22 of /proc/PID/stat (start time in clock ticks), which tells a live owner from a
-/// reused pid.
-fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
-
-/// True when the process named by an owner label still runs.
-pub fn owner_alive(owner: &str) -> bool {
-    let Some((pid, start)) = owner.split_once(':') else { return false };
-    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else { return false };
-    process_start_time(pid) == Some(start)
 }
 
 /// Every Docker API failure is an infrastructure error (exit 5), not a verdict on the pipeline.
@@ -240,7 +219,7 @@ impl Docker {
     pub fn create(&self, spec: &ContainerSpec) -> Result<String> {
         let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
         labels.insert(LABEL.into(), "1".into());
-        labels.insert(LABEL_OWNER.into(), owner_tag());
+        labels.insert(LABEL_OWNER.into(), crate::owner::tag());
         labels.insert(LABEL_ROLE.into(), spec.role.clone());
         let host_config = HostConfig {
             binds: Some(spec.binds.clone()),
@@ -265,8 +244,9 @@ impl Docker {
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().build();
+        crate::owner::guard_containers();
         let _creating = CREATING.lock().unwrap_or_else(|p| p.into_inner());
-        if SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+        if crate::owner::shutting_down() {
             bail!("tracelab is shutting down (signal received): no new container");
         }
         let created = self
@@ -389,7 +369,7 @@ impl Docker {
     pub fn sweep(&self, everything: bool) -> Result<Swept> {
         let mut swept = Swept::default();
         for (id, labels) in self.containers_with_label(LABEL)? {
-            let alive = labels.get(LABEL_OWNER).is_some_and(|o| owner_alive(o));
+            let alive = labels.get(LABEL_OWNER).is_some_and(|o| crate::owner::alive(o));
             if alive && !everything {
                 swept.kept_alive.push(id);
                 continue;
@@ -450,29 +430,4 @@ pub fn remove_registered() {
         }
         Err(e) => eprintln!("tracelab: could not remove containers {}: {e:#}", ids.join(" ")),
     }
-}
-
-/// Installs (once) a SIGINT/SIGTERM handler that removes this process's containers and then
-/// exits with 128+signal. The engine calls it before launching anything; container targets call
-/// it too. SIGKILL cannot be caught: `cargo xtask sweep` removes what such a run leaves.
-pub fn install_signal_cleanup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-            eprintln!("tracelab: could not install the Ctrl-C handler; `cargo xtask sweep` removes leftovers");
-            return;
-        };
-        std::thread::Builder::new()
-            .name("tracelab-signals".into())
-            .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    eprintln!("tracelab: signal {sig}: removing this run's containers");
-                    SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
-                    remove_registered();
-                    std::process::exit(128 + sig);
-                }
-            })
-            .ok();
-    });
 }

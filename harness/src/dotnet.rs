@@ -143,6 +143,12 @@ impl Dotnet {
     /// build server running.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.dotnet);
+        // A build never outlives the run that started it (even one killed with SIGKILL), and
+        // what its .NET processes leave in TMPDIR goes with this process's scratch folder.
+        crate::run::die_with_owner(&mut cmd);
+        if let Ok(scratch) = crate::owner::scratch_dir() {
+            cmd.env("TMPDIR", scratch);
+        }
         let cli_home = crate::project_root().join(".build").join("dotnet-cli-home");
         cmd.env("DOTNET_ROOT", &self.root)
             .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")

@@ -94,6 +94,7 @@ fn make_target(
 /// samples — a busy machine, not a wrong pipeline) collects again, as a whole new run, up to
 /// `[sufficiency] attempts` in all; the deciding run's manifest lists the earlier ones.
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
+    crate::owner::install();
     let attempts = scenario.sufficiency.attempts.max(1);
     let mut earlier: Vec<crate::report::EarlierAttempt> = Vec::new();
     loop {
@@ -123,9 +124,14 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
     );
     let run_id = format!("{}-{}-{}", crate::report::utc_stamp(), scenario.name, label);
     let results_root = opts.results_root.clone().unwrap_or_else(|| crate::project_root().join("results"));
+    // What runs killed before this one left (SIGKILL cannot be caught): removed, and said.
+    let swept = crate::owner::sweep_dead(&results_root, true)
+        .map(|s| s.lines())
+        .unwrap_or_else(|e| vec![format!("the start-up sweep failed: {e:#}")]);
+    for line in &swept {
+        crate::progress::note("launch", &format!("removed {line}"));
+    }
     let dir = ResultsDir::create(&results_root, &run_id)?;
-    // Another run may have taken the name in this same second: the folder's own name is the id.
-    let run_id = dir.name().to_string();
 
     let mut state = RunState {
         durations: BTreeMap::new(),
@@ -144,6 +150,12 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
 
     let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
+    // What the run's host processes left in /tmp (a diagnostics socket and debugger pipes when
+    // the app was stopped by a signal; the maps of a run that failed before decoding).
+    for left in crate::owner::release_ended_processes() {
+        crate::progress::note("report", &format!("could not remove {left}"));
+    }
+    crate::owner::remove_scratch_dir();
     let report_step = crate::progress::step("report", "checks, stacks, flame graphs, summary");
     let (verdict, reason, mut checks) = match outcome {
         Ok(()) => judge(scenario, &state),
@@ -205,8 +217,12 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         share_tables: share_tables(scenario, &state),
         load: state.load_report.clone(),
         earlier_attempts: earlier.to_vec(),
+        swept_at_start: swept,
     };
     let final_dir = dir.finish(&manifest)?;
+    let mut manifest = manifest;
+    // Another run may have taken the name: the folder's own name is the id.
+    manifest.run_id = final_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(run_id);
     report_step.done(&format!("{} in {}", verdict.upper(), final_dir.display()));
     Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
 }
@@ -311,12 +327,17 @@ fn run_app(
     }
     args.extend(scenario.args.iter().cloned());
     let launch = AppLaunch { program: built.program.clone(), args, env: env.clone(), work_dir: artifacts.clone(), cwd: scenario.cwd.clone() };
-    state.commands.push(format!(
-        "{} {} {}",
-        env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
-        built.program.describe(),
-        launch.args.join(" ")
-    ));
+    state.commands.push(
+        [
+            crate::run::quoted(env.iter().map(|(k, v)| format!("{k}={v}"))),
+            built.program.describe(),
+            crate::run::quoted(&launch.args),
+        ]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" "),
+    );
 
     crate::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
     let t_run = Instant::now();
@@ -404,6 +425,9 @@ fn run_app(
         stop_collectors(collectors, &started, target, &app, state, &mut start_error);
     }
     let exit = match protocol {
+        // Nothing will be measured: the app is not left waiting for a go signal that never comes
+        // (it once held the run 120 s after a collector failed to start).
+        _ if start_error.is_some() => target.wait_app(&mut app, Duration::from_millis(300)),
         Protocol::None if app.is_alive() => crate::run::ready::stop_app(&app, &stop, url.as_deref()).and_then(|done| {
             state.commands.push(done);
             let limit = if stop == Stop::Exit { scenario.timeout_s } else { STOP_GRACE_S };

@@ -7,6 +7,9 @@
 pub mod model;
 /// Failures around the pipeline (Docker, image builds, crashed tools): the `error` verdict.
 pub mod infra;
+/// What this process owns (staging folders, children, /tmp files, containers) and who removes
+/// it: the signal handler, the guardian, the next run's sweep.
+pub mod owner;
 
 // What to run and what to expect: the scenario file.
 pub mod scenario;

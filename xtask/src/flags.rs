@@ -32,7 +32,10 @@ pub enum Task {
     },
     /// Build the offline container images (debootstrap rootfs + .NET runtime + workloads).
     Images(Images),
-    /// Remove leftover tracelab containers, volumes and LTTng sessions.
+    /// Remove what killed runs left: staging folders under results/ whose owner is dead, the
+    /// /tmp files of their apps (perf maps, jitdumps, diagnostics sockets, debugger pipes), and
+    /// tracelab containers and volumes of dead owners. Live runs are left alone; every run does
+    /// this when it starts.
     Sweep,
     /// Run a slice of the compatibility matrix: caps | kernels | dotnet | lttng, --list, --all.
     Matrix(Matrix),

@@ -29,6 +29,12 @@ use flags::{Flags, Task};
 fn main() -> ExitCode {
     // Usage errors and --help exit here, with clap's own message and code (2 and 0).
     let flags = Flags::parse();
+    // Before anything starts (builds included): Ctrl-C / SIGTERM stop this run's processes and
+    // remove its containers, /tmp files and staging folder, then exit 130 / 143. The test task
+    // leaves interruption to nextest, which reports what it cancelled.
+    if !matches!(flags.task, Task::Test(_)) {
+        harness::owner::install();
+    }
     let result = xshell::Shell::new().map_err(anyhow::Error::from).and_then(|sh| {
         sh.change_dir(harness::project_root());
         let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);

@@ -29,6 +29,9 @@ pub enum Error {
     Stream { path: PathBuf, offset: u64, msg: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    /// A folder that is not a whole trace: no `metadata` anywhere, or metadata without streams.
+    #[error("{}: {msg}", path.display())]
+    Incomplete { path: PathBuf, msg: String },
 }
 
 /// A decoded field value.
@@ -105,6 +108,12 @@ impl Trace {
             }
         }
         names.sort_by_key(|n| natural_key(n));
+        if names.is_empty() {
+            return Err(Error::Incomplete {
+                path: dir.to_path_buf(),
+                msg: "`metadata` but no stream files beside it: the trace holds no events (copied before the LTTng session was stopped?)".into(),
+            });
+        }
         let mut streams = Vec::new();
         for name in names {
             let path = dir.join(&name);
@@ -115,8 +124,25 @@ impl Trace {
     }
 
     /// Every folder under `root` (itself included) that holds a `metadata` file: an LTTng
-    /// session's output has one per buffering domain (`ust/uid/0/64-bit`, `ust/pid/…`).
+    /// session's output has one per buffering domain (`ust/uid/0/64-bit`, `ust/pid/…`). None is
+    /// an error: a folder without metadata is not a trace, whatever else it holds.
     pub fn find(root: &Path) -> Result<Vec<PathBuf>, Error> {
+        let found = Self::find_any(root)?;
+        if found.is_empty() {
+            let what = if std::fs::read_dir(root).map_err(|source| Error::Io { path: root.to_path_buf(), source })?.next().is_none() {
+                "an empty folder"
+            } else {
+                "no `metadata` file in it or below it"
+            };
+            return Err(Error::Incomplete {
+                path: root.to_path_buf(),
+                msg: format!("not a CTF trace: {what} (an LTTng trace folder holds `metadata` and one file per stream, e.g. under ust/uid/0/64-bit)"),
+            });
+        }
+        Ok(found)
+    }
+
+    fn find_any(root: &Path) -> Result<Vec<PathBuf>, Error> {
         let mut found = Vec::new();
         let mut stack = vec![root.to_path_buf()];
         while let Some(dir) = stack.pop() {

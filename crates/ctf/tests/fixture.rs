@@ -177,3 +177,27 @@ proptest! {
         let _ = ctf::Metadata::from_text(&format!("trace {{ byte_order = le; }}; {text}"));
     }
 }
+
+/// A folder that is not a whole trace is an error naming what is missing, never "0 events".
+#[test]
+fn incomplete_trace_folders_are_errors_naming_what_is_missing() {
+    let empty = tempfile::tempdir().unwrap();
+    let e = Trace::find(empty.path()).unwrap_err().to_string();
+    assert!(e.contains("not a CTF trace: an empty folder"), "{e}");
+
+    // The fixture's streams without its metadata.
+    let no_meta = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture_dir()).unwrap().flatten() {
+        if entry.file_type().unwrap().is_file() && entry.file_name() != "metadata" {
+            std::fs::copy(entry.path(), no_meta.path().join(entry.file_name())).unwrap();
+        }
+    }
+    let e = Trace::find(no_meta.path()).unwrap_err().to_string();
+    assert!(e.contains("no `metadata` file in it or below it"), "{e}");
+
+    // Its metadata without streams.
+    let no_streams = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture_dir().join("metadata"), no_streams.path().join("metadata")).unwrap();
+    let e = Trace::open(no_streams.path()).err().unwrap().to_string();
+    assert!(e.contains("no stream files beside it"), "{e}");
+}

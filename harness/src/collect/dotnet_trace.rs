@@ -169,7 +169,7 @@ impl Collector for DotnetTrace {
         self.stdin = child.stdin.take();
         collect_output(child.stdout.take().unwrap(), self.output.clone());
         collect_output(child.stderr.take().unwrap(), self.output.clone());
-        self.commands.push(argv.join(" "));
+        self.commands.push(crate::run::quoted(&argv));
         self.trace_path = Some(trace_path);
         // dotnet-trace prints "Output File : …" after CollectTracing answered (its progress line
         // only appears on a terminal): from then on the session records.

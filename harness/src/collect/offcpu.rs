@@ -176,7 +176,7 @@ impl OffCpuCollector {
     fn ensure_tracefs(&mut self, target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let script = "test -d /sys/kernel/tracing/events/sched || mount -t tracefs nodev /sys/kernel/tracing";
         let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
-        self.commands.push(argv.join(" "));
+        self.commands.push(crate::run::quoted(&argv));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let status = tool.wait(Duration::from_secs(20))?;
         if !status.success() {
@@ -247,7 +247,7 @@ impl Collector for OffCpuCollector {
             "-o".into(),
             output.display().to_string(),
         ]);
-        self.commands.push(argv.join(" "));
+        self.commands.push(crate::run::quoted(&argv));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take();
         let stderr_thread = stderr.map(|mut e| {

@@ -243,7 +243,7 @@ impl Collector for PerfCpuCollector {
             "-o".into(),
             out_in_target.display().to_string(),
         ]);
-        self.commands.push(argv.join(" "));
+        self.commands.push(crate::run::quoted(&argv));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take();
         let (tx, rx) = std::sync::mpsc::channel::<String>();

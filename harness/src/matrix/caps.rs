@@ -97,7 +97,7 @@ fn without_ids(error: &str) -> String {
 
 /// Runs the capability matrix. `on_probe` sees each cell as it finishes (progress).
 pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> Result<Matrix> {
-    crate::docker::install_signal_cleanup();
+    crate::owner::install();
     let docker = crate::docker::Docker::connect()?;
     let suite = crate::image::suite(&options.suite)?;
     for caps in &options.cap_sets {

@@ -56,6 +56,10 @@ pub struct Manifest {
     /// Earlier attempts of this run that were inconclusive (`[sufficiency] attempts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_attempts: Vec<EarlierAttempt>,
+    /// What runs killed before this one had left (staging folders, /tmp files, containers),
+    /// removed when this run started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub swept_at_start: Vec<String>,
 }
 
 /// An inconclusive attempt of a run that was run again.
@@ -138,34 +142,30 @@ pub struct ResultsDir {
 }
 
 impl ResultsDir {
-    /// Starts `root/<name>` as a hidden staging folder `root/.staging-<name>`. Two runs started
-    /// in the same second would share that name: the staging folder is created exclusively, and a
-    /// name already taken (staged or finished) gets the next free `-2`, `-3` … suffix, so a run
-    /// never writes into, or removes, another run's folder. [`ResultsDir::name`] is the name
-    /// taken.
+    /// Starts a run named `name` in a hidden staging folder of its own,
+    /// `root/.staging-<name>-<pid>-<random>`, created exclusively and journaled to this process
+    /// ([`crate::owner`]): a signal removes it, a later run sweeps it if this process was killed.
+    /// The run's final name is taken only when it finishes ([`ResultsDir::finish`]): `name`, or
+    /// `name-2`, `name-3` … when another run took it.
     pub fn create(root: &Path, name: &str) -> Result<ResultsDir> {
+        if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) || name == ".." {
+            bail!("`{name}` cannot name a results folder: it would leave {}", root.display());
+        }
         std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
-        let mut n = 1;
-        let (name, staging) = loop {
-            let candidate = if n == 1 { name.to_string() } else { format!("{name}-{n}") };
-            let staging = root.join(format!(".staging-{candidate}"));
-            if !root.join(&candidate).exists() {
-                match std::fs::create_dir(&staging) {
-                    Ok(()) => break (candidate, staging),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e).with_context(|| format!("cannot create {}", staging.display())),
-                }
-            }
-            n += 1;
-            if n > 1000 {
-                bail!("no free results folder name for {name} in {}", root.display());
+        let staging = loop {
+            let staging = root.join(format!(".staging-{name}-{}-{:08x}", std::process::id(), random_u32()));
+            match std::fs::create_dir(&staging) {
+                Ok(()) => break staging,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", staging.display())),
             }
         };
+        crate::owner::own_staging(&staging)?;
         for sub in ["artifacts", "stacks"] {
             std::fs::create_dir_all(staging.join(sub))
                 .with_context(|| format!("cannot create {}", staging.join(sub).display()))?;
         }
-        Ok(ResultsDir { root: root.to_path_buf(), staging, name })
+        Ok(ResultsDir { root: root.to_path_buf(), staging, name: name.to_string() })
     }
 
     pub fn path(&self) -> &Path {
@@ -177,31 +177,50 @@ impl ResultsDir {
     pub fn stacks(&self) -> PathBuf {
         self.staging.join("stacks")
     }
+    /// The name the run asks for; the folder it gets is [`ResultsDir::finish`]'s answer.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Writes manifest.json, summary.md and junit.xml, renames the folder into place and points
-    /// `latest` at it. Returns the final path.
+    /// Writes manifest.json, summary.md and junit.xml, renames the folder into place under the
+    /// first free name (`run_id` and the staging paths in `commands` become the final ones) and
+    /// points `latest` at it. Returns the final path. After SIGINT/SIGTERM it refuses: an
+    /// interrupted run is removed, never finished.
     pub fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
-        let json = serde_json::to_string_pretty(manifest)?;
-        std::fs::write(self.staging.join("manifest.json"), json)?;
-        std::fs::write(self.staging.join("summary.md"), summary_markdown(manifest, &self.staging))?;
-        std::fs::write(self.staging.join("junit.xml"), junit_xml(manifest))?;
-        // The name was free when the run started and no other run takes a name that is staged.
-        let dest = self.root.join(&self.name);
-        if dest.exists() {
-            bail!("{} appeared while this run was staged in {}: left as it is", dest.display(), self.staging.display());
-        }
-        std::fs::rename(&self.staging, &dest)
-            .with_context(|| format!("cannot rename {} to {}", self.staging.display(), dest.display()))?;
+        let _door = crate::owner::finishing()?;
+        let mut manifest = manifest.clone();
+        let staged = self.staging.display().to_string();
+        let mut n = 1;
+        let dest = loop {
+            let name = if n == 1 { self.name.clone() } else { format!("{}-{n}", self.name) };
+            let dest = self.root.join(&name);
+            manifest.run_id = name;
+            let final_path = dest.display().to_string();
+            let mut m = manifest.clone();
+            m.commands = manifest.commands.iter().map(|c| c.replace(&staged, &final_path)).collect();
+            let json = serde_json::to_string_pretty(&m)?;
+            std::fs::write(self.staging.join("manifest.json"), json)?;
+            std::fs::write(self.staging.join("summary.md"), summary_markdown(&m, &self.staging))?;
+            std::fs::write(self.staging.join("junit.xml"), junit_xml(&m))?;
+            // The journal is the staging folder's, not the finished run's.
+            let _ = std::fs::remove_file(self.staging.join(crate::owner::JOURNAL));
+            match rename_no_replace(&self.staging, &dest) {
+                Ok(()) => break dest,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot rename {} to {}", self.staging.display(), dest.display()));
+                }
+            }
+        };
+        crate::owner::disown_staging(&self.staging);
         // `latest` is replaced in one rename, so two runs finishing together never see it missing
         // nor fail on each other's link.
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let latest = self.root.join("latest");
-        let next = self.root.join(format!(".latest-{}", self.name));
+        let next = self.root.join(format!(".latest-{name}"));
         let _ = std::fs::remove_file(&next);
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&self.name, &next).with_context(|| format!("cannot link {}", next.display()))?;
+        std::os::unix::fs::symlink(&name, &next).with_context(|| format!("cannot link {}", next.display()))?;
         std::fs::rename(&next, &latest).with_context(|| format!("cannot replace {}", latest.display()))?;
         Ok(dest)
     }
@@ -209,7 +228,26 @@ impl ResultsDir {
     /// Removes the staging folder (a run that could not even be judged).
     pub fn abandon(self) {
         let _ = std::fs::remove_dir_all(&self.staging);
+        crate::owner::disown_staging(&self.staging);
     }
+}
+
+/// rename(2) that fails with AlreadyExists instead of replacing `to` (renameat2 RENAME_NOREPLACE).
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let from = std::ffi::CString::new(from.as_os_str().as_bytes())?;
+    let to = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// A per-process random number for staging names (std's hasher keys are random per process).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
 }
 
 /// UTC timestamp for folder names: `20261122T083000Z`.
@@ -239,7 +277,10 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     for f in &m.findings {
         let _ = writeln!(s, "- **Finding:** {f}");
     }
-    if !m.findings.is_empty() {
+    for f in &m.swept_at_start {
+        let _ = writeln!(s, "- **Removed at start:** {f}");
+    }
+    if !m.findings.is_empty() || !m.swept_at_start.is_empty() {
         s.push('\n');
     }
     let _ = writeln!(
@@ -392,6 +433,7 @@ mod tests {
 
     /// Two runs started in the same second (same scenario, target, kernel) get two folders:
     /// neither removes nor writes into the other's (seen: 3 of 5 such pairs broke each other).
+    /// The name is taken at the end, so the run finishing second gets `-2`, whichever started first.
     #[test]
     fn runs_started_in_the_same_second_get_their_own_folders() {
         let root = tempfile::tempdir().unwrap();
@@ -399,15 +441,32 @@ mod tests {
         let a = ResultsDir::create(root.path(), name).unwrap();
         std::fs::write(a.artifacts().join("mine"), "a").unwrap();
         let b = ResultsDir::create(root.path(), name).unwrap();
-        assert_eq!(b.name(), format!("{name}-2"));
+        assert_ne!(a.path(), b.path());
+        assert!(a.path().join(crate::owner::JOURNAL).is_file(), "the staging folder names its owner");
         assert!(a.artifacts().join("mine").is_file(), "the second run touched the first's staging folder");
-        let (ma, mb) = (manifest(a.name()), manifest(b.name()));
-        let (da, db) = (a.finish(&ma).unwrap(), b.finish(&mb).unwrap());
-        assert_ne!(da, db);
+        let mut mb = manifest("?");
+        mb.commands = vec![format!("perf record -o {}/artifacts/perf.data", b.path().display())];
+        let db = b.finish(&mb).unwrap();
+        let da = a.finish(&manifest("?")).unwrap();
+        assert_eq!(db, root.path().join(name));
+        assert_eq!(da, root.path().join(format!("{name}-2")));
         assert_eq!(std::fs::read_to_string(da.join("artifacts/mine")).unwrap(), "a");
-        // A finished name is not taken again either.
-        let c = ResultsDir::create(root.path(), name).unwrap();
-        assert_eq!(c.name(), format!("{name}-3"));
-        c.abandon();
+        // The manifest names the folder the run got, and its commands point into it.
+        let m: Manifest = serde_json::from_str(&std::fs::read_to_string(db.join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(m.run_id, name);
+        assert_eq!(m.commands, vec![format!("perf record -o {}/artifacts/perf.data", db.display())]);
+        assert!(!db.join(crate::owner::JOURNAL).exists());
+        assert_eq!(std::fs::read_link(root.path().join("latest")).unwrap(), Path::new(&format!("{name}-2")));
+        let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 3, "two runs and latest: {left:?}");
+    }
+
+    #[test]
+    fn a_name_that_would_leave_the_results_folder_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        for bad in ["../x", "a/../../b", "..", ".hidden", ""] {
+            let e = ResultsDir::create(root.path(), bad).err().unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(format!("{e:#}").contains("cannot name a results folder"), "{e:#}");
+        }
     }
 }

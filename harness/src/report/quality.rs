@@ -102,6 +102,7 @@ mod tests {
             share_tables: vec![],
             load: None,
             earlier_attempts: Vec::new(),
+            swept_at_start: Vec::new(),
         }
     }
 

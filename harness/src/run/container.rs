@@ -105,7 +105,7 @@ impl ContainerTarget {
         if kind == TargetKind::Host {
             bail!("ContainerTarget runs containers; use HostTarget for the host");
         }
-        crate::docker::install_signal_cleanup();
+        crate::owner::install();
         let docker = Docker::connect()?;
         let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
         let image = crate::image::build(&docker, options.suite, &dotnet.root)?.runtime.tag;
@@ -228,7 +228,12 @@ impl Target for ContainerTarget {
                 bail!("{what} {} does not exist", file.display());
             }
             let dir = file.parent().context("the app has no folder")?;
-            if !dir.starts_with(&work_dir) {
+            // A system program (`/bin/sh`, `/usr/bin/python3`) is the image's own: binding the
+            // host's folder over the image's would run host binaries against the image's libc.
+            let system = ["/bin", "/sbin", "/usr", "/lib", "/lib64", "/etc", "/opt/tracelab-dotnet"]
+                .iter()
+                .any(|sys| dir == Path::new("/") || (dir.starts_with(sys) && !dir.starts_with("/usr/local")));
+            if !dir.starts_with(&work_dir) && !system {
                 binds.push(format!("{0}:{0}:ro", dir.display()));
             }
             Ok(())

@@ -25,14 +25,24 @@ pub enum Program {
 }
 
 impl Program {
-    /// The program as the manifest shows it.
+    /// The program as the manifest shows it, quoted for a shell (an image: `docker run IMAGE`).
     pub fn describe(&self) -> String {
         match self {
-            Program::Dll(dll) => format!("dotnet {}", dll.display()),
-            Program::Command(argv) => argv.join(" "),
-            Program::Image(image) => format!("image {image} (its own entrypoint)"),
+            Program::Dll(dll) => quoted(["dotnet".to_string(), dll.display().to_string()]),
+            Program::Command(argv) => quoted(argv),
+            Program::Image(image) => format!("docker run {} # its own entrypoint", quoted([image])),
         }
     }
+}
+
+/// A command line as it can be pasted into a shell: each argument quoted where it needs it
+/// (programs are always started from the argv, never through a shell).
+pub fn quoted<I, S>(argv: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    shell_words::join(argv)
 }
 
 
@@ -108,13 +118,20 @@ impl RunningApp {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.output.recv_timeout(left) {
+            // A container's output stays open after its app died (the container's pid 1 lives
+            // on): the process itself is watched, so a crash at start is reported at once.
+            match self.output.recv_timeout(left.min(Duration::from_millis(250))) {
                 Ok(line) => {
                     self.transcript.push(line.clone());
                     if line.starts_with(prefix) {
                         return Ok(line);
                     }
                 }
+                Err(mpsc::RecvTimeoutError::Timeout) if !self.is_alive() => {
+                    self.drain_output();
+                    bail!("the app exited before printing `{prefix}`; its output:\n{}", self.transcript.join("\n"))
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => bail!(
                     "the app printed no `{prefix}` line within {:?}; its output so far:\n{}",
                     timeout,
@@ -346,6 +363,7 @@ impl Target for HostTarget {
         let cwd = app.cwd.clone().unwrap_or_else(|| app.work_dir.clone());
         cmd.current_dir(&cwd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        die_with_owner(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("could not start `{}` in {}", app.program.describe(), cwd.display()))?;
@@ -353,10 +371,12 @@ impl Target for HostTarget {
         forward_lines(child.stdout.take().unwrap(), tx.clone());
         forward_lines(child.stderr.take().unwrap(), tx);
         let pid = child.id();
+        let tmp_dir_host = host_tmp();
+        crate::owner::own_process(pid, &tmp_dir_host);
         Ok(RunningApp {
             host_pid: pid,
             target_pid: pid,
-            tmp_dir_host: std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into()),
+            tmp_dir_host,
             work_dir_in_target: app.work_dir.clone(),
             container_id: None,
             output: rx,
@@ -365,14 +385,18 @@ impl Target for HostTarget {
         })
     }
     fn spawn_tool(&mut self, _app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess> {
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_owner(&mut cmd);
+        let child = cmd
             .spawn()
             .with_context(|| format!("could not start `{}`: is it installed? (`cargo xtask doctor`)", argv[0]))?;
+        // A .NET tool (dotnet-trace) has a diagnostics socket of its own in /tmp.
+        crate::owner::own_process(child.id(), &host_tmp());
         Ok(ToolProcess { child, signal_via: None, description: argv[0].clone() })
     }
     fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {
@@ -393,6 +417,26 @@ impl Target for HostTarget {
     }
     fn cleanup(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// The host's temporary folder, where a host app's runtime files go.
+pub fn host_tmp() -> PathBuf {
+    std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into())
+}
+
+/// The child is killed when the thread that started it ends with its process (even of SIGKILL):
+/// an app or tool never outlives the run that owns it.
+pub fn die_with_owner(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches only the child being spawned.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

@@ -6,11 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+
+use place::at;
 use serde::{Deserialize, Serialize};
 
 mod app;
 mod expect;
+pub mod place;
 pub mod starter;
 pub mod truth_map;
 
@@ -166,9 +169,13 @@ impl Scenario {
         }
     }
 
+    /// Parses and checks a whole scenario before any work: a mistake is an error naming
+    /// `file:line:column` (unknown keys, wrong types — never coerced —, unknown collectors,
+    /// regexes that do not compile, out-of-range numbers, conflicting settings).
     pub fn from_toml(text: &str, origin: &Path) -> Result<Scenario> {
-        let mut scenario: Scenario =
-            toml::from_str(text).with_context(|| format!("{} is not a valid scenario", origin.display()))?;
+        let mut scenario: Scenario = toml::from_str(text)
+            .map_err(|e| place::explain(text, origin, e.into()))
+            .context("not a valid scenario (`cargo xtask init` writes one with every key explained)")?;
         let base = std::path::absolute(origin).ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
         scenario.workload.resolve_against(&base);
         if let Some(cwd) = &mut scenario.cwd
@@ -177,7 +184,10 @@ impl Scenario {
             *cwd = base.join(&*cwd);
         }
         scenario.origin = Some(origin.to_path_buf());
-        scenario.validate().with_context(|| format!("in {}", origin.display()))?;
+        scenario
+            .validate()
+            .map_err(|e| place::explain(text, origin, e))
+            .context("not a valid scenario (`cargo xtask init` writes one with every key explained)")?;
         Ok(scenario)
     }
 
@@ -224,62 +234,73 @@ impl Scenario {
     }
 
     fn validate(&self) -> Result<()> {
-        self.sufficiency.validate()?;
-        if let Some(truth) = &self.truth {
-            truth.validate()?;
+        use crate::scenario_path as path;
+        // The name becomes part of a results folder's name.
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) || self.name.starts_with('.') {
+            return Err(at(path!("name"), anyhow!("`name` is letters, digits, `-`, `_` and `.` (it names the results folder), got {:?}", self.name)));
         }
-        if self.warmup_s.is_some_and(|w| !(0.0..=600.0).contains(&w)) || self.seconds.is_some_and(|s| !(s > 0.0 && s <= 3600.0)) {
-            bail!("`warmup_s` is 0–600 and `seconds` 0–3600 (seconds), got {:?} and {:?}", self.warmup_s, self.seconds);
+        self.sufficiency.validate().map_err(|e| at(path!("sufficiency"), e))?;
+        if let Some(truth) = &self.truth {
+            truth.validate().map_err(|e| at(path!("truth"), e))?;
+        }
+        if self.warmup_s.is_some_and(|w| !(0.0..=600.0).contains(&w)) {
+            return Err(at(path!("warmup_s"), anyhow!("`warmup_s` is 0–600 seconds, got {:?}", self.warmup_s.unwrap_or_default())));
+        }
+        if self.seconds.is_some_and(|s| !(s > 0.0 && s <= 3600.0)) {
+            return Err(at(path!("seconds"), anyhow!("`seconds` is more than 0 and at most 3600, got {:?}", self.seconds.unwrap_or_default())));
+        }
+        if !(1..=86_400).contains(&self.timeout_s) {
+            return Err(at(path!("timeout_s"), anyhow!("`timeout_s` is 1–86400 seconds, got {}", self.timeout_s)));
         }
         if let Some(load) = &self.load {
-            load.validate()?;
+            load.validate().map_err(|e| at(path!("load"), e))?;
         }
         if self.protocol() == Protocol::Tracelab {
             for (key, set) in [("ready", self.ready.is_some()), ("stop", self.stop.is_some()), ("truth", self.truth.is_some()), ("seconds", self.seconds.is_some())] {
                 if set {
-                    bail!("`{key}` is for apps as they are (protocol = \"none\"); tracelab's own workloads signal readiness, stop and truth themselves");
+                    return Err(at(path!(key), anyhow!("`{key}` is for apps as they are (protocol = \"none\"); tracelab's own workloads signal readiness, stop and truth themselves")));
                 }
             }
         }
         if let WorkloadRef::Image { .. } = &self.workload {
             if self.target == Some(crate::run::TargetKind::Host) {
-                bail!("an `image` workload runs in a container: use target = \"sidecar\" (tools beside it) or \"container\"");
+                return Err(at(path!("target"), anyhow!("an `image` workload runs in a container: use target = \"sidecar\" (tools beside it) or \"container\"")));
             }
             if self.stop == Some(Stop::Exit) {
-                bail!("`stop = \"exit\"` cannot be used with an `image` workload: the app is its container's pid 1, and its exit ends the tools beside it before they write their data; use \"sigterm\" (the default) or {{ http = \"/path\" }}");
+                return Err(at(path!("stop"), anyhow!("`stop = \"exit\"` cannot be used with an `image` workload: the app is its container's pid 1, and its exit ends the tools beside it before they write their data; use \"sigterm\" (the default) or {{ http = \"/path\" }}")));
             }
         }
         if let Some(image) = &self.image {
-            crate::image::suite(image)?;
+            crate::image::suite(image).map_err(|e| at(path!("image"), e))?;
         }
         if self.collectors.is_empty() {
             bail!("scenario `{}` names no [[collector]]", self.name);
         }
         let mut names = std::collections::BTreeSet::new();
-        for c in &self.collectors {
+        for (i, c) in self.collectors.iter().enumerate() {
             if !names.insert(c.name().to_string()) {
-                bail!("two collectors are named `{}`: give one a `name`", c.name());
+                return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
             }
         }
         let mut grouped = std::collections::BTreeSet::new();
-        for group in &self.runs {
+        for (i, group) in self.runs.iter().enumerate() {
             for c in group {
                 if !names.contains(c.as_str()) {
-                    bail!("`runs` names collector `{c}`, which the scenario does not have");
+                    return Err(at(path!("runs", i), anyhow!("`runs` names collector `{c}`, which the scenario does not have (it has {})", names.iter().cloned().collect::<Vec<_>>().join(", "))));
                 }
                 if !grouped.insert(c.clone()) {
-                    bail!("`runs` names collector `{c}` twice: each collector belongs to one run");
+                    return Err(at(path!("runs", i), anyhow!("`runs` names collector `{c}` twice: each collector belongs to one run")));
                 }
             }
         }
         if !self.runs.is_empty() && grouped.len() != names.len() {
-            bail!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>());
+            return Err(at(path!("runs"), anyhow!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>())));
         }
-        for e in &self.expectations {
-            e.validate(&names)?;
+        for (i, e) in self.expectations.iter().enumerate() {
+            e.validate(&names).map_err(|err| at(path!("expect", i), err))?;
         }
         for group in self.run_groups() {
-            self.run_env(&group)?;
+            self.run_env(&group).map_err(|e| at(path!("env"), e))?;
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 
 mod containers;
 mod eventpipe;
+mod interrupt;
 mod lttng;
 mod matrix;
 mod perf;
@@ -12,6 +13,7 @@ mod r2r;
 mod report;
 mod scenarios;
 mod unwind;
+mod verbatim;
 mod workloads;
 mod your_app;
 

@@ -299,13 +299,7 @@ impl Collector for LttngCollector {
 /// `GCStart`, version 2); ids come from the runtime's manifest; times are CLOCK_MONOTONIC ns.
 pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
     let mut collection = Collection::new("lttng");
-    let traces = ctf::Trace::find(dir)?;
-    if traces.is_empty() {
-        bail!(
-            "{}: no CTF trace (no `metadata` file): the session recorded nothing — did the app register its provider?",
-            dir.display()
-        );
-    }
+    let traces = ctf::Trace::find(dir).with_context(|| "the LTTng session recorded nothing — did the app register its provider?")?;
     let ids: HashMap<(&str, &str), (u32, u32)> =
         events::EVENTS.iter().map(|(p, s, id, v, ..)| ((*p, *s), (*id, *v))).collect();
     let mut bytes = 0u64;
@@ -455,8 +449,8 @@ mod tests {
     #[test]
     fn empty_folder_says_nothing_was_recorded() {
         let tmp = tempfile::tempdir().unwrap();
-        let err = decode_dir(tmp.path(), None).unwrap_err().to_string();
-        assert!(err.contains("no CTF trace"), "{err}");
+        let err = format!("{:#}", decode_dir(tmp.path(), None).unwrap_err());
+        assert!(err.contains("recorded nothing") && err.contains("an empty folder"), "{err}");
     }
 
     #[test]

@@ -270,7 +270,7 @@ impl Session {
             sweep_stale(&tools, &mut commands)?;
             None
         } else {
-            commands.push(tools.argv("lttng-sessiond", &["--no-kernel"]).join(" "));
+            commands.push(crate::run::quoted(tools.argv("lttng-sessiond", &["--no-kernel"])));
             match start_daemon(&tools, daemon_log) {
                 Ok(d) => Some(d),
                 Err(e) if e.downcast_ref::<DaemonRace>().is_some() => None,
@@ -289,7 +289,7 @@ impl Session {
     }
 
     fn run(&mut self, args: &[&str]) -> Result<String> {
-        self.commands.push(self.tools.argv("lttng", args).join(" "));
+        self.commands.push(crate::run::quoted(self.tools.argv("lttng", args)));
         self.tools.lttng_ok(args)
     }
 
@@ -377,7 +377,7 @@ pub fn sweep_stale(tools: &Tools, commands: &mut Vec<String>) -> Result<Vec<Stri
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        commands.push(tools.argv("lttng", &["destroy", &name]).join(" "));
+        commands.push(crate::run::quoted(tools.argv("lttng", &["destroy", &name])));
         tools.lttng_ok(&["destroy", &name])?;
         swept.push(name);
     }

@@ -1,0 +1,206 @@
+//! Where a mistake in a scenario file is: every error found while a scenario loads names
+//! `file:line:column`. Type errors come from the TOML deserializer with a byte span; the checks
+//! that need the whole scenario (collector references, `runs`, ranges, regexes) say which key they
+//! judged ([`at`]), and [`locate`] finds that key's line in the text.
+
+use std::fmt;
+use std::path::Path;
+
+use toml::de::{DeTable, DeValue};
+
+/// One step of a key path: a table key or an index into an array (`[[expect]]` number 2 is
+/// `["expect", 1]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+impl From<&str> for Seg {
+    fn from(k: &str) -> Seg {
+        Seg::Key(k.to_string())
+    }
+}
+
+impl From<usize> for Seg {
+    fn from(i: usize) -> Seg {
+        Seg::Index(i)
+    }
+}
+
+/// A mistake and the key it is about.
+#[derive(Debug)]
+pub struct Misplaced {
+    pub path: Vec<Seg>,
+    pub error: anyhow::Error,
+}
+
+impl fmt::Display for Misplaced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for Misplaced {}
+
+/// `error`, about the key at `path`.
+pub fn at(path: Vec<Seg>, error: anyhow::Error) -> anyhow::Error {
+    // Keep the innermost place: a check deeper down knows better than its caller.
+    if error.downcast_ref::<Misplaced>().is_some() {
+        return error;
+    }
+    anyhow::Error::new(Misplaced { path, error })
+}
+
+/// Shorthand: `path!("expect", 2, "collector")`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! scenario_path {
+    ($($seg:expr),* $(,)?) => { vec![$($crate::scenario::place::Seg::from($seg)),*] };
+}
+
+/// Byte offset of the deepest part of `path` found in `text` (the key's value, or its table).
+pub fn locate(text: &str, path: &[Seg]) -> Option<usize> {
+    let root = DeTable::parse(text).ok()?;
+    let mut best = None;
+    let mut here: Option<&DeValue<'_>> = None;
+    let mut table: Option<&DeTable<'_>> = Some(root.get_ref());
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                let t = match (table, here) {
+                    (Some(t), _) => t,
+                    (None, Some(DeValue::Table(t))) => t,
+                    _ => break,
+                };
+                let Some((key, value)) = t.iter().find(|(key, _)| key.get_ref().as_ref() == k.as_str()) else { break };
+                best = Some(key.span().start);
+                here = Some(value.get_ref());
+                table = None;
+            }
+            Seg::Index(i) => {
+                let Some(DeValue::Array(items)) = here else { break };
+                let Some(item) = items.get(*i) else { break };
+                best = Some(item.span().start);
+                here = Some(item.get_ref());
+                table = None;
+            }
+        }
+    }
+    best
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..text.floor_char_boundary(offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Offset of `key = …` in the table that starts at `at` (before the next `[header]`).
+fn key_in_table_after(text: &str, at: usize, key: &str) -> Option<usize> {
+    let mut offset = at;
+    for (i, line) in text[at.min(text.len())..].split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_start();
+        if i > 0 && trimmed.starts_with('[') {
+            return None;
+        }
+        for (pos, _) in line.match_indices(key) {
+            let before = &line[..pos];
+            let after = line[pos + key.len()..].trim_start();
+            let starts_key = before.trim_end().is_empty() || before.trim_end().ends_with(['{', ',']);
+            if starts_key && after.starts_with('=') {
+                return Some(offset + pos);
+            }
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The error of loading `origin`, as `file:line:column: what`.
+pub fn explain(text: &str, origin: &Path, error: anyhow::Error) -> anyhow::Error {
+    let (offset, message) = match error.downcast::<Misplaced>() {
+        Ok(m) => (locate(text, &m.path), format!("{:#}", m.error)),
+        Err(e) => match e.downcast::<toml::de::Error>() {
+            Ok(t) => {
+                let message = t.message().trim().to_string();
+                // serde reports an unknown key of a tagged table (`[[collector]]`, `[[expect]]`)
+                // at the table: the key's own line is the place to fix.
+                let offset = t.span().map(|s| s.start).map(|at| {
+                    message
+                        .strip_prefix("unknown field `")
+                        .and_then(|rest| rest.split('`').next())
+                        .and_then(|key| key_in_table_after(text, at, key))
+                        .unwrap_or(at)
+                });
+                (offset, message)
+            }
+            Err(e) => (None, format!("{e:#}")),
+        },
+    };
+    let (line, col) = line_col(text, offset.unwrap_or(0));
+    anyhow::anyhow!("{}:{line}:{col}: {message}", origin.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "name = \"x\"\nworkload = \"cpu-bound\"\n\n[[collector]]\nkind = \"perf-cpu\"\n\n[[expect]]\nkind = \"resolved\"\n\n[[expect]]\nkind = \"share\"\ncollector = \"nope\"\n";
+
+    #[test]
+    fn keys_and_array_items_are_found_by_path() {
+        let at = |path: Vec<Seg>| locate(TEXT, &path).map(|o| line_col(TEXT, o));
+        assert_eq!(at(scenario_path!("workload")), Some((2, 1)));
+        assert_eq!(at(scenario_path!("expect", 1, "collector")), Some((12, 1)));
+        // The deepest part found: an unknown key inside expect 2 points at expect 2.
+        assert_eq!(at(scenario_path!("expect", 1, "missing")).map(|(l, _)| l), Some(10));
+        assert_eq!(at(scenario_path!("nothing")), None);
+    }
+
+    #[test]
+    fn columns_count_characters() {
+        assert_eq!(line_col("a\nπx = 1", 4), (2, 2));
+        assert_eq!(line_col("", 10), (1, 1));
+    }
+}
+
+/// Scenario mistakes found at load, each with the line and column to fix (19 faulty files once
+/// found 6 mistakes only mid-run and let 3 wrong types through).
+#[cfg(test)]
+mod scenario_mistakes {
+    use std::path::Path;
+
+    use crate::scenario::Scenario;
+
+    const BASE: &str = "name = \"x\"\nworkload = \"cpu-bound\"\n\n[[collector]]\nkind = \"perf-cpu\"\n";
+
+    fn error_of(text: &str) -> String {
+        format!("{:#}", Scenario::from_toml(text, Path::new("dir/x.toml")).err().unwrap_or_else(|| panic!("accepted:\n{text}")))
+    }
+
+    #[test]
+    fn every_mistake_names_file_line_and_column() {
+        let with = |extra: &str| format!("{BASE}{extra}");
+        for (text, place, why) in [
+            (with("frequency = \"99\"\n"), "dir/x.toml:4:1", "invalid type: string \"99\""),
+            (with("frequency = 99.5\n"), "dir/x.toml:4:1", "invalid type: floating point `99.5`"),
+            (with("frequncy = 99\n"), "dir/x.toml:6:1", "unknown field `frequncy`"),
+            (format!("tiemout_s = 5\n{BASE}"), "dir/x.toml:1:1", "unknown field `tiemout_s`"),
+            (format!("timeout_s = \"5\"\n{BASE}"), "dir/x.toml:1:13", "invalid type: string \"5\""),
+            (with("\n[[collector]]\nkind = \"perf-offcpu\"\nname = \"perf-cpu\"\n"), "dir/x.toml:7:1", "two collectors are named `perf-cpu`"),
+            (with("\n[[expect]]\nkind = \"resolved\"\ncollector = \"eventpipe\"\nclass = \"jit\"\nmin = 0.9\n"), "dir/x.toml:7:1", "collector `eventpipe`"),
+            (format!("runs = [[\"perf-cpu\"], [\"nope\"]]\n{BASE}"), "dir/x.toml:1:23", "names collector `nope`"),
+            (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
+            (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
+            (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
+            (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
+        ] {
+            let err = error_of(&text);
+            assert!(err.contains(&format!("{place}: ")) && err.contains(why), "want `{place}: …{why}…`, got: {err}\n{text}");
+        }
+    }
+}
