@@ -91,6 +91,14 @@ pub trait Observe {
     fn dotnet(&self) -> Option<PathBuf>;
     /// `/proc/sys/kernel/perf_event_mlock_kb` (None when it cannot be read, or was not recorded).
     fn perf_mlock_kb(&self) -> Option<u64>;
+    /// A cargo subcommand binary (`cargo-fuzz`) is installed (recorded answers: yes).
+    fn cargo_tool(&self, _binary: &str) -> bool {
+        true
+    }
+    /// `rustup run nightly rustc --version` works (recorded answers: yes).
+    fn nightly(&self) -> bool {
+        true
+    }
 }
 
 /// The machine this process runs on.
@@ -101,6 +109,13 @@ fn output(program: &str, args: &[&str]) -> Option<String> {
 }
 
 impl Observe for Machine {
+    fn cargo_tool(&self, binary: &str) -> bool {
+        let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+        home.is_some_and(|h| h.join("bin").join(binary).is_file()) || output(binary, &["--version"]).is_some()
+    }
+    fn nightly(&self) -> bool {
+        output("rustup", &["run", "nightly", "rustc", "--version"]).is_some()
+    }
     fn dpkg(&self, packages: &[&str]) -> String {
         // Exit status 1 when a package is unknown; stdout still lists the known ones.
         Command::new("dpkg-query")
@@ -220,6 +235,10 @@ pub struct Needs {
     pub docker: Option<&'static str>,
     /// Image suites to build, with why.
     pub images: Vec<(String, String)>,
+    /// Cargo subcommands installed with `cargo install --locked` (crate = binary), with why.
+    pub cargo_tools: Vec<(&'static str, &'static str)>,
+    /// A nightly toolchain (cargo-fuzz builds with sanitizers), with why.
+    pub nightly: Option<&'static str>,
 }
 
 impl Needs {
@@ -278,6 +297,16 @@ impl Needs {
         self
     }
 
+    /// What `cargo xtask fuzz` needs: libFuzzer through cargo-fuzz on a nightly toolchain.
+    pub fn for_fuzzing() -> Needs {
+        Needs {
+            purpose: "fuzzing (cargo xtask fuzz)".into(),
+            cargo_tools: vec![("cargo-fuzz", "builds and runs the libFuzzer targets under crates/*/fuzz")],
+            nightly: Some("cargo-fuzz instruments with -Zsanitizer, which only nightly rustc has"),
+            ..Needs::default()
+        }
+    }
+
     /// What `cargo nextest run --workspace` needs for its real-run tests not to skip. Images are
     /// built by the tests that use them (each suite once, cached by input hash).
     pub fn for_tests() -> Needs {
@@ -306,6 +335,9 @@ pub enum Step {
     StartDocker { why: String },
     InstallDotnet,
     BuildImage { suite: String, why: String },
+    CargoInstall { krate: String, why: String },
+    /// Offline machines have the toolchain or not: rustup needs its server for this.
+    RustupNightly { why: String },
 }
 
 impl Step {
@@ -331,12 +363,14 @@ impl Step {
             }
             Step::InstallDotnet => format!("{}", shared.join("toolchains/install-dotnet.sh").display()),
             Step::BuildImage { suite, .. } => format!("cargo xtask images --suite {suite}"),
+            Step::CargoInstall { krate, .. } => format!("cargo install --locked {krate}"),
+            Step::RustupNightly { .. } => "rustup toolchain install nightly --profile minimal".into(),
         }
     }
 
     /// Whether the step needs root (the offline .NET installer falls back to ~/.cache without it).
     pub fn needs_root(&self) -> bool {
-        !matches!(self, Step::InstallDotnet)
+        !matches!(self, Step::InstallDotnet | Step::CargoInstall { .. } | Step::RustupNightly { .. })
     }
 
     /// Why, in one line.
@@ -347,7 +381,11 @@ impl Step {
             Step::AptInstall { packages, .. } => {
                 packages.iter().map(|(p, why)| format!("{p}: {why}")).collect::<Vec<_>>().join("; ")
             }
-            Step::MountTracefs { why } | Step::StartDocker { why } | Step::BuildImage { why, .. } => why.clone(),
+            Step::MountTracefs { why }
+            | Step::StartDocker { why }
+            | Step::BuildImage { why, .. }
+            | Step::CargoInstall { why, .. }
+            | Step::RustupNightly { why } => why.clone(),
             Step::RaisePerfMlock { from, why } => format!("{why} (now {from} KiB)"),
             Step::InstallDotnet => "builds and runs the workloads (the offline .NET 10 SDK and NuGet feed)".into(),
         }
@@ -371,6 +409,10 @@ impl Plan {
 
     pub fn for_tests() -> Plan {
         Plan::make(&here(Needs::for_tests()), &Machine)
+    }
+
+    pub fn for_fuzzing() -> Plan {
+        Plan::make(&Needs::for_fuzzing(), &Machine)
     }
 
     /// The pure planner: needs + recorded answers → steps.
@@ -445,6 +487,20 @@ impl Plan {
                 present.push(format!("image {tag}"));
             } else {
                 steps.push(Step::BuildImage { suite: suite.clone(), why: why.clone() });
+            }
+        }
+        if let Some(why) = needs.nightly {
+            if seen.nightly() {
+                present.push("nightly toolchain".into());
+            } else {
+                steps.push(Step::RustupNightly { why: why.into() });
+            }
+        }
+        for (krate, why) in &needs.cargo_tools {
+            if seen.cargo_tool(krate) {
+                present.push(format!("cargo tool {krate}"));
+            } else {
+                steps.push(Step::CargoInstall { krate: krate.to_string(), why: why.to_string() });
             }
         }
         Plan { purpose: needs.purpose.clone(), steps, root: seen.uid() == 0, present }
@@ -582,6 +638,11 @@ fn execute(step: &Step) -> Result<()> {
             crate::progress::note("setup", &format!("{} ready in {:.1} s", built.runtime.tag, built.duration.as_secs_f64()));
             Ok(())
         }
+        Step::CargoInstall { krate, .. } => sh(Command::new("cargo").args(["install", "--locked", krate]), &format!("cargo install --locked {krate}")),
+        Step::RustupNightly { .. } => sh(
+            Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]),
+            "rustup toolchain install nightly (needs rustup's server)",
+        ),
     }
 }
 

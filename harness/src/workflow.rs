@@ -52,6 +52,9 @@ impl Axes {
 }
 
 /// The workflow text for `axes`.
+/// The targets of `cargo xtask fuzz` (xtask/src/fuzz.rs lists where each lives).
+pub const FUZZ_TARGETS: [&str; 5] = ["ctf-stream", "ctf-metadata", "eventpipe-decode-stream", "perfdata-decode", "r2r-parse-image"];
+
 pub fn generate(axes: &Axes) -> String {
     let mut y = String::new();
     let list = |v: &[String]| format!("[{}]", v.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", "));
@@ -160,6 +163,30 @@ pub fn generate(axes: &Axes) -> String {
         "soak-${{ matrix.scenario }}-${{ matrix.load }}",
     );
     job_names.retain(|j| j != "soak");
+    // Fuzzing: each decoder two hours from its seed corpus (`cargo xtask fuzz`, ≈ 10 M inputs at
+    // the targets' 1,000–18,000 a second); a crash fails the job and its input is uploaded.
+    let _ = write!(
+        y,
+        "  fuzz:\n\
+         \x20   name: fuzz · ${{{{ matrix.target }}}}\n\
+         \x20   runs-on: ubuntu-24.04\n\
+         \x20   timeout-minutes: 150\n\
+         \x20   strategy:\n\
+         \x20     fail-fast: false\n\
+         \x20     matrix:\n\
+         \x20       target: [{}]\n\
+         {steps_prelude}\
+         \x20     - name: run\n\
+         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh fuzz ${{{{ matrix.target }}}} --seconds 7200\n\
+         \x20     - name: upload crashing inputs\n\
+         \x20       if: always()\n\
+         \x20       uses: actions/upload-artifact@v4\n\
+         \x20       with:\n\
+         \x20         name: fuzz-${{{{ matrix.target }}}}\n\
+         \x20         path: target/fuzz/\n\
+         \x20         if-no-files-found: warn\n",
+        FUZZ_TARGETS.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")
+    );
     let _ = write!(
         y,
         "  report:\n\
@@ -293,8 +320,8 @@ mod tests {
     fn every_job_uploads_its_results() {
         let y = generate(&axes());
         let jobs = y.matches("bash ci/run-cell.sh").count();
-        let uploads = y.matches("name: results-").count() + y.matches("name: soak-").count();
-        assert_eq!(jobs, 6);
+        let uploads = y.matches("name: results-").count() + y.matches("name: soak-").count() + y.matches("name: fuzz-").count();
+        assert_eq!(jobs, 7);
         assert_eq!(jobs, uploads, "{y}");
     }
 

@@ -53,6 +53,8 @@ pub enum Task {
     },
     /// Regenerate the tables made from the runtime's event manifest (eventpipe's manifest.rs, LTTng's events.rs).
     Codegen(Codegen),
+    /// Fuzz one decoder (libFuzzer via cargo-fuzz on nightly) from its committed seed corpus for N seconds; prints executions per second and exits 1 with the crashing input's path on a crash.
+    Fuzz(Fuzz),
     /// Repeat scenarios N times (interleaved), optionally beside a CPU hog; count verdicts per scenario and check.
     Soak(Soak),
     /// Write a starter scenario for your own app (a dll, a project or an image), defaults commented.
@@ -111,6 +113,22 @@ pub struct Soak {
     /// Where the soak folder (its runs, soak.md, soak.json) goes (default results/).
     #[arg(long)]
     pub results: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct Fuzz {
+    /// The target: ctf-stream, ctf-metadata, eventpipe-decode-stream, perfdata-decode, r2r-parse-image, or `all` (each in turn).
+    #[arg(required_unless_present = "list")]
+    pub target: Option<String>,
+    /// How long each target runs.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Largest input the fuzzer makes, bytes (default per target: 16 KiB for metadata and nettrace, else 64 KiB).
+    #[arg(long)]
+    pub max_len: Option<usize>,
+    /// List the targets with their seed folders.
+    #[arg(long)]
+    pub list: bool,
 }
 
 #[derive(Args, Debug)]

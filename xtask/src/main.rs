@@ -9,6 +9,7 @@ mod ci;
 mod codegen;
 mod doctor;
 mod flags;
+mod fuzz;
 mod images;
 mod init;
 mod list;
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
             Task::Ci { what } => done(ci::run(&sh, what)),
             Task::Codegen(f) => done(codegen::run(&sh, f.check)),
             Task::Soak(f) => soak::run(&sh, f),
+            Task::Fuzz(f) => fuzz::run(f),
             Task::Init(f) => done(init::run(f)),
             Task::CheckImage(f) => done(check_image::run(f)),
         }

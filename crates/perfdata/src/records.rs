@@ -204,7 +204,7 @@ pub(crate) fn decode_records(
         let (record, attr_index) = layout.record(ty, misc, body);
         // linux-perf-event-reader multiplies a sample's callchain length unchecked (an
         // overflow panic on a corrupt length): check the length against the record first.
-        let chain_at = callchain_range(&record);
+        let chain_at = callchain_range(&record).and_then(|c| fields_parse_safely(ty, misc, body).map(|()| c));
         let parsed = match &chain_at {
             Err(why) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why.clone())),
             Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse())).unwrap_or_else(|_| {
@@ -317,6 +317,9 @@ pub(crate) fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> 
         if ty != RecordType::MMAP.0 && ty != RecordType::MMAP2.0 {
             continue;
         }
+        if fields_parse_safely(ty, misc, body).is_err() {
+            continue;
+        }
         let (record, _) = layout.record(ty, misc, body);
         let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| record.parse()));
         if let Ok(Ok(parsed)) = parsed {
@@ -326,6 +329,22 @@ pub(crate) fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> 
     found
 }
 
+
+/// Fields linux-perf-event-reader asserts on instead of returning an error (a panic, which a
+/// fuzzer counts as a crash and `catch_unwind` only hides): checked before it parses.
+fn fields_parse_safely(ty: u32, misc: u16, body: &[u8]) -> std::result::Result<(), String> {
+    /// PERF_RECORD_MISC_MMAP_BUILD_ID: an MMAP2 record carries a build id instead of device ids.
+    const MMAP_BUILD_ID: u16 = 1 << 14;
+    if ty == RecordType::MMAP2.0 && misc & MMAP_BUILD_ID != 0 {
+        // pid, tid (4 + 4), address, length, page offset (3 × 8), then the build id's length.
+        if let Some(&len) = body.get(32)
+            && len > 20
+        {
+            return Err(format!("an MMAP2 build id of {len} bytes (at most 20)"));
+        }
+    }
+    Ok(())
+}
 
 pub(crate) fn cpu_mode_is_kernel(mode: CpuMode) -> bool {
     matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)

@@ -125,3 +125,15 @@ fn counts_that_would_abort_the_process_are_refused() {
         assert!(err.contains(&format!("byte offset {offset}")), "{name}: {err}");
     }
 }
+
+/// Inputs the fuzzer found (tests/regressions/README.md): an error naming file and offset, never
+/// a panic (the reader crate asserts on an MMAP2 build id longer than 20 bytes).
+#[test]
+fn fuzzer_findings_are_errors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let bytes = std::fs::read(dir.join("mmap2-build-id-too-long.data")).unwrap();
+    for order in [perfdata::SampleOrder::Time, perfdata::SampleOrder::File] {
+        let err = format!("{:#}", PerfRecording::from_bytes_in(&bytes, Path::new("bad.data"), order).unwrap_err());
+        assert!(err.contains("bad.data") && err.contains("byte offset") && err.contains("build id of"), "{err}");
+    }
+}

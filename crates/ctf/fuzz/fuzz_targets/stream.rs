@@ -7,9 +7,12 @@ use libfuzzer_sys::fuzz_target;
 static METADATA: &[u8] =
     include_bytes!("../../../../../shared/fixtures/lttng/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit/metadata");
 
+/// Compiled once: compiling it for every input held the target at 26 executions a second.
+static COMPILED: std::sync::OnceLock<ctf::Metadata> = std::sync::OnceLock::new();
+
 fuzz_target!(|data: &[u8]| {
-    let meta = ctf::Metadata::from_bytes(METADATA).expect("fixture metadata");
-    for ev in ctf::decode_buffer(&meta, std::path::Path::new("fuzz"), data) {
+    let meta = COMPILED.get_or_init(|| ctf::Metadata::from_bytes(METADATA).expect("fixture metadata"));
+    for ev in ctf::decode_buffer(meta, std::path::Path::new("fuzz"), data) {
         if ev.is_err() {
             break;
         }
