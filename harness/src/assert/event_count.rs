@@ -27,6 +27,9 @@ pub struct EventCountCheck {
 }
 
 impl Judge for EventCountCheck {
+    fn truth_paths(&self) -> Vec<&str> {
+        self.at_least_truth.iter().chain(&self.equals_truth).map(String::as_str).collect()
+    }
     fn default_name(&self) -> String {
         format!("{} count", self.event)
     }

@@ -20,6 +20,9 @@ pub struct ExceptionsCheck {
 }
 
 impl Judge for ExceptionsCheck {
+    fn truth_paths(&self) -> Vec<&str> {
+        vec![self.truth.as_str()]
+    }
     fn default_name(&self) -> String {
         "exceptions by type and message".into()
     }

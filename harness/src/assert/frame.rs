@@ -37,6 +37,9 @@ pub struct FrameCheck {
 }
 
 impl Judge for FrameCheck {
+    fn truth_paths(&self) -> Vec<&str> {
+        self.tid_truth.iter().map(String::as_str).collect()
+    }
     fn default_name(&self) -> String {
         format!("frame {} `{}`", if self.present { "present" } else { "absent" }, self.pattern)
     }

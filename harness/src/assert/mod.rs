@@ -79,6 +79,12 @@ pub trait Judge {
         Ok(())
     }
 
+    /// The dotted truth paths the check reads, so a scenario that declares its truth (`truth.map`)
+    /// is checked against them when it loads.
+    fn truth_paths(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
     /// The collectors the kind names itself; `None` for kinds that read the expectation's
     /// `collector` (default: the first), which the others do not take.
     fn collectors(&self) -> Option<Vec<&str>> {

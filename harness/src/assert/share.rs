@@ -51,6 +51,9 @@ pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
 }
 
 impl Judge for ShareCheck {
+    fn truth_paths(&self) -> Vec<&str> {
+        vec![self.truth.as_str()]
+    }
     fn default_name(&self) -> String {
         format!("share of `{}`", self.method)
     }

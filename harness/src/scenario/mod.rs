@@ -298,6 +298,21 @@ impl Scenario {
         }
         for (i, e) in self.expectations.iter().enumerate() {
             e.validate(&names).map_err(|err| at(path!("expect", i), err))?;
+            // An app as it is has the truth its scenario declares: with a `truth.map`, exactly its
+            // keys (and the objects above them); with none, no truth at all.
+            if self.protocol() == Protocol::None {
+                for wanted in e.check.judge().truth_paths() {
+                    let declared = match &self.truth {
+                        None => Err("the scenario has no `truth`: give one (`truth = { path = …, map = { … } }`) or drop the check".to_string()),
+                        Some(t) if t.map.is_empty() => Ok(()),
+                        Some(t) if t.map.keys().any(|k| k == wanted || k.starts_with(&format!("{wanted}."))) => Ok(()),
+                        Some(t) => Err(format!("`truth.map` declares {}", t.map.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))),
+                    };
+                    if let Err(why) = declared {
+                        return Err(at(path!("expect", i), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
+                    }
+                }
+            }
         }
         for group in self.run_groups() {
             self.run_env(&group).map_err(|e| at(path!("env"), e))?;

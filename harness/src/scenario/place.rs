@@ -198,6 +198,14 @@ mod scenario_mistakes {
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
+            (
+                format!(
+                    "{}\n[[expect]]\nkind = \"share\"\nmethod = \"A\"\namong = [\"A\", \"B\"]\ntruth = \"shares.cpu.B\"\n",
+                    BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"a.dll\" }\ntruth = { path = \"t.json\", map = { \"shares.cpu.A\" = \"{/a}\" } }")
+                ),
+                "dir/x.toml:8:1",
+                "reads truth `shares.cpu.B`, which the scenario does not declare: `truth.map` declares `shares.cpu.A`",
+            ),
         ] {
             let err = error_of(&text);
             assert!(err.contains(&format!("{place}: ")) && err.contains(why), "want `{place}: …{why}…`, got: {err}\n{text}");

@@ -290,3 +290,87 @@ fn container_runs_interrupted_at_any_phase_leave_nothing() {
 fn sidecar_runs_interrupted_at_any_phase_leave_nothing() {
     interrupt_everywhere(TargetKind::Sidecar);
 }
+
+/// Two runs of one scenario started together into one results folder: each gets its own folder
+/// with its own artifacts and a verdict (seen before: 3 of 5 such pairs broke each other).
+#[test]
+fn two_runs_started_together_both_complete() {
+    let test = "interrupt::two_runs_started_together_both_complete";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let toml = scenario_toml(work.path());
+    let results = work.path().join("results");
+    let cache = work.path().join("cache");
+    // Built once first, so both runs start their apps together rather than queue on one build.
+    harness::workload::prepare(&harness::scenario::Scenario::load(&toml).unwrap().workload).ok();
+    let start = || {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "interrupt::interrupt_helper", "--nocapture", "--include-ignored", "--test-threads", "1"])
+            .env("TRACELAB_INTERRUPT_SCENARIO", &toml)
+            .env("TRACELAB_INTERRUPT_TARGET", "host")
+            .env("TRACELAB_INTERRUPT_RESULTS", &results)
+            .env("XDG_CACHE_HOME", &cache)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start(), start());
+    let mut verdicts = Vec::new();
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        let done = text.lines().find_map(|l| l.strip_prefix("HELPER-DONE ")).unwrap_or_else(|| panic!("a run did not finish:\n{text}")).to_string();
+        assert!(done.starts_with("Pass") || done.starts_with("Inconclusive"), "{done}\n{text}");
+        verdicts.push(done);
+    }
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&results)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    folders.sort();
+    assert_eq!(folders.len(), 2, "two finished folders, no staging: {folders:?}");
+    for f in &folders {
+        let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f.join("manifest.json")).unwrap()).unwrap();
+        assert_eq!(m["run_id"].as_str(), f.file_name().and_then(|n| n.to_str()));
+        assert!(f.join("artifacts/perf-cpu.data").metadata().is_ok_and(|m| m.len() > 0), "{}", f.display());
+        assert!(f.join("artifacts/app-output.txt").is_file());
+    }
+    eprintln!("two runs: {verdicts:?} in {folders:?}");
+}
+
+/// An app that dies at start in a container is reported at once with its exit code and last
+/// output (was: 90 s later, as a missing readiness line).
+#[test]
+fn an_app_that_crashes_at_start_in_a_container_is_reported_at_once() {
+    let test = "interrupt::an_app_that_crashes_at_start_in_a_container_is_reported_at_once";
+    if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let toml = work.path().join("crash.toml");
+    std::fs::write(
+        &toml,
+        "name = \"crash-at-start\"\nworkload = { command = [\"/bin/sh\", \"-c\", \"echo boom: no config >&2; sleep 1; exit 3\"] }\n\n[[collector]]\nkind = \"perf-cpu\"\n",
+    )
+    .unwrap();
+    let scenario = harness::scenario::Scenario::load(&toml).unwrap();
+    let opts = harness::engine::RunOptions {
+        target: Some(TargetKind::Container),
+        results_root: Some(work.path().join("results")),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let outcome = harness::engine::run(&scenario, &opts).unwrap();
+    let took = started.elapsed();
+    let reason = outcome.reason.clone().unwrap_or_default();
+    eprintln!("{:?} after {took:?}: {reason}", outcome.verdict);
+    assert_eq!(outcome.verdict, harness::assert::Verdict::Error, "{reason}");
+    assert!(reason.contains("exit code 3") && reason.contains("boom: no config"), "{reason}");
+    // One attempt is image checks plus a container start; the engine tries twice.
+    assert!(took < Duration::from_secs(60), "reported after {took:?}");
+}
