@@ -98,7 +98,10 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
     let attempts = scenario.sufficiency.attempts.max(1);
     let mut earlier: Vec<crate::report::EarlierAttempt> = Vec::new();
     loop {
-        let outcome = run_attempt(scenario, opts, &earlier)?;
+        let outcome = run_attempt(scenario, opts, &earlier);
+        // An interrupted run ends with the signal's exit code, from the handler.
+        crate::owner::await_signal_exit();
+        let outcome = outcome?;
         if outcome.verdict != Verdict::Inconclusive || earlier.len() + 1 >= attempts as usize {
             return Ok(outcome);
         }

@@ -82,6 +82,8 @@ pub fn install() {
                 if let Some(sig) = signals.forever().next() {
                     let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
                     eprintln!("tracelab: {name}: stopping this run's processes and removing its containers, files and staging folder");
+                    // The door stays shut until the process is gone: nothing is finished after this.
+                    let _finishing = FINISHING.lock().unwrap_or_else(|p| p.into_inner());
                     clean_up_now();
                     std::process::exit(128 + sig);
                 }
@@ -91,10 +93,9 @@ pub fn install() {
 }
 
 /// What the signal handler does: children, containers, /tmp files, staging folders.
+/// The caller holds [`FINISHING`]: a rename already under way completed first; none starts after.
 fn clean_up_now() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
-    // A rename already under way completes first; none starts after this.
-    let _finishing = FINISHING.lock().unwrap_or_else(|p| p.into_inner());
     let guardian = OWNED.lock().unwrap_or_else(|p| p.into_inner()).guardian;
     let stopped = stop_descendants(guardian);
     crate::docker::remove_registered();
@@ -116,8 +117,16 @@ fn clean_up_now() {
             let _ = std::fs::remove_file(f);
         }
     }
-    for dir in &owned.staging {
-        let _ = std::fs::remove_dir_all(dir);
+    // The run's own thread may still be writing into its folder until the process exits: a few
+    // rounds catch what it made in between.
+    for _ in 0..5 {
+        for dir in &owned.staging {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if owned.staging.iter().all(|d| !d.exists()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
@@ -195,9 +204,24 @@ pub fn disown_staging(dir: &Path) {
 pub fn finishing() -> Result<MutexGuard<'static, ()>> {
     let guard = FINISHING.lock().unwrap_or_else(|p| p.into_inner());
     if shutting_down() {
+        drop(guard);
+        await_signal_exit();
         bail!("interrupted: the run is not finished and its staging folder is removed");
     }
     Ok(guard)
+}
+
+/// After SIGINT/SIGTERM the handler ends the process with 130/143 once it has cleaned up; a
+/// caller that finished its own work meanwhile waits for that, so the exit code is the signal's
+/// and not whatever the interrupted work returned. (Bounded, should the handler be stuck.)
+pub fn await_signal_exit() {
+    if !shutting_down() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// A process that writes runtime files (perf map, jitdump, diagnostics socket, debugger pipes)

@@ -59,6 +59,8 @@ fn main() -> ExitCode {
             Task::CheckImage(f) => done(check_image::run(f)),
         }
     });
+    // Interrupted: the handler ends the process with 130 / 143 once it has cleaned up.
+    harness::owner::await_signal_exit();
     result.unwrap_or_else(|e| {
         // One `error:` prefix even when a message (a tool's stderr) already carries its own.
         let msg = format!("{e:#}");

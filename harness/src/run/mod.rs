@@ -392,9 +392,16 @@ impl Target for HostTarget {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_owner(&mut cmd);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("could not start `{}`: is it installed? (`cargo xtask doctor`)", argv[0]))?;
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            // A tool that is not there is a missing prerequisite (a SKIP naming it), not a verdict.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(anyhow::Error::new(crate::collect::Unsupported {
+                    reason: format!("`{}` is not installed here ({e}): `cargo xtask setup` installs what collectors need, `cargo xtask doctor` shows it", argv[0]),
+                }));
+            }
+            Err(e) => return Err(e).with_context(|| format!("could not start `{}`", argv[0])),
+        };
         // A .NET tool (dotnet-trace) has a diagnostics socket of its own in /tmp.
         crate::owner::own_process(child.id(), &host_tmp());
         Ok(ToolProcess { child, signal_via: None, description: argv[0].clone() })

@@ -278,6 +278,8 @@ impl Scenario {
         }
         let mut names = std::collections::BTreeSet::new();
         for (i, c) in self.collectors.iter().enumerate() {
+            // Each collector's own option checks (ranges, profiles, event names), at load.
+            crate::collect::from_spec(c).map_err(|e| at(path!("collector", i), e))?;
             if !names.insert(c.name().to_string()) {
                 return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
             }

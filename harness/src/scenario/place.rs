@@ -189,6 +189,7 @@ mod scenario_mistakes {
             (with("frequency = \"99\"\n"), "dir/x.toml:4:1", "invalid type: string \"99\""),
             (with("frequency = 99.5\n"), "dir/x.toml:4:1", "invalid type: floating point `99.5`"),
             (with("frequncy = 99\n"), "dir/x.toml:6:1", "unknown field `frequncy`"),
+            (with("frequency = 1000000\n"), "dir/x.toml:4:1", "frequency 1000000 Hz is out of range"),
             (format!("tiemout_s = 5\n{BASE}"), "dir/x.toml:1:1", "unknown field `tiemout_s`"),
             (format!("timeout_s = \"5\"\n{BASE}"), "dir/x.toml:1:13", "invalid type: string \"5\""),
             (with("\n[[collector]]\nkind = \"perf-offcpu\"\nname = \"perf-cpu\"\n"), "dir/x.toml:7:1", "two collectors are named `perf-cpu`"),

@@ -374,3 +374,30 @@ fn an_app_that_crashes_at_start_in_a_container_is_reported_at_once() {
     // One attempt is image checks plus a container start; the engine tries twice.
     assert!(took < Duration::from_secs(60), "reported after {took:?}");
 }
+
+/// A collector that cannot start (here its tool is missing) ends the run at once, naming the
+/// tool (was: 120 s, the app waiting for a go signal that never came).
+#[test]
+fn a_collector_that_cannot_start_ends_the_run_at_once() {
+    let test = "interrupt::a_collector_that_cannot_start_ends_the_run_at_once";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let toml = work.path().join("too-fast.toml");
+    std::fs::write(
+        &toml,
+        "name = \"no-perf\"\nworkload = \"cpu-bound\"\n\n[[collector]]\nkind = \"perf-cpu\"\nperf_binary = \"/nonexistent/perf\"\n",
+    )
+    .unwrap();
+    let scenario = harness::scenario::Scenario::load(&toml).unwrap();
+    let opts = harness::engine::RunOptions { target: Some(TargetKind::Host), results_root: Some(work.path().join("results")), ..Default::default() };
+    let outcome = harness::engine::run(&scenario, &opts).unwrap();
+    let reason = outcome.reason.clone().unwrap_or_default();
+    let ran = outcome.manifest.durations_s.get("run").copied().unwrap_or(f64::NAN);
+    eprintln!("{:?}, app run {ran:.1} s: {reason}", outcome.verdict);
+    // A missing tool is a missing prerequisite: SKIP, naming it and what installs it.
+    assert_eq!(outcome.verdict, harness::assert::Verdict::Skip, "{reason}");
+    assert!(reason.contains("/nonexistent/perf") && reason.contains("not installed"), "{reason}");
+    assert!(ran < 10.0, "the app ran {ran} s after its collector failed");
+}
