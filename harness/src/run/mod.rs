@@ -192,6 +192,23 @@ impl RunningApp {
     }
 }
 
+/// A host app is stopped when its handle goes (a test that panics, an early return) and the
+/// files its runtime left in /tmp go with it: the maps a run keeps were moved out before
+/// ([`RunningApp::keep_runtime_files`]). Container apps go with their container.
+impl Drop for RunningApp {
+    fn drop(&mut self) {
+        let Some(child) = self.child.as_mut() else { return };
+        if child.try_wait().ok().flatten().is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for f in crate::owner::runtime_files(self.target_pid, &self.tmp_dir_host) {
+            let _ = std::fs::remove_file(f);
+        }
+        crate::owner::disown_process(self.host_pid);
+    }
+}
+
 /// A collector tool process started by a target.
 pub struct ToolProcess {
     pub child: Child,
