@@ -117,16 +117,16 @@ fn clean_up_now() {
             let _ = std::fs::remove_file(f);
         }
     }
-    // The run's own thread may still be writing into its folder until the process exits: a few
-    // rounds catch what it made in between.
-    for _ in 0..5 {
+    // Until the process exits, the run's own thread may still write into its folder, and the
+    // Docker daemon recreates a bind mount's missing host folder when it starts a container it
+    // was asked to start just before: three rounds, 200 ms apart, catch both.
+    for round in 0..3 {
+        if round > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         for dir in &owned.staging {
             let _ = std::fs::remove_dir_all(dir);
         }
-        if owned.staging.iter().all(|d| !d.exists()) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
@@ -188,9 +188,18 @@ fn descendants(root: u32) -> Vec<u32> {
 
 /// A staging folder is this process's from now on: its journal names the owner.
 pub fn own_staging(dir: &Path) -> Result<()> {
+    // Under the lock the handler empties: a folder made after a signal is removed here, one made
+    // before is the handler's to remove.
+    let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    if shutting_down() {
+        let _ = std::fs::remove_dir_all(dir);
+        drop(owned);
+        await_signal_exit();
+        bail!("interrupted before the run started");
+    }
+    owned.staging.push(dir.to_path_buf());
     let journal = dir.join(JOURNAL);
     std::fs::write(&journal, format!("{}\n", tag())).with_context(|| format!("cannot write {}", journal.display()))?;
-    OWNED.lock().unwrap_or_else(|p| p.into_inner()).staging.push(dir.to_path_buf());
     Ok(())
 }
 
@@ -360,9 +369,13 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
                 continue;
             }
             let journal = std::fs::read_to_string(path.join(JOURNAL)).ok();
-            let dead = match &journal {
-                Some(text) => !alive(text.lines().next().unwrap_or("")),
-                None => path
+            // `.staging-NAME-PID-RANDOM`: without a journal (a folder something recreated after
+            // its run removed it), the pid in the name tells whether its owner still runs.
+            let pid_in_name = name.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+            let dead = match (&journal, pid_in_name) {
+                (Some(text), _) => !alive(text.lines().next().unwrap_or("")),
+                (None, Some(pid)) => process_start_time(pid).is_none(),
+                (None, None) => path
                     .metadata()
                     .and_then(|m| m.modified())
                     .ok()

@@ -136,7 +136,8 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let want = format!("] {phase}:");
+    // The line that opens the phase (launch: the app's start, not the start-up sweep's lines).
+    let want = if phase == "launch" { "] launch: starting `".to_string() } else { format!("] {phase}:") };
     let mut seen = Vec::new();
     let mut reached = false;
     let mut lines = std::io::BufReader::new(stderr).lines();
@@ -190,7 +191,8 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with(".staging-") {
             let journal = std::fs::read_to_string(e.path().join(harness::owner::JOURNAL)).unwrap_or_default();
-            eprintln!("{target:?}/{phase}: left {name} with journal:\n{journal}");
+            let tree = std::process::Command::new("find").arg(e.path()).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            eprintln!("{target:?}/{phase}: left {name} with journal:\n{journal}\nholding:\n{tree}");
             staging += 1;
         } else {
             finished.push(name);
