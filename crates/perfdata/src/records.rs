@@ -16,8 +16,9 @@ use crate::recording::{ChainRange, PerfComm, PerfMmap, PerfSample, UserRegs};
 /// checking that the length fits inside the record.
 pub(crate) fn callchain_range(record: &linux_perf_data::linux_perf_event_reader::RawEventRecord) -> std::result::Result<Option<std::ops::Range<usize>>, String> {
     use linux_perf_data::linux_perf_event_reader::{Endianness, SampleFormat};
+    use linux_perf_data::linux_perf_event_reader::ReadFormat;
     let format = record.parse_info.sample_format;
-    if record.record_type != RecordType::SAMPLE || !format.contains(SampleFormat::CALLCHAIN) || format.contains(SampleFormat::READ) {
+    if record.record_type != RecordType::SAMPLE || !format.contains(SampleFormat::CALLCHAIN) {
         return Ok(None);
     }
     let before = [
@@ -31,16 +32,37 @@ pub(crate) fn callchain_range(record: &linux_perf_data::linux_perf_event_reader:
         SampleFormat::CPU,
         SampleFormat::PERIOD,
     ];
-    let at = 8 * before.iter().filter(|f| format.contains(**f)).count();
+    let mut at = 8 * before.iter().filter(|f| format.contains(**f)).count();
     let body = record.data.as_slice();
+    let u64_at = |i: usize| -> Option<u64> {
+        let raw: [u8; 8] = body.get(i..i + 8)?.try_into().ok()?;
+        Some(match record.parse_info.endian {
+            Endianness::LittleEndian => u64::from_le_bytes(raw),
+            Endianness::BigEndian => u64::from_be_bytes(raw),
+        })
+    };
+    if format.contains(SampleFormat::READ) {
+        // The READ values come first, laid out as linux-perf-event-reader 0.10 reads them (it
+        // finds the callchain after them, and multiplies its length unchecked).
+        let read = record.parse_info.read_format;
+        let times = 8 * [ReadFormat::TOTAL_TIME_ENABLED, ReadFormat::TOTAL_TIME_RUNNING].iter().filter(|f| read.contains(**f)).count();
+        let id = if read.contains(ReadFormat::ID) { 8 } else { 0 };
+        if read.contains(ReadFormat::GROUP) {
+            at += 8 + times + id;
+        } else {
+            let Some(nr) = u64_at(at) else { return Err(format!("a {}-byte sample is too short for its fields", body.len())) };
+            let each = 8 + id as u64;
+            let room = (body.len().saturating_sub(at + 8 + times)) as u64;
+            if nr > room / each {
+                return Err(format!("{nr} read values do not fit the {}-byte sample", body.len()));
+            }
+            at += 8 + times + (nr * each) as usize;
+        }
+    }
     if body.len() < at + 8 {
         return Err(format!("a {}-byte sample is too short for its fields", body.len()));
     }
-    let raw: [u8; 8] = body[at..at + 8].try_into().unwrap();
-    let nr = match record.parse_info.endian {
-        Endianness::LittleEndian => u64::from_le_bytes(raw),
-        Endianness::BigEndian => u64::from_be_bytes(raw),
-    };
+    let nr = u64_at(at).unwrap_or(0);
     if nr > ((body.len() - at - 8) / 8) as u64 {
         return Err(format!("a callchain of {nr} entries does not fit the {}-byte sample", body.len()));
     }

@@ -131,9 +131,11 @@ fn counts_that_would_abort_the_process_are_refused() {
 #[test]
 fn fuzzer_findings_are_errors() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
-    let bytes = std::fs::read(dir.join("mmap2-build-id-too-long.data")).unwrap();
-    for order in [perfdata::SampleOrder::Time, perfdata::SampleOrder::File] {
-        let err = format!("{:#}", PerfRecording::from_bytes_in(&bytes, Path::new("bad.data"), order).unwrap_err());
-        assert!(err.contains("bad.data") && err.contains("byte offset") && err.contains("build id of"), "{err}");
+    for (file, why) in [("mmap2-build-id-too-long.data", "build id of"), ("read-callchain-length-overflow.data", "does not fit")] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        for order in [perfdata::SampleOrder::Time, perfdata::SampleOrder::File] {
+            let err = format!("{:#}", PerfRecording::from_bytes_in(&bytes, Path::new("bad.data"), order).unwrap_err());
+            assert!(err.contains("bad.data") && err.contains("byte offset") && err.contains(why), "{file}: {err}");
+        }
     }
 }
