@@ -238,7 +238,7 @@ pub fn fold_main(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let fold = fold_perf_file(&data, &ctx)?;
     let t1 = Instant::now();
-    let text = crate::fold::folded_text(&fold.folded);
+    let text = fold.folded.text();
     match args.get(2) {
         Some(out) => std::fs::write(out, text)?,
         None => print!("{text}"),
