@@ -39,58 +39,164 @@ fn label_of(name: Option<&str>, dso: Option<&str>) -> String {
     })
 }
 
-/// Folds a collection's samples: stack (root first, `;`-joined) → summed weight. Equal stacks
-/// are counted by borrowed names first, so labels are built once per distinct stack.
+/// Folds a collection's samples: stack (root first, `;`-joined) → summed weight.
 pub fn fold(coll: &Collection) -> BTreeMap<String, u64> {
-    let mut by_stack: HashMap<Vec<(Option<&str>, Option<&str>)>, u64> = HashMap::new();
-    for s in &coll.samples {
-        let key: Vec<_> = s.frames.iter().rev().map(|f| (f.name.as_deref(), f.dso.as_deref())).collect();
-        *by_stack.entry(key).or_default() += s.weight;
+    fold_collection(coll).to_map()
+}
+
+/// As [`fold`], interned: each distinct (name, dso) frame gets an id, stacks are counted by id
+/// sequence and strings are built only when written.
+pub fn fold_collection(coll: &Collection) -> FoldedStacks {
+    let mut ids: rustc_hash::FxHashMap<(Option<&str>, Option<&str>), u32> = Default::default();
+    let mut frames: Vec<(Option<&str>, Option<&str>)> = Vec::new();
+    let stacks: Vec<(Vec<u32>, u64)> = coll
+        .samples
+        .iter()
+        .map(|s| {
+            let stack = s
+                .frames
+                .iter()
+                .map(|f| {
+                    let key = (f.name.as_deref(), f.dso.as_deref());
+                    *ids.entry(key).or_insert_with(|| {
+                        frames.push(key);
+                        (frames.len() - 1) as u32
+                    })
+                })
+                .collect();
+            (stack, s.weight)
+        })
+        .collect();
+    fold_interned(stacks.iter().map(|(ids, weight)| (ids.as_slice(), *weight)), |id| {
+        let (name, dso) = frames[id as usize];
+        label_of(name, dso)
+    })
+}
+
+/// Folded stacks, interned: every distinct label once, every distinct stack as a sequence of
+/// label ids (root first), in the order of its folded line. Strings are made only on output, so
+/// the cost follows samples and distinct frames rather than the length of whole stacks.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FoldedStacks {
+    labels: Vec<String>,
+    /// (label ids root first, summed weight), sorted by the bytes of the folded line.
+    stacks: Vec<(Box<[u32]>, u64)>,
+}
+
+impl FoldedStacks {
+    /// Distinct folded stacks.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
     }
-    let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for (frames, weight) in by_stack {
-        let key = if frames.is_empty() {
-            NO_STACK.to_string()
-        } else {
-            frames.iter().map(|(n, d)| label_of(*n, *d)).collect::<Vec<_>>().join(";")
-        };
-        *out.entry(key).or_default() += weight;
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
     }
-    out
+
+    /// Writes `root;…;leaf WEIGHT` lines, in byte order of the lines (what [`folded_text`] writes
+    /// for the same stacks).
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        for (stack, weight) in &self.stacks {
+            for (i, id) in stack.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b";")?;
+                }
+                out.write_all(self.labels[*id as usize].as_bytes())?;
+            }
+            writeln!(out, " {weight}")?;
+        }
+        Ok(())
+    }
+
+    pub fn text(&self) -> String {
+        let mut out = Vec::with_capacity(self.stacks.len() * 64);
+        self.write_to(&mut out).expect("writing to memory");
+        String::from_utf8(out).expect("labels are strings")
+    }
+
+    /// The stacks as a map from folded line to weight (for flame graphs and checks).
+    pub fn to_map(&self) -> BTreeMap<String, u64> {
+        self.stacks.iter().map(|(stack, weight)| (self.line(stack), *weight)).collect()
+    }
+
+    fn line(&self, stack: &[u32]) -> String {
+        stack.iter().map(|id| self.labels[*id as usize].as_str()).collect::<Vec<_>>().join(";")
+    }
+}
+
+/// Orders two stacks of label ids as their `;`-joined lines would order as strings, without
+/// joining them: equal leading ids give equal leading bytes, so only the rest is compared.
+fn cmp_lines(labels: &[String], a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+    let common = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let (a, b) = (&a[common..], &b[common..]);
+    let bytes = |ids: &[u32]| {
+        ids.iter()
+            .enumerate()
+            .flat_map(|(i, id)| (i > 0).then_some(b';').into_iter().chain(labels[*id as usize].bytes()))
+            .collect::<Vec<u8>>()
+    };
+    match (a.first(), b.first()) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Less,
+        (Some(_), None) => std::cmp::Ordering::Greater,
+        // Labels hold no `;`, so the first differing label decides unless one is a prefix of
+        // the other; only then do the bytes after it matter.
+        (Some(x), Some(y)) => {
+            let (lx, ly) = (labels[*x as usize].as_bytes(), labels[*y as usize].as_bytes());
+            let n = lx.len().min(ly.len());
+            match lx[..n].cmp(&ly[..n]) {
+                std::cmp::Ordering::Equal => bytes(a).cmp(&bytes(b)),
+                decided => decided,
+            }
+        }
+    }
 }
 
 /// Folds samples given as interned frame ids (leaf first), labelling each distinct id once.
-/// The fast path for big recordings: equal stacks are counted before any string is built.
-pub fn fold_interned<'s>(
-    samples: impl Iterator<Item = (&'s [u32], u64)>,
-    mut label: impl FnMut(u32) -> String,
-) -> BTreeMap<String, u64> {
-    let mut by_stack: HashMap<&'s [u32], u64> = HashMap::new();
+/// Equal stacks are counted on frame ids, then on label ids (frames with one label, such as two
+/// code versions of a method, fold together); strings are joined only on output.
+pub fn fold_interned<'s>(samples: impl Iterator<Item = (&'s [u32], u64)>, mut label: impl FnMut(u32) -> String) -> FoldedStacks {
+    let mut by_frames: rustc_hash::FxHashMap<&'s [u32], u64> = Default::default();
     for (ids, weight) in samples {
-        *by_stack.entry(ids).or_default() += weight;
+        *by_frames.entry(ids).or_default() += weight;
     }
-    let mut labels: HashMap<u32, String> = HashMap::new();
-    let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    let mut key = String::new();
-    for (ids, weight) in by_stack {
-        key.clear();
-        for (i, id) in ids.iter().rev().enumerate() {
-            if i > 0 {
-                key.push(';');
-            }
-            key.push_str(labels.entry(*id).or_insert_with(|| sanitize(label(*id))));
+    let mut labels: Vec<String> = Vec::new();
+    let mut label_ids: HashMap<String, u32> = HashMap::new();
+    let mut intern = |text: String, labels: &mut Vec<String>| -> u32 {
+        *label_ids.entry(text).or_insert_with_key(|text| {
+            labels.push(text.clone());
+            (labels.len() - 1) as u32
+        })
+    };
+    let mut label_of_frame: rustc_hash::FxHashMap<u32, u32> = Default::default();
+    let mut by_labels: rustc_hash::FxHashMap<Box<[u32]>, u64> = Default::default();
+    let mut stack: Vec<u32> = Vec::new();
+    for (ids, weight) in by_frames {
+        stack.clear();
+        for id in ids.iter().rev() {
+            let l = match label_of_frame.get(id) {
+                Some(l) => *l,
+                None => {
+                    let l = intern(sanitize(label(*id)), &mut labels);
+                    label_of_frame.insert(*id, l);
+                    l
+                }
+            };
+            stack.push(l);
         }
         if ids.is_empty() {
-            key.push_str(NO_STACK);
+            stack.push(intern(NO_STACK.to_string(), &mut labels));
         }
-        match out.get_mut(key.as_str()) {
+        match by_labels.get_mut(stack.as_slice()) {
             Some(w) => *w += weight,
             None => {
-                out.insert(key.clone(), weight);
+                by_labels.insert(stack.as_slice().into(), weight);
             }
         }
     }
-    out
+    let mut stacks: Vec<(Box<[u32]>, u64)> = by_labels.into_iter().collect();
+    stacks.sort_unstable_by(|(a, _), (b, _)| cmp_lines(&labels, a, b));
+    FoldedStacks { labels, stacks }
 }
 
 /// The folded text, one `stack count` line per distinct stack, sorted.
@@ -114,7 +220,7 @@ pub fn write_folded(coll: &Collection, run_dir: &Path) -> Result<PathBuf> {
 pub fn write_folded_into(coll: &Collection, stacks_dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(stacks_dir).with_context(|| format!("cannot create {}", stacks_dir.display()))?;
     let path = stacks_dir.join(format!("{}.folded", coll.collector));
-    std::fs::write(&path, folded_text(&fold(coll))).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::write(&path, fold_collection(coll).text()).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 
@@ -346,7 +452,7 @@ pub fn resolution_report(coll: &Collection) -> ResolutionReport {
 
 /// Folded stacks of a perf.data file, with what named them.
 pub struct PerfFold {
-    pub folded: std::collections::BTreeMap<String, u64>,
+    pub folded: FoldedStacks,
     pub samples: u64,
     pub distinct_callchains: usize,
     pub sources: Vec<String>,
@@ -375,7 +481,7 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
 /// perf.data → folded stacks without building model samples: frames are interned per address
 /// and equal stacks counted before any label is built (what `cargo xtask bench perf` times).
 /// Folding only counts, so `rec` may be in either [`SampleOrder`].
-pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> std::collections::BTreeMap<String, u64> {
+pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> FoldedStacks {
     // Samples of a busy loop repeat the same raw callchain: count them before naming anything,
     // so each distinct chain's addresses are looked up once.
     let mut chains: rustc_hash::FxHashMap<(u32, bool, &[u64]), u64> = Default::default();
@@ -390,7 +496,7 @@ pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> std::
 fn fold_chains<'c>(
     chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>,
     symbolizer: &mut Symbolizer,
-) -> std::collections::BTreeMap<String, u64> {
+) -> FoldedStacks {
     let chains: Vec<(u32, bool, &[u64], u64)> = chains.collect();
     symbolizer.preload(
         chains.iter().flat_map(|&(pid, in_kernel, chain, _)| chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))),
@@ -455,7 +561,8 @@ mod tests {
             })
             .collect();
         let interned = fold_interned(stacks.iter().map(|s| (s.as_slice(), 1)), |id| frame_label(&frames[id as usize]));
-        assert_eq!(interned, fold(&c));
+        assert_eq!(interned.to_map(), fold(&c));
+        assert_eq!(interned.text(), folded_text(&fold(&c)));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn perf_fold(file: &Path, out: Option<&Path>, symbols: &[PathBuf]) -> Result
         symbol_dirs: symbols,
     };
     let fold = crate::fold::fold_perf_file(file, &ctx)?;
-    let text = crate::fold::folded_text(&fold.folded);
+    let text = fold.folded.text();
     for w in &fold.warnings {
         eprintln!("warning: {w}");
     }

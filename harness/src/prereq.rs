@@ -60,6 +60,10 @@ pub const REPORT_TESTS: &[Package] = &[
     pkg("fonts-dejavu-core", "headless Chromium needs a font to render the report"),
     pkg("libxml2-utils", "xmllint validates junit.xml against the strict JUnit schema"),
 ];
+pub const SYMBOL_TESTS: &[Package] = &[pkg(
+    "libc6-dbg",
+    "symbol tests name libc's static functions (__libc_start_call_main) from /usr/lib/debug, as perf does",
+)];
 pub const HOG: &[Package] = &[pkg("stress-ng", "`soak --hog` loads every core beside the scenario")];
 pub const DOCKER: Package = pkg("docker.io", "container and sidecar targets, image builds (no Docker engine installed)");
 
@@ -311,7 +315,7 @@ impl Needs {
     /// built by the tests that use them (each suite once, cached by input hash).
     pub fn for_tests() -> Needs {
         let mut needs = Needs { purpose: "the test suite (cargo nextest run --workspace)".into(), ..Needs::default() };
-        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, REPORT_TESTS, HOG] {
+        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, REPORT_TESTS, SYMBOL_TESTS, HOG] {
             needs.add(pkgs);
         }
         needs.tracefs = Some("perf-offcpu tests record sched:sched_switch from tracefs");
@@ -734,14 +738,15 @@ mod tests {
 
     #[test]
     fn partly_installed_installs_only_what_lacks() {
-        // This machine has every package but stress-ng.
+        // This machine had every package but stress-ng (and libc6-dbg, which the suite asked for
+        // only after the answers were recorded).
         let plan = Plan::make(&Needs::for_tests(), &case("ready"));
-        assert_eq!(installs(&plan), vec!["stress-ng".to_string()], "{}", plan.render());
+        assert_eq!(installs(&plan), vec!["libc6-dbg".to_string(), "stress-ng".to_string()], "{}", plan.render());
         // apt-get update + install, and the perf buffer limit (still Debian's default then).
         assert_eq!(plan.steps.len(), 3, "{}", plan.render());
         assert!(matches!(plan.steps[2], Step::RaisePerfMlock { from: 516, .. }), "{}", plan.render());
         let cmds = plan.commands();
-        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends stress-ng");
+        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libc6-dbg stress-ng");
     }
 
     #[test]

@@ -60,6 +60,37 @@ pub fn children_usage() -> ChildUsage {
     ChildUsage { cpu_seconds: tv(u.ru_utime) + tv(u.ru_stime), max_rss_kib: u.ru_maxrss.max(0) as u64 }
 }
 
+/// One finished child: wall time, peak RSS and exit status.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildRun {
+    pub wall: std::time::Duration,
+    /// The child's own peak RSS or, for a shell pipeline, its largest process's (Linux folds
+    /// reaped descendants' `maxrss` into the waited child's), in KiB.
+    pub max_rss_kib: u64,
+    pub status: std::process::ExitStatus,
+}
+
+/// Runs `cmd` to its end and measures it with `wait4` (that child's own rusage, not every
+/// child's maximum as `RUSAGE_CHILDREN` gives). Its output goes where `cmd` sends it.
+pub fn run_measured(cmd: &mut Command) -> Result<ChildRun> {
+    use std::os::unix::process::ExitStatusExt;
+    let start = std::time::Instant::now();
+    let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own unreaped child (the `Child` is dropped without waiting); `status`
+    // and `usage` are live, writable values.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    if waited != pid {
+        bail!("wait4 on {cmd:?} failed: {}", std::io::Error::last_os_error());
+    }
+    drop(child);
+    Ok(ChildRun { wall, max_rss_kib: usage.ru_maxrss.max(0) as u64, status: std::process::ExitStatus::from_raw(status) })
+}
+
 /// The 1-, 5- and 15-minute load averages, printed beside results: a busy machine explains a
 /// slow run.
 pub fn load_average() -> String {

@@ -6,12 +6,12 @@
 //! of harness's `perf-fold` example ([`fold_main`]), a process per run like the peer pipeline.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{cargo_build_release, load_average, median};
+use super::{ChildRun, cargo_build_release, load_average, run_measured, summary};
 use crate::collect::perf::detect_perf_binary;
 use crate::fold::fold_perf_file;
 use crate::symbolize::DecodeContext;
@@ -57,23 +57,6 @@ pub fn run(opts: &Options) -> Result<()> {
     // warm figures are medians of the runs after the first (shared/DESIGN.md §4), for both tools.
     let cache = dir.join("symbol-cache");
     let _ = std::fs::remove_dir_all(&cache);
-    let mut ours = Vec::new();
-    let mut breakdown = Vec::new();
-    for _ in 0..opts.runs + 1 {
-        let t = Instant::now();
-        let out = Command::new(&exe)
-            .arg(&data)
-            .arg(pid.to_string())
-            .arg(&ours_out)
-            .env("TRACELAB_CACHE_DIR", &cache)
-            .output()?;
-        ours.push(t.elapsed());
-        if !out.status.success() {
-            bail!("{} failed: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
-        }
-        breakdown.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-
     let peer_out = dir.join("peer.folded");
     let script = format!(
         "{} script -i {} 2>/dev/null | {} > {}",
@@ -82,44 +65,79 @@ pub fn run(opts: &Options) -> Result<()> {
         collapse.display(),
         peer_out.display()
     );
-    let mut peer = Vec::new();
-    for _ in 0..opts.runs + 1 {
-        let t = Instant::now();
-        let status = Command::new("sh").arg("-c").arg(&script).status()?;
-        if !status.success() {
-            bail!("`{script}` failed: {status}");
+    let run_ours = || -> Result<(ChildRun, String)> {
+        let run = run_measured(
+            Command::new(&exe)
+                .arg(&data)
+                .arg(pid.to_string())
+                .arg(&ours_out)
+                .env("TRACELAB_CACHE_DIR", &cache)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join("ours.stderr"))?),
+        )?;
+        let stages = std::fs::read_to_string(dir.join("ours.stderr")).unwrap_or_default().trim().to_string();
+        if !run.status.success() {
+            bail!("{} failed: {stages}", exe.display());
         }
-        peer.push(t.elapsed());
-    }
-    let mut script_only = Vec::new();
-    for _ in 0..opts.runs.min(3) {
-        let t = Instant::now();
-        let out = Command::new(&perf).args(["script", "-i"]).arg(&data).stderr(std::process::Stdio::null()).output()?;
-        if !out.status.success() {
-            bail!("perf script failed: {}", out.status);
+        Ok((run, stages))
+    };
+    let run_peer = || -> Result<ChildRun> {
+        let run = run_measured(Command::new("sh").arg("-c").arg(&script))?;
+        if !run.status.success() {
+            bail!("`{script}` failed: {}", run.status);
         }
-        script_only.push(t.elapsed());
+        Ok(run)
+    };
+    // The first run of each side is a warm-up (tracelab's starts with an empty symbol cache,
+    // perf's fills the page cache): reported on its own, kept out of the statistics. Then
+    // rounds alternate A B A B …, so a change in the machine's load falls on both sides alike.
+    let load_before = load_average();
+    let (ours_cold, first_stages) = run_ours()?;
+    let peer_cold = run_peer()?;
+    let mut ours: Vec<ChildRun> = Vec::new();
+    let mut peer: Vec<ChildRun> = Vec::new();
+    let mut last_stages = String::new();
+    for _ in 0..opts.runs {
+        let (run, stages) = run_ours()?;
+        ours.push(run);
+        last_stages = stages;
+        peer.push(run_peer()?);
     }
+    let load_after = load_average();
 
-    let (ours_cold, peer_cold) = (ours[0], peer[0]);
-    let (o, p, s) = (median(&ours[1..]), median(&peer[1..]), median(&script_only));
-    let rate = |d: Duration| samples as f64 / d.as_secs_f64();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let walls = |runs: &[ChildRun]| runs.iter().map(|r| ms(r.wall)).collect::<Vec<f64>>();
+    let rss = |runs: &[ChildRun]| runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0) / 1024;
+    let (o, p) = (summary(&walls(&ours)).unwrap(), summary(&walls(&peer)).unwrap());
     println!("recording: {} ({samples} samples, {} MB)", data.display(), std::fs::metadata(&data)?.len() / 1_000_000);
-    println!("tracelab decode+symbolize+fold:        {:>8.1} ms  {:>12.0} samples/s", ms(o), rate(o));
-    println!("perf script | inferno-collapse-perf:   {:>8.1} ms  {:>12.0} samples/s", ms(p), rate(p));
-    println!("perf script alone:                     {:>8.1} ms  {:>12.0} samples/s", ms(s), rate(s));
-    println!("ratio (tracelab / peer pipeline), warm: {:.1}x (goal >= 25x)", p.as_secs_f64() / o.as_secs_f64());
+    println!("{} interleaved rounds (tracelab, peer) after one warm-up run of each:", opts.runs);
+    println!("  {:<38} {:>9} {:>9} {:>9} {:>10}", "", "min ms", "median", "max", "peak RSS");
+    println!("  {:<38} {:>9.1} {:>9.1} {:>9.1} {:>7} MB", "tracelab decode+symbolize+fold", o.min, o.median, o.max, rss(&ours));
     println!(
-        "first runs (tracelab with an empty symbol cache): tracelab {:.1} ms, peer {:.1} ms, ratio {:.1}x",
-        ms(ours_cold),
-        ms(peer_cold),
-        peer_cold.as_secs_f64() / ours_cold.as_secs_f64()
+        "  {:<38} {:>9.1} {:>9.1} {:>9.1} {:>7} MB",
+        "perf script | inferno-collapse-perf",
+        p.min,
+        p.median,
+        p.max,
+        rss(&peer)
     );
-    println!("tracelab stages, first run: {}", breakdown[0]);
-    println!("tracelab stages, last run:  {}", breakdown[breakdown.len() - 1]);
-    println!("load average while measuring: {}", load_average());
-    println!("warm: medians of {} runs after the first; folded outputs: {} and {}", opts.runs, ours_out.display(), peer_out.display());
+    println!("  (the peer's RSS is its largest process, perf or inferno-collapse-perf, not their sum)");
+    println!(
+        "ratio (peer / tracelab): median {:.1}x, range {:.1}x (tracelab's max vs peer's min) to {:.1}x (goal >= 25x)",
+        p.median / o.median,
+        p.min / o.max,
+        p.max / o.min
+    );
+    println!(
+        "warm-up runs (tracelab with an empty symbol cache): tracelab {:.1} ms, peer {:.1} ms, ratio {:.1}x",
+        ms(ours_cold.wall),
+        ms(peer_cold.wall),
+        peer_cold.wall.as_secs_f64() / ours_cold.wall.as_secs_f64()
+    );
+    println!("tracelab stages, warm-up run: {first_stages}");
+    println!("tracelab stages, last run:    {last_stages}");
+    println!("load average: {load_before} before, {load_after} after");
+    println!("folded outputs: {} and {}", ours_out.display(), peer_out.display());
     compare_outputs(&ours_out, &peer_out)?;
     Ok(())
 }
@@ -238,7 +256,7 @@ pub fn fold_main(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let fold = fold_perf_file(&data, &ctx)?;
     let t1 = Instant::now();
-    let text = crate::fold::folded_text(&fold.folded);
+    let text = fold.folded.text();
     match args.get(2) {
         Some(out) => std::fs::write(out, text)?,
         None => print!("{text}"),

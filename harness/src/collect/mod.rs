@@ -10,6 +10,8 @@ pub mod dotnet_trace;
 pub mod lttng;
 #[cfg(test)]
 mod perf_fixtures;
+#[cfg(test)]
+mod perf_script_names;
 
 pub mod caps;
 mod spec;

@@ -251,6 +251,67 @@ fn streaming_fold_equals_the_full_decode() {
         let full = crate::fold::fold(&d.collection);
         assert_eq!(streamed.samples, d.collection.samples.len() as u64, "{name}");
         assert!(full.len() >= 5, "{name}: {} stacks", full.len());
-        assert_eq!(streamed.folded, full, "{name}");
+        assert_eq!(streamed.folded.to_map(), full, "{name}");
+    }
+}
+
+/// The string-keyed fold that the interned fold replaced (whole stacks joined into a sorted map),
+/// kept as the oracle: the interned fold must write byte-identical folded text.
+fn string_map_fold(coll: &crate::model::Collection) -> String {
+    use std::collections::{BTreeMap, HashMap};
+    type Stack<'c> = Vec<(Option<&'c str>, Option<&'c str>)>;
+    let mut by_stack: HashMap<Stack, u64> = HashMap::new();
+    for s in &coll.samples {
+        let key: Vec<_> = s.frames.iter().rev().map(|f| (f.name.as_deref(), f.dso.as_deref())).collect();
+        *by_stack.entry(key).or_default() += s.weight;
+    }
+    let label = |name: Option<&str>, dso: Option<&str>| {
+        let frame = crate::model::Frame { name: name.map(str::to_string), dso: dso.map(str::to_string), class: DsoClass::Unknown, addr: 0 };
+        crate::fold::frame_label(&frame)
+    };
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for (frames, weight) in by_stack {
+        let key = if frames.is_empty() {
+            crate::fold::NO_STACK.to_string()
+        } else {
+            frames.iter().map(|(n, d)| label(*n, *d)).collect::<Vec<_>>().join(";")
+        };
+        *out.entry(key).or_default() += weight;
+    }
+    crate::fold::folded_text(&out)
+}
+
+/// Every perf fixture, through the model fold and the streaming fold: the same bytes as the
+/// string-map fold.
+#[test]
+fn interned_fold_writes_what_the_string_map_fold_wrote() {
+    let kallsyms = kallsyms_dir();
+    let symbol_dirs = [kallsyms.path().to_path_buf()];
+    let host_files = |p: &Path| -> Option<PathBuf> { p.is_file().then(|| p.to_path_buf()) };
+    let fixtures = [
+        ("perf-cpu", 16459, 16459),
+        ("perf-container", 21425, 1),
+        ("perf-cpu-wx", 16503, 16503),
+        ("perf-offcpu", 16481, 16481),
+        ("perf-offcpu-sys", 28825, 28825),
+        ("perf-offcpu-dwarf", 28884, 28884),
+    ];
+    for (name, host_pid, ns_pid) in fixtures {
+        let d = decode_fixture(name, host_pid, ns_pid, &symbol_dirs, &host_files);
+        let old = string_map_fold(&d.collection);
+        assert!(old.lines().count() >= 5, "{name}: {} stacks", old.lines().count());
+        assert_eq!(crate::fold::fold_collection(&d.collection).text(), old, "{name}: model fold");
+        let artifacts = d._dir.path().join("artifacts");
+        let tmp = d._dir.path().join("tmp");
+        let ctx = DecodeContext {
+            artifacts: &artifacts,
+            app_tmp_dir: &tmp,
+            host_pid,
+            target_pid: ns_pid,
+            path_map: &host_files,
+            symbol_dirs: &symbol_dirs,
+        };
+        let streamed = crate::fold::fold_perf_file(&artifacts.join("perf-cpu.data"), &ctx).unwrap();
+        assert_eq!(streamed.folded.text(), old, "{name}: streaming fold");
     }
 }

@@ -38,25 +38,34 @@ impl ElfSymbols {
         let mut table = SymbolTable::new();
         let mut full_symtab = false;
         for (symbols, full) in [(file.symbols().collect::<Vec<_>>(), true), (file.dynamic_symbols().collect(), false)] {
-            let mut any = false;
-            for sym in symbols {
-                if sym.kind() != SymbolKind::Text || sym.address() == 0 || !sym.is_definition() {
-                    continue;
-                }
-                let Ok(name) = sym.name() else { continue };
-                if name.is_empty() {
-                    continue;
-                }
-                table.push(sym.address(), sym.address() + sym.size(), name);
-                any = true;
+            let mut candidates: Vec<Candidate> = symbols
+                .iter()
+                .filter(|sym| sym.kind() == SymbolKind::Text && sym.address() != 0 && sym.is_definition())
+                .filter_map(|sym| {
+                    let name = sym.name().ok().filter(|n| !n.is_empty())?;
+                    Some(Candidate { start: sym.address(), size: sym.size(), weak: sym.is_weak(), global: sym.is_global(), name })
+                })
+                .collect();
+            if candidates.is_empty() {
+                continue;
             }
-            if any {
-                full_symtab = full;
-                break;
+            // Stable: among equals, the first in the file wins, as in perf.
+            candidates.sort_by_key(|c| c.start);
+            for same_start in candidates.chunk_by(|a, b| a.start == b.start) {
+                let best = same_start.iter().reduce(|best, next| if next.beats(best) { next } else { best }).unwrap();
+                let name = demangle(best.name);
+                // Size 0 means unknown (hand-written assembly), not empty: such a symbol reaches
+                // up to the next one. Any other size is kept, one byte included.
+                if best.size == 0 {
+                    table.push_unsized(best.start, &name);
+                } else {
+                    table.push(best.start, best.start + best.size, &name);
+                }
             }
+            full_symtab = full;
+            break;
         }
-        // A symbol without a size (hand-written assembly) reaches up to the next symbol.
-        table.finish_with_open_ends(|start, end| end == start + 1);
+        table.finish();
         Ok(ElfSymbols {
             path: path.to_path_buf(),
             build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
@@ -84,6 +93,43 @@ impl ElfSymbols {
 
     pub fn name_at_file_offset(&self, file_offset: u64) -> Option<&str> {
         self.table.lookup(self.svma_of_file_offset(file_offset)?)
+    }
+}
+
+/// One of several ELF symbols that may share an address (libc's `write`, `__write`,
+/// `__libc_write`, `__GI___libc_write`, …).
+struct Candidate<'data> {
+    start: u64,
+    size: u64,
+    weak: bool,
+    global: bool,
+    name: &'data str,
+}
+
+impl Candidate<'_> {
+    /// Whether this alias names the address rather than `other`: perf's `choose_best_symbol`
+    /// (tools/perf/util/symbol.c), so that a frame gets the name perf users see — a sized
+    /// symbol, then non-weak, then global, then fewer leading underscores, then the longer name.
+    fn beats(&self, other: &Candidate) -> bool {
+        let underscores = |n: &str| n.bytes().take_while(|&b| b == b'_').count();
+        let key = |c: &Candidate| {
+            (c.size > 0, !c.weak, c.global, std::cmp::Reverse(underscores(c.name)), c.name.len())
+        };
+        key(self) > key(other)
+    }
+}
+
+/// A symbol name as perf prints it: an Itanium C++ name (`_Z…`, what g++ and clang emit)
+/// demangled without parameters or return type (perf's default, `DMGL_NO_OPTS`, and what flame
+/// graphs show), anything else as it is. A name cpp_demangle cannot read stays mangled.
+pub fn demangle(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.starts_with("_Z") {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let options = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
+    match cpp_demangle::Symbol::new(name).ok().and_then(|symbol| symbol.demangle_with_options(&options).ok()) {
+        Some(demangled) => std::borrow::Cow::Owned(demangled),
+        None => std::borrow::Cow::Borrowed(name),
     }
 }
 
@@ -207,9 +253,10 @@ pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
             continue;
         }
         nonzero |= addr != 0;
+        // kallsyms gives no sizes: each symbol reaches the next, as perf reads it.
         match parts.next() {
-            Some(module) => table.push(addr, addr + 1, &format!("{name} {module}")),
-            None => table.push(addr, addr + 1, name),
+            Some(module) => table.push_unsized(addr, &format!("{name} {module}")),
+            None => table.push_unsized(addr, name),
         }
     }
     if !nonzero && !table.is_empty() {
@@ -218,6 +265,34 @@ pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
             path.display()
         );
     }
-    table.finish_with_open_ends(|start, end| end == start + 1);
+    table.finish();
     Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recorded libc (fixtures/perf/dsos, Debian 2.36-9+deb12u14, stripped: .dynsym only).
+    /// Its `__libc_init_first` is one byte; the main thread's caller frame at 0x2724a lies in the
+    /// static `__libc_start_call_main` just after it, which .dynsym does not list. Stretching the
+    /// one-byte symbol named nearly every main-thread stack `__libc_init_first`.
+    #[test]
+    fn a_one_byte_symbol_does_not_name_the_function_after_it() {
+        let libc = ElfSymbols::read(&tracelab_fixtures::fixture("perf/dsos/libc.so.6")).unwrap();
+        assert!(!libc.full_symtab, "the fixture is the stripped libc");
+        assert_eq!(libc.name_at_file_offset(0x271c0), Some("__libc_init_first"));
+        assert_eq!(libc.name_at_file_offset(0x271c1), None);
+        assert_eq!(libc.name_at_file_offset(0x2724a), None, "perf script: 2724a __libc_start_call_main");
+        assert_eq!(libc.name_at_file_offset(0x27280), Some("__libc_start_main"));
+    }
+
+    #[test]
+    fn cpp_names_are_demangled_as_perf_prints_them() {
+        // perf-cpu.script.txt: `b89f0 std::ios_base::Init::Init (/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30)`.
+        assert_eq!(demangle("_ZNSt8ios_base4InitC2Ev"), "std::ios_base::Init::Init");
+        assert_eq!(demangle("_ZN7CorUnix12InternalFreeEPv"), "CorUnix::InternalFree");
+        assert_eq!(demangle("__libc_start_main"), "__libc_start_main");
+        assert_eq!(demangle("_Znot-a-name"), "_Znot-a-name");
+    }
 }

@@ -4,6 +4,7 @@
 //! each process's address space from the recording's MMAP records (a later mapping replaces
 //! whatever it overlaps, as in the kernel), then names the address by the mapping's kind.
 
+pub mod debug_file;
 pub mod elf;
 pub mod jit;
 pub mod r2r;
@@ -21,6 +22,7 @@ use anyhow::Result;
 
 use perfdata::{KERNEL_PID, PerfMmap, PerfRecording, PrefetchJob};
 use crate::model::{DsoClass, Frame};
+use debug_file::DebugFiles;
 use elf::ElfSymbols;
 use table::SymbolTable;
 
@@ -124,6 +126,7 @@ pub struct Symbolizer<'a> {
     r2r: r2r::R2rResolver,
     path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
     symbol_dirs: Vec<PathBuf>,
+    debug_files: DebugFiles,
     /// Interned frames: (pid or KERNEL_PID, address) → index into `frames`. Looked up once per
     /// frame of every distinct stack: FxHash, as SipHash's cost showed in profiles.
     cache: rustc_hash::FxHashMap<(u32, u64), u32>,
@@ -170,6 +173,7 @@ impl<'a> Symbolizer<'a> {
             r2r: r2r::R2rResolver::new(),
             path_map: ctx.path_map,
             symbol_dirs: ctx.symbol_dirs.to_vec(),
+            debug_files: DebugFiles::new(ctx.symbol_dirs),
             cache: Default::default(),
             frames: Vec::new(),
             sources: Vec::new(),
@@ -231,11 +235,11 @@ impl<'a> Symbolizer<'a> {
         }
         let want_kernel = want_kernel && self.kernel_pending;
         let r2r = &mut self.r2r;
-        let dirs = &self.symbol_dirs;
+        let debug_files = &self.debug_files;
         let (kernel, elves) = std::thread::scope(|scope| {
             let images = scope.spawn(move || r2r.preload(&r2r_files));
             let kernel = want_kernel.then(running_kernel_symbols);
-            let elves: Vec<_> = elf_files.into_iter().map(|(m, host)| (m.path.clone(), load_elf(&m, host, dirs))).collect();
+            let elves: Vec<_> = elf_files.into_iter().map(|(m, host)| (m.path.clone(), load_elf(&m, host, debug_files))).collect();
             let _ = images.join();
             (kernel, elves)
         });
@@ -375,7 +379,7 @@ impl<'a> Symbolizer<'a> {
     /// Symbols for a mapped ELF file (see [`load_elf`]), read once per path.
     fn elf_symbols(&mut self, m: &Mapping) -> Option<&ElfSymbols> {
         if !self.elf.contains_key(&m.path) {
-            let loaded = load_elf(m, (self.path_map)(Path::new(&m.path)), &self.symbol_dirs);
+            let loaded = load_elf(m, (self.path_map)(Path::new(&m.path)), &self.debug_files);
             self.add_elf(m.path.clone(), loaded);
         }
         self.elf.get(&m.path).and_then(Option::as_ref)
@@ -458,19 +462,15 @@ struct LoadedElf {
     warning: Option<String>,
 }
 
-/// Symbols for a mapped ELF file: a debug file from a symbol folder (`NAME.dbg`, `NAME.debug`,
-/// `NAME`, `.build-id/xx/rest.debug`) whose build id matches, else the file itself at `host`
-/// (where the path map found it). A file whose build id differs from the recording's is
-/// refused: its names would be wrong.
-fn load_elf(m: &Mapping, host: Option<PathBuf>, symbol_dirs: &[PathBuf]) -> LoadedElf {
+/// Symbols for a mapped ELF file: its debug file with a full symbol table when one is found
+/// ([`DebugFiles`]: `/usr/lib/debug` by build id and by path, then the symbol folders), else the
+/// file itself at `host` (where the path map found it). A file whose build id differs from the
+/// recording's is refused: its names would be wrong.
+fn load_elf(m: &Mapping, host: Option<PathBuf>, debug_files: &DebugFiles) -> LoadedElf {
     let mut warning = None;
     let want = m.build_id.as_deref().map(elf::hex);
-    let matches = |e: &ElfSymbols| match (&want, &e.build_id) {
-        (Some(w), Some(got)) => *w == elf::hex(got),
-        _ => true,
-    };
     let binary = host.and_then(|p| match ElfSymbols::read(&p) {
-        Ok(e) if matches(&e) => Some(e),
+        Ok(e) if want.is_none() || want == e.build_id.as_deref().map(elf::hex) => Some(e),
         Ok(e) => {
             warning = Some(format!(
                 "{}: build id {} differs from the recording's {}: not used",
@@ -482,33 +482,18 @@ fn load_elf(m: &Mapping, host: Option<PathBuf>, symbol_dirs: &[PathBuf]) -> Load
         }
         Err(_) => None,
     });
-    let base = Path::new(&m.path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut candidates = Vec::new();
-    for dir in symbol_dirs {
-        candidates.push(dir.join(format!("{base}.dbg")));
-        candidates.push(dir.join(format!("{base}.debug")));
-        candidates.push(dir.join(&base));
-        if let Some(w) = &want {
-            if w.len() > 2 {
-                candidates.push(dir.join(".build-id").join(&w[..2]).join(format!("{}.debug", &w[2..])));
-            }
-        }
-    }
-    for c in candidates {
-        if !c.is_file() {
-            continue;
-        }
-        match ElfSymbols::read(&c) {
-            Ok(debug) if matches(&debug) && debug.full_symtab => {
-                let source = Some(format!("{}: symbols from {}", m.path, c.display()));
-                let symbols = Some(match &binary {
-                    Some(b) => debug.with_segments_of(b),
-                    None => debug,
-                });
-                return LoadedElf { symbols, source, warning };
-            }
-            Ok(_) | Err(_) => {}
-        }
+    // The recording's build id, else (a recording without build ids) the binary's own.
+    let build_id = m.build_id.clone().or_else(|| binary.as_ref().and_then(|b| b.build_id.clone()));
+    let debug = debug_files.find(Path::new(&m.path), build_id.as_deref(), |path, data| {
+        ElfSymbols::parse(data, path).ok().filter(|debug| debug.full_symtab)
+    });
+    if let Some((path, debug)) = debug {
+        let source = Some(format!("{}: symbols from {}", m.path, path.display()));
+        let symbols = Some(match &binary {
+            Some(b) => debug.with_segments_of(b),
+            None => debug,
+        });
+        return LoadedElf { symbols, source, warning };
     }
     let source = binary.as_ref().map(|b| {
         format!("{}: {} symbols from {}", m.path, if b.full_symtab { ".symtab" } else { ".dynsym" }, b.path.display())

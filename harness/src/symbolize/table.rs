@@ -20,10 +20,26 @@ impl SymbolTable {
         SymbolTable::default()
     }
 
+    /// A symbol covering `start..end`. A sized symbol keeps its size, however small: libc's
+    /// `__libc_init_first` is one byte (`ret`), and widening it named the function after it.
+    /// An empty range (`end <= start`) is taken as one byte; use [`SymbolTable::push_unsized`]
+    /// for a symbol whose size is unknown.
     pub fn push(&mut self, start: u64, end: u64, name: &str) {
+        self.push_entry(start, end.max(start.saturating_add(1)), name);
+    }
+
+    /// A symbol whose size is unknown (ELF size 0: hand-written assembly; every kallsyms line):
+    /// [`SymbolTable::finish`] extends it to the next symbol's start, as perf does
+    /// (`symbols__fixup_end`).
+    pub fn push_unsized(&mut self, start: u64, name: &str) {
+        // `end == start` marks the entry as open until `finish`; `push` never stores it.
+        self.push_entry(start, start, name);
+    }
+
+    fn push_entry(&mut self, start: u64, end: u64, name: &str) {
         let offset = self.names.len() as u32;
         self.names.push_str(name);
-        self.entries.push((start, end.max(start.saturating_add(1)), offset, name.len() as u32));
+        self.entries.push((start, end, offset, name.len() as u32));
         self.sorted = false;
     }
 
@@ -31,26 +47,21 @@ impl SymbolTable {
         &self.names[e.2 as usize..(e.2 + e.3) as usize]
     }
 
-    /// Sorts; ranges with no size (end == start + 1 from `push`) may be widened to the next
-    /// start by `fill_open_ends`.
+    /// Sorts, and gives every unsized entry ([`SymbolTable::push_unsized`]) the range up to the
+    /// next distinct start (one byte when nothing follows).
     pub fn finish(&mut self) {
         self.entries.sort_by_key(|e| (e.0, std::cmp::Reverse(e.1)));
-        self.sorted = true;
-    }
-
-    /// Gives every entry flagged `open` (size unknown) the range up to the next distinct start.
-    pub fn finish_with_open_ends(&mut self, open: impl Fn(u64, u64) -> bool) {
-        self.finish();
         let n = self.entries.len();
         for i in 0..n {
             let (start, end, _, _) = self.entries[i];
-            if open(start, end) {
+            if end == start {
                 let next = self.entries[i + 1..].iter().map(|e| e.0).find(|&s| s > start);
-                if let Some(next) = next {
-                    self.entries[i].1 = next;
-                }
+                self.entries[i].1 = next.unwrap_or(start.saturating_add(1));
             }
         }
+        // Widening changed ends: restore the (start, longest first) order lookups rely on.
+        self.entries.sort_by_key(|e| (e.0, std::cmp::Reverse(e.1)));
+        self.sorted = true;
     }
 
     pub fn len(&self) -> usize {
@@ -161,6 +172,32 @@ mod tests {
         assert_eq!(t.lookup(0x2000), Some("block"));
         assert_eq!(t.lookup(0x20010), None);
         assert_eq!(t.lookup(0xfff), None);
+    }
+
+    /// A one-byte symbol stays one byte; only an unsized one reaches the next symbol. (libc 2.36:
+    /// `__libc_init_first` is 1 byte at 0x271c0, the static `__libc_start_call_main` follows at
+    /// 0x271d0 and is absent from .dynsym.)
+    #[test]
+    fn one_byte_symbols_keep_their_size_and_unsized_ones_reach_the_next() {
+        let mut t = SymbolTable::new();
+        t.push(0x271c0, 0x271c1, "__libc_init_first");
+        t.push_unsized(0x30000, "asm_entry");
+        t.push(0x30040, 0x30080, "next");
+        t.push_unsized(0x40000, "last");
+        t.finish();
+        assert_eq!(t.lookup(0x271c0), Some("__libc_init_first"));
+        assert_eq!(t.lookup(0x271c1), None);
+        assert_eq!(t.lookup(0x2724a), None, "a call site in the function after the 1-byte symbol");
+        assert_eq!(t.lookup(0x3003f), Some("asm_entry"));
+        assert_eq!(t.lookup(0x30040), Some("next"));
+        assert_eq!(t.lookup(0x40000), Some("last"));
+        assert_eq!(t.lookup(0x40001), None);
+        // A symbol pushed with no size through `push` is one byte, not open.
+        let mut t = SymbolTable::new();
+        t.push(0x1000, 0x1000, "zero");
+        t.push(0x2000, 0x2010, "after");
+        t.finish();
+        assert_eq!((t.lookup(0x1000), t.lookup(0x1001)), (Some("zero"), None));
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+
+use crate::symbolize::debug_file::DebugFiles;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// A shared slice of one loaded file: framehop keeps section data by value, and several
@@ -70,18 +72,19 @@ pub struct Image {
 const ELF_SECTIONS: [&[u8]; 5] = [b".text", b".eh_frame", b".eh_frame_hdr", b".got", b".debug_frame"];
 
 impl Image {
-    /// Reads an ELF or PE file. `debug_dirs` are searched for a separate debug file
-    /// (`.build-id/xx/yyyy.debug`), whose symbol table names what the stripped file cannot.
-    pub fn load(path: &Path, debug_dirs: &[PathBuf]) -> Result<Image> {
+    /// Reads an ELF or PE file found at `path` for the file a process mapped as `recorded`.
+    /// An ELF file's separate debug file ([`DebugFiles`], the symbolizer's lookup) names what
+    /// the stripped file cannot.
+    pub fn load(path: &Path, recorded: &Path, debug_files: &DebugFiles) -> Result<Image> {
         let bytes = std::fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
-        Self::parse(path, bytes, debug_dirs)
+        Self::parse(path, recorded, bytes, debug_files)
     }
 
-    pub fn parse(path: &Path, bytes: Vec<u8>, debug_dirs: &[PathBuf]) -> Result<Image> {
+    pub fn parse(path: &Path, recorded: &Path, bytes: Vec<u8>, debug_files: &DebugFiles) -> Result<Image> {
         let file = object::File::parse(&*bytes)
             .with_context(|| format!("{} is neither an ELF nor a PE file object can read", path.display()))?;
         match file.format() {
-            object::BinaryFormat::Elf => Self::parse_elf(path, &file, &bytes, debug_dirs),
+            object::BinaryFormat::Elf => Self::parse_elf(path, recorded, &file, &bytes, debug_files),
             object::BinaryFormat::Pe => Self::parse_pe(path, &file, &bytes),
             other => bail!("{}: unsupported object format {other:?}", path.display()),
         }
@@ -93,7 +96,7 @@ impl Image {
         })
     }
 
-    fn parse_elf(path: &Path, file: &object::File, bytes: &[u8], debug_dirs: &[PathBuf]) -> Result<Image> {
+    fn parse_elf(path: &Path, recorded: &Path, file: &object::File, bytes: &[u8], debug_files: &DebugFiles) -> Result<Image> {
         let loaded = file
             .segments()
             .filter_map(|s| {
@@ -115,12 +118,10 @@ impl Image {
         }
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut symbols = elf_symbols(file);
-        let debug_symbols = build_id
-            .as_deref()
-            .and_then(|id| find_debug_file(id, debug_dirs))
-            .and_then(|debug| std::fs::read(debug).ok())
-            .and_then(|bytes| object::File::parse(&*bytes).ok().map(|f| elf_symbols(&f)));
-        if let Some(more) = debug_symbols.filter(|more| more.len() > symbols.len()) {
+        let debug_symbols = debug_files.find(recorded, build_id.as_deref(), |_, debug| {
+            object::File::parse(debug).ok().map(|f| elf_symbols(&f)).filter(|more| more.len() > symbols.len())
+        });
+        if let Some((_, more)) = debug_symbols {
             symbols = more;
         }
         Ok(Image {
@@ -223,24 +224,11 @@ fn elf_symbols(file: &object::File) -> Vec<Symbol> {
         .symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some(Symbol { start: s.address(), size: s.size(), name: s.name().ok()?.to_string() }))
+        .filter_map(|s| Some(Symbol { start: s.address(), size: s.size(), name: crate::symbolize::elf::demangle(s.name().ok()?).into_owned() }))
         .collect();
     symbols.sort_by(|a, b| a.start.cmp(&b.start).then(b.size.cmp(&a.size)));
     symbols.dedup_by_key(|s| s.start);
     symbols
-}
-
-fn find_debug_file(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<PathBuf> {
-    if build_id.len() < 2 {
-        return None;
-    }
-    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-    let rel = Path::new(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
-    debug_dirs
-        .iter()
-        .map(|d| d.join(&rel))
-        .chain(std::iter::once(Path::new("/usr/lib/debug").join(&rel)))
-        .find(|p| p.is_file())
 }
 
 struct SectionInfo {

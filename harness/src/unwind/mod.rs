@@ -29,6 +29,7 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use crate::model::{DsoClass, Frame};
+use crate::symbolize::debug_file::DebugFiles;
 pub use completeness::{Completeness, completeness, completeness_of_collection, completeness_of_unwound};
 use images::{Bytes, Image, ImageFormat};
 use names::{Kallsyms, RangeNames};
@@ -298,7 +299,7 @@ impl<'a> StackUnwinder<'a> {
             .iter()
             .find(|p| p.is_file())
             .ok_or_else(|| anyhow!("no readable copy (looked at {})", join_paths(&candidates)))?;
-        Image::load(found, &self.opts.search_dirs)
+        Image::load(found, recorded, &DebugFiles::new(&self.opts.search_dirs))
     }
 
     /// Feeds a PERF_RECORD_MMAP/MMAP2.
