@@ -332,6 +332,8 @@ pub fn remove_scratch_dir() {
 pub struct Swept {
     pub staging: Vec<PathBuf>,
     pub files: Vec<PathBuf>,
+    /// Dead processes' own temporary folders ([`scratch_dir`]: their builds' leftovers).
+    pub scratch: Vec<PathBuf>,
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
     /// Containers of live runs, left alone.
@@ -340,7 +342,7 @@ pub struct Swept {
 
 impl Swept {
     pub fn is_empty(&self) -> bool {
-        self.staging.is_empty() && self.files.is_empty() && self.containers.is_empty() && self.volumes.is_empty()
+        self.staging.is_empty() && self.files.is_empty() && self.scratch.is_empty() && self.containers.is_empty() && self.volumes.is_empty()
     }
 
     /// One line per thing removed.
@@ -348,6 +350,7 @@ impl Swept {
         let mut out = Vec::new();
         out.extend(self.staging.iter().map(|p| format!("staging folder of a dead run {}", p.display())));
         out.extend(self.files.iter().map(|p| format!("file of a dead run's app {}", p.display())));
+        out.extend(self.scratch.iter().map(|p| format!("temporary folder of a dead tracelab process {}", p.display())));
         out.extend(self.containers.iter().map(|c| format!("container of a dead run {}", crate::docker::short(c))));
         out.extend(self.volumes.iter().map(|v| format!("volume of a dead run {v}")));
         out
@@ -419,7 +422,7 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
                 continue;
             }
             if std::fs::remove_dir_all(e.path()).is_ok() {
-                swept.files.push(e.path());
+                swept.scratch.push(e.path());
             }
         }
     }
@@ -528,13 +531,12 @@ mod tests {
 
         let swept = sweep_dead(root.path(), false).unwrap();
         assert_eq!(swept.staging, vec![dead.clone()]);
-        // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
-        let files: Vec<_> = swept.files.iter().filter(|f| f.starts_with(tmp.path())).collect();
-        assert_eq!(files.len(), 3, "{files:?}");
+        assert_eq!(swept.files.len(), 3, "{:?}", swept.files);
         assert!(!dead.exists() && live.exists() && finished.exists());
         // Another process's file is not this run's to remove.
         assert!(tmp.path().join("perf-42.map").exists());
-        assert_eq!(swept.lines().len(), 1 + swept.files.len());
+        // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
+        assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len());
     }
 
     #[test]
