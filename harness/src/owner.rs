@@ -96,7 +96,12 @@ pub fn install() {
 /// The caller holds [`FINISHING`]: a rename already under way completed first; none starts after.
 fn clean_up_now() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
-    let guardian = OWNED.lock().unwrap_or_else(|p| p.into_inner()).guardian;
+    // Held from before the descendants are listed: [`spawn_owned`] starts processes under this
+    // lock and refuses once the flag is set, so no app starts between the listing and the end
+    // (one did, as the kill test's launch cell raced it: killed with its owner, it left its
+    // diagnostics socket and debugger pipes in /tmp, recorded nowhere).
+    let mut owned_now = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    let guardian = owned_now.guardian;
     let stopped = stop_descendants(guardian);
     crate::docker::remove_registered();
     // .NET children that were not the app (dotnet-trace, a build outside the scratch folder).
@@ -105,10 +110,8 @@ fn clean_up_now() {
             let _ = std::fs::remove_file(f);
         }
     }
-    let owned = std::mem::replace(
-        &mut *OWNED.lock().unwrap_or_else(|p| p.into_inner()),
-        Owned { staging: Vec::new(), pids: Vec::new(), guardian, scratch: None },
-    );
+    let owned = std::mem::replace(&mut *owned_now, Owned { staging: Vec::new(), pids: Vec::new(), guardian, scratch: None });
+    drop(owned_now);
     if let Some(dir) = &owned.scratch {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -233,10 +236,27 @@ pub fn await_signal_exit() {
     }
 }
 
+/// Starts `cmd`, a process that writes runtime files (perf map, jitdump, diagnostics socket,
+/// debugger pipes) into the host folder `tmp`, and owns it ([`own_process`]) — under the lock the
+/// signal handler takes before it lists what to stop, so the handler either stops the process
+/// and removes its files, or the process never starts (`Interrupted` after SIGINT/SIGTERM).
+pub fn spawn_owned(cmd: &mut std::process::Command, tmp: &Path) -> std::io::Result<std::process::Child> {
+    let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    if shutting_down() {
+        return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted: nothing new is started"));
+    }
+    let child = cmd.spawn()?;
+    record_process(&mut owned, child.id(), tmp);
+    Ok(child)
+}
+
 /// A process that writes runtime files (perf map, jitdump, diagnostics socket, debugger pipes)
 /// into the host folder `tmp`: written into every open journal, removed on a signal.
 pub fn own_process(pid: u32, tmp: &Path) {
-    let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    record_process(&mut OWNED.lock().unwrap_or_else(|p| p.into_inner()), pid, tmp);
+}
+
+fn record_process(owned: &mut Owned, pid: u32, tmp: &Path) {
     owned.pids.push((pid, tmp.to_path_buf()));
     let start = process_start_time(pid).unwrap_or(0);
     for dir in &owned.staging {
@@ -332,6 +352,8 @@ pub fn remove_scratch_dir() {
 pub struct Swept {
     pub staging: Vec<PathBuf>,
     pub files: Vec<PathBuf>,
+    /// Dead processes' own temporary folders ([`scratch_dir`]: their builds' leftovers).
+    pub scratch: Vec<PathBuf>,
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
     /// Containers of live runs, left alone.
@@ -340,7 +362,7 @@ pub struct Swept {
 
 impl Swept {
     pub fn is_empty(&self) -> bool {
-        self.staging.is_empty() && self.files.is_empty() && self.containers.is_empty() && self.volumes.is_empty()
+        self.staging.is_empty() && self.files.is_empty() && self.scratch.is_empty() && self.containers.is_empty() && self.volumes.is_empty()
     }
 
     /// One line per thing removed.
@@ -348,6 +370,7 @@ impl Swept {
         let mut out = Vec::new();
         out.extend(self.staging.iter().map(|p| format!("staging folder of a dead run {}", p.display())));
         out.extend(self.files.iter().map(|p| format!("file of a dead run's app {}", p.display())));
+        out.extend(self.scratch.iter().map(|p| format!("temporary folder of a dead tracelab process {}", p.display())));
         out.extend(self.containers.iter().map(|c| format!("container of a dead run {}", crate::docker::short(c))));
         out.extend(self.volumes.iter().map(|v| format!("volume of a dead run {v}")));
         out
@@ -419,7 +442,7 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
                 continue;
             }
             if std::fs::remove_dir_all(e.path()).is_ok() {
-                swept.files.push(e.path());
+                swept.scratch.push(e.path());
             }
         }
     }
@@ -528,13 +551,12 @@ mod tests {
 
         let swept = sweep_dead(root.path(), false).unwrap();
         assert_eq!(swept.staging, vec![dead.clone()]);
-        // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
-        let files: Vec<_> = swept.files.iter().filter(|f| f.starts_with(tmp.path())).collect();
-        assert_eq!(files.len(), 3, "{files:?}");
+        assert_eq!(swept.files.len(), 3, "{:?}", swept.files);
         assert!(!dead.exists() && live.exists() && finished.exists());
         // Another process's file is not this run's to remove.
         assert!(tmp.path().join("perf-42.map").exists());
-        assert_eq!(swept.lines().len(), 1 + swept.files.len());
+        // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
+        assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len());
     }
 
     #[test]

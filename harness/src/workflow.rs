@@ -187,6 +187,30 @@ pub fn generate(axes: &Axes) -> String {
          \x20         if-no-files-found: warn\n",
         FUZZ_TARGETS.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")
     );
+    // The kill test's whole grid (harness/tests/it/interrupt.rs): build, launch, collect and
+    // decode × SIGINT and SIGKILL on each target, then a run that must pass and say what it swept
+    // (CI runs two cells per target). The table of leftovers is the job's artifact.
+    let _ = write!(
+        y,
+        "  interrupt:\n\
+         \x20   name: kill test · ${{{{ matrix.target }}}}\n\
+         \x20   runs-on: ubuntu-24.04\n\
+         \x20   timeout-minutes: 60\n\
+         \x20   strategy:\n\
+         \x20     fail-fast: false\n\
+         \x20     matrix:\n\
+         \x20       target: [\"host\", \"container\", \"sidecar\"]\n\
+         {steps_prelude}\
+         \x20     - name: run\n\
+         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p harness --test it --run-ignored all --success-output immediate -E 'test(=interrupt::${{{{ matrix.target }}}}_runs_interrupted_full_grid)'\n\
+         \x20     - name: upload the table of leftovers\n\
+         \x20       if: always()\n\
+         \x20       uses: actions/upload-artifact@v4\n\
+         \x20       with:\n\
+         \x20         name: interrupt-${{{{ matrix.target }}}}\n\
+         \x20         path: target/tmp/interrupt-*.md\n\
+         \x20         if-no-files-found: warn\n"
+    );
     let _ = write!(
         y,
         "  report:\n\
@@ -320,8 +344,11 @@ mod tests {
     fn every_job_uploads_its_results() {
         let y = generate(&axes());
         let jobs = y.matches("bash ci/run-cell.sh").count();
-        let uploads = y.matches("name: results-").count() + y.matches("name: soak-").count() + y.matches("name: fuzz-").count();
-        assert_eq!(jobs, 7);
+        let uploads = y.matches("name: results-").count()
+            + y.matches("name: soak-").count()
+            + y.matches("name: fuzz-").count()
+            + y.matches("name: interrupt-").count();
+        assert_eq!(jobs, 8);
         assert_eq!(jobs, uploads, "{y}");
     }
 

@@ -32,10 +32,9 @@ pub enum Task {
     },
     /// Build the offline container images (debootstrap rootfs + .NET runtime + workloads).
     Images(Images),
-    /// Remove what killed runs left: staging folders under results/ whose owner is dead, the
-    /// /tmp files of their apps (perf maps, jitdumps, diagnostics sockets, debugger pipes), and
-    /// tracelab containers and volumes of dead owners. Live runs are left alone; every run does
-    /// this when it starts.
+    /// Remove what runs whose tracelab process is gone (killed, crashed) left; every run does the same when it starts and lists what it removed. Live runs are left alone.
+    ///
+    /// Removes: their staging folders under results/ (`.staging-NAME-PID-RANDOM`; finished runs are never touched); an app such a run started that still runs (SIGKILL); that app's files in /tmp (perf-PID.map, perfinfo-PID.map, jit-PID.dump, dotnet-diagnostic-PID-*-socket, clr-debug-pipe-PID-*-in/out); the build scratch folders /tmp/tracelab-PID-STARTTIME of dead processes; Docker containers labelled `tracelab` whose owner process (label `tracelab.owner`) is dead or not named (app, sidecar and tool containers, with everything running in them), and `tracelab` volumes no container uses. Nothing else: no other files, processes or containers.
     Sweep,
     /// Run a slice of the compatibility matrix: caps | kernels | dotnet | lttng, --list, --all.
     Matrix(Matrix),

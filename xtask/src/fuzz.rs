@@ -1,7 +1,9 @@
 //! `cargo xtask fuzz TARGET --seconds N`: one libFuzzer campaign per decoder, from the committed
 //! seed corpus (crates/*/fuzz/seeds, small so a target runs thousands of inputs a second) plus
-//! the corpus earlier campaigns grew (target/fuzz/NAME/corpus, outside git). The prerequisites
-//! (cargo-fuzz, a nightly toolchain) come through harness::prereq like every other tool.
+//! the corpus earlier campaigns grew (target/fuzz/NAME/corpus, outside git), with the target's
+//! libFuzzer dictionary (crates/*/fuzz/dicts/BIN.dict: the format's magic numbers, tags and
+//! keywords, which random mutation almost never spells). The prerequisites (cargo-fuzz, a nightly
+//! toolchain) come through harness::prereq like every other tool.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -25,7 +27,9 @@ pub fn run(args: Fuzz) -> Result<ExitCode> {
     let root = harness::project_root();
     if args.list {
         for (name, krate, bin, _) in TARGETS {
-            println!("{name:<24} crates/{krate}/fuzz/fuzz_targets/{bin}.rs  seeds crates/{krate}/fuzz/seeds/{bin}/");
+            println!(
+                "{name:<24} crates/{krate}/fuzz/fuzz_targets/{bin}.rs  seeds crates/{krate}/fuzz/seeds/{bin}/  dictionary crates/{krate}/fuzz/dicts/{bin}.dict"
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -67,6 +71,7 @@ struct Stats {
 fn campaign(root: &Path, name: &str, krate: &str, bin: &str, max_len: usize, args: &Fuzz) -> Result<Stats> {
     let fuzz_dir = root.join("crates").join(krate).join("fuzz");
     let seeds = fuzz_dir.join("seeds").join(bin);
+    let dictionary = fuzz_dir.join("dicts").join(format!("{bin}.dict"));
     let work = root.join("target").join("fuzz").join(name);
     let corpus = work.join("corpus");
     let artifacts = work.join("artifacts");
@@ -88,6 +93,7 @@ fn campaign(root: &Path, name: &str, krate: &str, bin: &str, max_len: usize, arg
         .arg("--")
         .arg(format!("-max_total_time={}", args.seconds))
         .arg(format!("-max_len={max_len}"))
+        .arg(format!("-dict={}", dictionary.display()))
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .args(["-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048"])
         .stdin(Stdio::null())
@@ -130,6 +136,14 @@ mod tests {
         for (_, krate, bin, _) in super::TARGETS {
             let seeds = harness::project_root().join("crates").join(krate).join("fuzz/seeds").join(bin);
             assert!(std::fs::read_dir(&seeds).is_ok_and(|d| d.count() > 0), "{} has no seeds", seeds.display());
+            // libFuzzer refuses a dictionary it cannot parse: every line a comment or a quoted token.
+            let dict = harness::project_root().join("crates").join(krate).join("fuzz/dicts").join(format!("{bin}.dict"));
+            let text = std::fs::read_to_string(&dict).unwrap_or_else(|e| panic!("{}: {e}", dict.display()));
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim();
+                let token = line.len() >= 2 && line.starts_with('"') && line.ends_with('"');
+                assert!(line.is_empty() || line.starts_with('#') || token, "{}:{}: not a libFuzzer dictionary entry: {line}", dict.display(), i + 1);
+            }
         }
     }
 }

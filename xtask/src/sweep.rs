@@ -1,8 +1,6 @@
-//! `cargo xtask sweep`: removes what runs that are gone (killed with SIGKILL, crashed) left:
-//! staging folders under results/ whose owner process is dead, the /tmp files (perf maps,
-//! jitdumps, diagnostics sockets, debugger pipes) of the apps those runs started, and tracelab's
-//! containers and volumes whose owner is dead. Anything of a run that is still alive is kept.
-//! Every run does the same when it starts.
+//! `cargo xtask sweep`: removes what runs that are gone (killed with SIGKILL, crashed) left —
+//! exactly the list in its `--help` (xtask/src/flags.rs), done by `harness::owner::sweep_dead`,
+//! which every run also calls when it starts. Anything of a run that is still alive is kept.
 
 use anyhow::Result;
 use xshell::Shell;
@@ -14,9 +12,10 @@ pub fn run(_sh: &Shell) -> Result<()> {
         println!("removed {line}");
     }
     println!(
-        "sweep: {} staging folders, {} /tmp files, {} containers, {} volumes removed; {} containers of live runs kept",
+        "sweep: {} staging folders, {} /tmp files, {} temporary folders, {} containers, {} volumes removed; {} containers of live runs kept",
         swept.staging.len(),
         swept.files.len(),
+        swept.scratch.len(),
         swept.containers.len(),
         swept.volumes.len(),
         swept.kept_alive

@@ -115,12 +115,13 @@ fn fixture_counts_and_fields() {
 
 #[test]
 fn truncated_stream_names_file_and_offset() {
-    let tmp = tempdir();
-    copy_fixture(&tmp);
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path();
+    copy_fixture(tmp);
     let stream = tmp.join("channel0_1");
     let data = std::fs::read(&stream).unwrap();
     std::fs::write(&stream, &data[..5000]).unwrap();
-    let trace = Trace::open(&tmp).unwrap();
+    let trace = Trace::open(tmp).unwrap();
     let err = trace.events().find_map(Result::err).expect("a truncated packet is an error");
     let text = err.to_string();
     assert!(text.contains("channel0_1") && text.contains("at byte 0"), "{text}");
@@ -128,22 +129,11 @@ fn truncated_stream_names_file_and_offset() {
 
 #[test]
 fn bad_metadata_names_the_line() {
-    let tmp = tempdir();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tmp.path();
     std::fs::write(tmp.join("metadata"), "/* CTF 1.8 */\ntrace {\n  major = 1;\n  byte_order = le;\n  packet.header := struct { uint32_t magic; };\n};\n").unwrap();
-    let err = Trace::open(&tmp).err().expect("an unknown type is an error").to_string();
+    let err = Trace::open(tmp).err().expect("an unknown type is an error").to_string();
     assert!(err.contains("metadata") && err.contains("line 5") && err.contains("uint32_t"), "{err}");
-}
-
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ctf-test-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }
 
 fn copy_fixture(to: &std::path::Path) {

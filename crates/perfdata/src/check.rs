@@ -92,7 +92,7 @@ const FEATURE_EVENT_DESC: usize = 12;
 /// the process (no panic to catch). So the counts are checked against the bytes that hold them
 /// first: the HEADER_EVENT_DESC feature, or without it the legacy event-types section.
 fn check_attribute_descriptions(bytes: &[u8], path: &Path, data: Section) -> Result<()> {
-    let len = bytes.len() as u64;
+    let attr_size = le_u64(bytes, 16);
     let feature_bits = &bytes[72..104];
     let has = |bit: usize| feature_bits[bit / 8] & (1 << (bit % 8)) != 0;
     if has(FEATURE_EVENT_DESC) {
@@ -106,24 +106,51 @@ fn check_attribute_descriptions(bytes: &[u8], path: &Path, data: Section) -> Res
         }
         return Ok(());
     }
-    let attr_size = le_u64(bytes, 16);
-    let types = Section { offset: le_u64(bytes, 56), size: le_u64(bytes, 64) };
-    // An event-types entry is an attribute followed by the file section of its ids.
-    let entry = attr_size + 16;
-    for i in 0..types.size / entry {
-        let at = types.offset + i * entry + attr_size;
-        let (offset, size) = (le_u64(bytes, at as usize), le_u64(bytes, at as usize + 8));
+    check_attr_id_sections(bytes, path, Section { offset: le_u64(bytes, 56), size: le_u64(bytes, 64) }, attr_size)
+}
+
+/// Bytes linux-perf-data consumes for one attribute whose own `size` field says `size`, in a
+/// slot of `slot` bytes (its `parse_single_attr`): the fields of the largest attribute version
+/// that fits `size` (every byte above version 7's 128), then `slot - size` skipped. A size that
+/// is no version's (102) makes it read the next field early — a count from the wrong bytes,
+/// sized into an allocation (the 15-minute fuzz campaign found one asking for 34 GB). None when
+/// it refuses the attribute (an error, nothing allocated).
+fn attr_consumed(size: u32, slot: u64) -> Option<u64> {
+    // PERF_ATTR_SIZE_VER0..VER7 (include/uapi/linux/perf_event.h).
+    const VERSIONS: [u32; 8] = [64, 72, 80, 96, 104, 112, 120, 128];
+    if size < VERSIONS[0] || u64::from(size) > slot {
+        return None;
+    }
+    let read = if size > 128 { size } else { VERSIONS.iter().rev().copied().find(|v| *v <= size)? };
+    Some(u64::from(read) + (slot - u64::from(size)))
+}
+
+/// The legacy event-types section: each attribute followed by the file section of its event ids,
+/// read where linux-perf-data reads it; the ids must lie inside the file (it sizes a
+/// vector by them).
+fn check_attr_id_sections(bytes: &[u8], path: &Path, entries: Section, attr_size: u64) -> Result<()> {
+    let len = bytes.len() as u64;
+    let u32_at = |o: u64| bytes.get(o as usize..o as usize + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    let u64_at = |o: u64| bytes.get(o as usize..o as usize + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    let mut pos = entries.offset;
+    for _ in 0..entries.size / (attr_size + 16) {
+        // Past these, linux-perf-data fails to read: an error, nothing allocated.
+        let Some(consumed) = u32_at(pos + 4).and_then(|size| attr_consumed(size, attr_size)) else { return Ok(()) };
+        let at = pos + consumed;
+        let (Some(offset), Some(size)) = (u64_at(at), u64_at(at + 8)) else { return Ok(()) };
         if offset.checked_add(size).is_none_or(|end| end > len) {
             bail_at!(path, at,
                 "the event ids named at byte offset {at} (offset {offset}, size {size}) lie outside the \
                  file ({len} bytes): the file is corrupt"
             );
         }
+        pos = at + 16;
     }
     Ok(())
 }
 
-/// Checks HEADER_EVENT_DESC's counts against its section: (offset within it, what is wrong).
+/// Checks HEADER_EVENT_DESC's counts against its section, reading each attribute as
+/// linux-perf-data does ([`attr_consumed`]): (offset within it, what is wrong).
 fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
     let u32_at = |o: usize| -> std::result::Result<u32, (usize, String)> {
         d.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).ok_or((o, "truncated".to_string()))
@@ -135,7 +162,11 @@ fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
     }
     let mut at = 8;
     for _ in 0..nr {
-        at += attr_size;
+        let size = u32_at(at + 4)?;
+        let Some(consumed) = attr_consumed(size, attr_size as u64) else {
+            return Err((at + 4, format!("an attribute of {size} bytes does not fit its {attr_size}-byte slot")));
+        };
+        at += consumed as usize;
         let nr_ids_at = at;
         let nr_ids = u32_at(at)? as usize;
         let str_len = u32_at(at + 4)? as usize;

@@ -131,7 +131,11 @@ fn counts_that_would_abort_the_process_are_refused() {
 #[test]
 fn fuzzer_findings_are_errors() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
-    for (file, why) in [("mmap2-build-id-too-long.data", "build id of"), ("read-callchain-length-overflow.data", "does not fit")] {
+    for (file, why) in [
+        ("mmap2-build-id-too-long.data", "build id of"),
+        ("read-callchain-length-overflow.data", "does not fit"),
+        ("event-desc-attr-size-not-a-version.data", "event ids run past the section"),
+    ] {
         let bytes = std::fs::read(dir.join(file)).unwrap();
         for order in [perfdata::SampleOrder::Time, perfdata::SampleOrder::File] {
             let err = format!("{:#}", PerfRecording::from_bytes_in(&bytes, Path::new("bad.data"), order).unwrap_err());

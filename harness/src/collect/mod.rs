@@ -26,6 +26,7 @@ use crate::run::{RunningApp, Target};
 use crate::symbolize::DecodeContext;
 
 pub use spec::{CollectorKind, CollectorOptions, CollectorSpec, StringList};
+pub(crate) use spec::name_the_key;
 
 /// A collector that cannot work in this environment for a reason the environment proves (the
 /// LTTng provider needs liblttng-ust.so.0 and the target has only .so.1; no CONFIG_USER_EVENTS …).

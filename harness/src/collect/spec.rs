@@ -151,8 +151,9 @@ impl CollectorSpec {
             Some(v) => BTreeMap::deserialize(v).map_err(|e| toml::de::Error::custom(format!("`env`: {e}")))?,
             None => BTreeMap::new(),
         };
-        let options = CollectorOptions::deserialize(toml::Value::Table(table))
-            .map_err(|e| toml::de::Error::custom(e.to_string().trim_end()))?;
+        let options = CollectorOptions::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+            toml::de::Error::custom(name_the_key::<CollectorOptions>(&table, e.message()))
+        })?;
         Ok(CollectorSpec { name, env, options })
     }
 }
@@ -161,6 +162,35 @@ impl<'de> Deserialize<'de> for CollectorSpec {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let table = toml::Table::deserialize(deserializer)?;
         CollectorSpec::from_table(table).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The key of a tagged table (`[[collector]]`, `[[expect]]`: `kind` plus the kind's options) whose
+/// value gives the error `why`. Such tables are read through a `toml::Table`, where serde's
+/// message for a wrong type names neither the key nor its place (`invalid type: string "99",
+/// expected u32`): the key whose value alone, beside `kind`, fails the same way is the one to fix.
+/// (serde reports a wrong type as it reads the value, before it misses a required key, so a
+/// kind with required options is judged the same.) Only called on the error path.
+fn key_of_wrong_value<T: serde::de::DeserializeOwned>(table: &toml::Table, why: &str) -> Option<String> {
+    table.iter().filter(|(k, _)| *k != "kind").find_map(|(key, value)| {
+        let mut alone = toml::Table::new();
+        if let Some(kind) = table.get("kind") {
+            alone.insert("kind".into(), kind.clone());
+        }
+        alone.insert(key.clone(), value.clone());
+        let e = toml::Value::Table(alone).try_into::<T>().err()?;
+        (e.message().trim_end() == why).then(|| key.clone())
+    })
+}
+
+/// `why`, prefixed with the key [`key_of_wrong_value`] finds and its value
+/// (`` `frequency = "99"`: invalid type … ``), which `scenario::place::explain` then places on
+/// that key's own line — in the right table when an array has several.
+pub(crate) fn name_the_key<T: serde::de::DeserializeOwned>(table: &toml::Table, why: &str) -> String {
+    let why = why.trim_end();
+    match key_of_wrong_value::<T>(table, why) {
+        Some(key) if !why.starts_with("unknown ") => format!("`{key} = {}`: {why}", table[&key]),
+        _ => why.to_string(),
     }
 }
 

@@ -189,15 +189,16 @@ impl ResultsDir {
     pub fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
         let _door = crate::owner::finishing()?;
         let mut manifest = manifest.clone();
-        let staged = self.staging.display().to_string();
+        // The staging folder's own name (`.staging-NAME-PID-RANDOM`, letters, digits and `-._`)
+        // is replaced wherever the manifest says it — commands, reason, check details — so the
+        // paths hold however the results folder above it was quoted.
+        let staged = self.staging.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut n = 1;
         let dest = loop {
             let name = if n == 1 { self.name.clone() } else { format!("{}-{n}", self.name) };
             let dest = self.root.join(&name);
-            manifest.run_id = name;
-            let final_path = dest.display().to_string();
-            let mut m = manifest.clone();
-            m.commands = manifest.commands.iter().map(|c| c.replace(&staged, &final_path)).collect();
+            manifest.run_id = name.clone();
+            let m: Manifest = serde_json::from_str(&serde_json::to_string(&manifest)?.replace(&staged, &name))?;
             let json = serde_json::to_string_pretty(&m)?;
             std::fs::write(self.staging.join("manifest.json"), json)?;
             std::fs::write(self.staging.join("summary.md"), summary_markdown(&m, &self.staging))?;
@@ -459,6 +460,28 @@ mod tests {
         assert_eq!(std::fs::read_link(root.path().join("latest")).unwrap(), Path::new(&format!("{name}-2")));
         let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 3, "two runs and latest: {left:?}");
+    }
+
+    /// Commands are quoted for a shell and name the finished folder, even under a results folder
+    /// whose path needs quoting: pasted back, each argument is a path that exists.
+    #[test]
+    fn commands_can_be_pasted_and_name_the_finished_folder() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("it's my results");
+        let run = ResultsDir::create(&root, "20261125T031509Z-x-host").unwrap();
+        let data = run.artifacts().join("perf.data");
+        std::fs::write(&data, "").unwrap();
+        let mut m = manifest("?");
+        m.commands = vec![crate::run::quoted(["perf".to_string(), "record".into(), "-o".into(), data.display().to_string()])];
+        m.reason = Some(format!("cannot read {}", data.display()));
+        let done = run.finish(&m).unwrap();
+        let m: Manifest = serde_json::from_str(&std::fs::read_to_string(done.join("manifest.json")).unwrap()).unwrap();
+        let argv = shell_words::split(&m.commands[0]).unwrap();
+        assert_eq!(argv[3], done.join("artifacts/perf.data").display().to_string(), "{}", m.commands[0]);
+        assert!(Path::new(&argv[3]).is_file());
+        assert_eq!(m.reason.as_deref(), Some(format!("cannot read {}", done.join("artifacts/perf.data").display()).as_str()));
+        let summary = std::fs::read_to_string(done.join("summary.md")).unwrap();
+        assert!(summary.contains(&format!("    {}", m.commands[0])) && !summary.contains(".staging-"), "{summary}");
     }
 
     #[test]

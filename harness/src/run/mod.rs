@@ -381,15 +381,13 @@ impl Target for HostTarget {
         cmd.current_dir(&cwd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         die_with_owner(&mut cmd);
-        let mut child = cmd
-            .spawn()
+        let tmp_dir_host = host_tmp();
+        let mut child = crate::owner::spawn_owned(&mut cmd, &tmp_dir_host)
             .with_context(|| format!("could not start `{}` in {}", app.program.describe(), cwd.display()))?;
         let (tx, rx) = mpsc::channel();
         forward_lines(child.stdout.take().unwrap(), tx.clone());
         forward_lines(child.stderr.take().unwrap(), tx);
         let pid = child.id();
-        let tmp_dir_host = host_tmp();
-        crate::owner::own_process(pid, &tmp_dir_host);
         Ok(RunningApp {
             host_pid: pid,
             target_pid: pid,
@@ -409,7 +407,7 @@ impl Target for HostTarget {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_owner(&mut cmd);
-        let child = match cmd.spawn() {
+        let child = match crate::owner::spawn_owned(&mut cmd, &host_tmp()) {
             Ok(child) => child,
             // A tool that is not there is a missing prerequisite (a SKIP naming it), not a verdict.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -419,8 +417,7 @@ impl Target for HostTarget {
             }
             Err(e) => return Err(e).with_context(|| format!("could not start `{}`", argv[0])),
         };
-        // A .NET tool (dotnet-trace) has a diagnostics socket of its own in /tmp.
-        crate::owner::own_process(child.id(), &host_tmp());
+        // (Owned by spawn_owned: a .NET tool, dotnet-trace, has a diagnostics socket of its own in /tmp.)
         Ok(ToolProcess { child, signal_via: None, description: argv[0].clone() })
     }
     fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {

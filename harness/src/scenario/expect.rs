@@ -72,7 +72,9 @@ impl<'de> Deserialize<'de> for Expectation {
         };
         let (name, collector) = (text("name")?, text("collector")?);
         let kind = table.get("kind").and_then(|k| k.as_str()).unwrap_or("?").to_string();
-        let check: CheckKind = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| D::Error::custom(e.message()))?;
+        let check: CheckKind = toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| D::Error::custom(crate::collect::name_the_key::<CheckKind>(&table, e.message())))?;
         if collector.is_some() && check.judge().collectors().is_some() {
             return Err(D::Error::custom(format!(
                 "unknown field `collector`: a `{kind}` expectation does not read one collector{}",

@@ -2,6 +2,28 @@
 //! the expectations. A user points one at their own app as it is — `workload = { dll = "…" }`,
 //! `{ project = "…" }`, `{ command = [...] }` or `{ image = "…" }` — with how it is ready and
 //! stopped (`app.rs`); relative paths mean paths next to the TOML file.
+//!
+//! # Adding a key: how it goes through the validator
+//!
+//! [`Scenario::from_toml`] is the only way in, and every mistake it finds names
+//! `file:line:column` (`place.rs`). A new key gets that for free when it follows these steps:
+//!
+//! 1. **Type it.** A field of a `#[serde(deny_unknown_fields)]` struct here, of a collector's
+//!    options struct (`collect/<kind>.rs`, reached through `collect::CollectorOptions`) or of a
+//!    check (`assert/<kind>.rs`, through `expect::CheckKind`) — with the narrowest Rust type
+//!    (`u32`, an enum, `Option<…>`), never a `String` parsed later and never `#[serde(untagged)]`
+//!    or a custom `Deserialize` that coerces (`frequency = "99"` and `99.5` must stay errors).
+//!    serde then rejects unknown keys and wrong types with the byte span of the key or value;
+//!    inside `[[collector]]` / `[[expect]]` tables `collect::name_the_key` finds which key.
+//! 2. **Check what serde cannot** (ranges, regexes that must compile, keys that must agree) at
+//!    load: in `Scenario::validate`, in the collector's `collect::from_spec` (which builds every
+//!    collector of a scenario at load), or in the check's `Judge::validate`. Return the error
+//!    through [`place::at`] with the key's path (`scenario_path!("collector", i, "frequency")`)
+//!    — a check deeper down may already have placed it; the innermost place wins.
+//! 3. **Truth a check reads** is named by its `Judge::truth_paths`, so a scenario of an app as it
+//!    is can only read what its `truth.map` declares.
+//! 4. **Test it** with one line in `place.rs`'s `scenario_mistakes` table: the faulty text, the
+//!    `file:line:column` expected and the words of the message. Nothing found only at run time.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -99,25 +99,39 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-/// Offset of `key = …` in the table that starts at `at` (before the next `[header]`).
-fn key_in_table_after(text: &str, at: usize, key: &str) -> Option<usize> {
-    let mut offset = at;
-    for (i, line) in text[at.min(text.len())..].split_inclusive('\n').enumerate() {
-        let trimmed = line.trim_start();
-        if i > 0 && trimmed.starts_with('[') {
-            return None;
-        }
+/// Offset of the first `key = …` at or after `at` whose value starts with `value` (when given).
+/// serde reports a mistake inside an array of tables (`[[collector]]`, `[[expect]]`) at the
+/// array, not at the table holding it: the key (and its value) tell which of them it is.
+fn key_after(text: &str, at: usize, key: &str, value: Option<&str>) -> Option<usize> {
+    let mut offset = at.min(text.len());
+    for line in text[offset..].split_inclusive('\n') {
         for (pos, _) in line.match_indices(key) {
             let before = &line[..pos];
             let after = line[pos + key.len()..].trim_start();
             let starts_key = before.trim_end().is_empty() || before.trim_end().ends_with(['{', ',']);
-            if starts_key && after.starts_with('=') {
+            let value_matches = value.is_none_or(|v| after.strip_prefix('=').is_some_and(|rest| rest.trim_start().starts_with(v)));
+            if starts_key && after.starts_with('=') && value_matches {
                 return Some(offset + pos);
             }
         }
         offset += line.len();
     }
     None
+}
+
+/// The key an error message of a tagged table names, with its value when the message gives it:
+/// `unknown field `K``, `` `K = V`: … `` (see `collect::name_the_key`), or `kind = "V"` for an
+/// unknown variant `V`.
+fn named_key(message: &str) -> Option<(&str, Option<String>)> {
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        return Some(("kind", rest.split('`').next().map(|v| format!("\"{v}\""))));
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        return rest.split('`').next().filter(|k| !k.is_empty()).map(|k| (k, None));
+    }
+    let named = message.strip_prefix('`')?.split('`').next()?;
+    let (key, value) = named.split_once(" = ").map_or((named, None), |(k, v)| (k, Some(v.to_string())));
+    (!key.is_empty()).then_some((key, value))
 }
 
 /// The error of loading `origin`, as `file:line:column: what`.
@@ -127,15 +141,17 @@ pub fn explain(text: &str, origin: &Path, error: anyhow::Error) -> anyhow::Error
         Err(e) => match e.downcast::<toml::de::Error>() {
             Ok(t) => {
                 let message = t.message().trim().to_string();
-                // serde reports an unknown key of a tagged table (`[[collector]]`, `[[expect]]`)
-                // at the table: the key's own line is the place to fix.
-                let offset = t.span().map(|s| s.start).map(|at| {
-                    message
-                        .strip_prefix("unknown field `")
-                        .and_then(|rest| rest.split('`').next())
-                        .and_then(|key| key_in_table_after(text, at, key))
-                        .unwrap_or(at)
-                });
+                // serde reports an unknown key or a wrong value of a tagged table
+                // (`[[collector]]`, `[[expect]]`) at the table: the key's own line is the place
+                // to fix.
+                let offset = t
+                    .span()
+                    .map(|s| s.start)
+                    .map(|at| {
+                        named_key(&message)
+                            .and_then(|(key, value)| key_after(text, at, key, value.as_deref()).or_else(|| key_after(text, at, key, None)))
+                            .unwrap_or(at)
+                    });
                 (offset, message)
             }
             Err(e) => (None, format!("{e:#}")),
@@ -186,8 +202,16 @@ mod scenario_mistakes {
     fn every_mistake_names_file_line_and_column() {
         let with = |extra: &str| format!("{BASE}{extra}");
         for (text, place, why) in [
-            (with("frequency = \"99\"\n"), "dir/x.toml:4:1", "invalid type: string \"99\""),
-            (with("frequency = 99.5\n"), "dir/x.toml:4:1", "invalid type: floating point `99.5`"),
+            (with("frequency = \"99\"\n"), "dir/x.toml:6:1", "`frequency = \"99\"`: invalid type: string \"99\""),
+            (with("frequency = 99.5\n"), "dir/x.toml:6:1", "`frequency = 99.5`: invalid type: floating point `99.5`"),
+            (with("call_graph = \"fp\"\nfrequency = true\n"), "dir/x.toml:7:1", "`frequency = true`: invalid type: boolean `true`"),
+            (with("\n[[expect]]\nkind = \"resolved\"\nclass = \"jit\"\nmin = \"0.9\"\n"), "dir/x.toml:10:1", "`min = \"0.9\"`: invalid type: string \"0.9\""),
+            (with("\n[[expect]]\nkind = \"resolved\"\nclass = \"jit\"\nmin = 0.9\nmni = 1\n"), "dir/x.toml:11:1", "unknown field `mni`"),
+            (with("\n[[collector]]\nkind = \"perf\"\n"), "dir/x.toml:8:1", "unknown variant `perf`"),
+            (with("\n[[expect]]\nkind = \"resolvd\"\n"), "dir/x.toml:8:1", "unknown variant `resolvd`"),
+            // In the second table of an array, the second table's line.
+            (with("frequency = 99\n\n[[collector]]\nkind = \"perf-cpu\"\nname = \"b\"\nfrequency = \"99\"\n"), "dir/x.toml:11:1", "`frequency = \"99\"`"),
+            (with("\n[[collector]]\nkind = \"perf-offcpu\"\nfrequncy = 9\n"), "dir/x.toml:9:1", "unknown field `frequncy`"),
             (with("frequncy = 99\n"), "dir/x.toml:6:1", "unknown field `frequncy`"),
             (with("frequency = 1000000\n"), "dir/x.toml:4:1", "frequency 1000000 Hz is out of range"),
             (format!("tiemout_s = 5\n{BASE}"), "dir/x.toml:1:1", "unknown field `tiemout_s`"),

@@ -3,7 +3,14 @@
 //! SIGINT or SIGKILL when its progress reaches each phase — build, launch, collect, decode — on
 //! each target. Afterwards nothing may look finished, no process of the run may live on, no
 //! container may outlive the lease, and after SIGINT no file of the run may be left in /tmp. The
-//! next run then passes and says what it removed.
+//! next run then passes and says what it removed; after it, nothing any interruption left remains.
+//!
+//! Each test prints its table (target × phase × signal → leftovers) and writes it to
+//! `target/tmp/interrupt-TARGET.md`. CI runs two cells per target (every phase and both signals
+//! among them, and SIGTERM → 143 once; 20–30 s a target); the nightly workflow's `interrupt` job runs the whole
+//! grid (`*_full_grid`, ignored here):
+//!
+//!     cargo xtask test -- -p harness --test it --run-ignored all -E 'test(/^interrupt::/)'
 
 use std::collections::BTreeSet;
 use std::io::BufRead as _;
@@ -12,8 +19,6 @@ use std::time::{Duration, Instant};
 
 use harness::run::TargetKind;
 use harness::testing::{prerequisites, require_root};
-
-const PHASES: &[&str] = &["build", "launch", "collect", "decode"];
 
 fn perf_available() -> Result<(), String> {
     harness::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".into())
@@ -56,9 +61,16 @@ fn interrupt_helper() {
     let results = PathBuf::from(std::env::var("TRACELAB_INTERRUPT_RESULTS").unwrap());
     let scenario = harness::scenario::Scenario::load(Path::new(&toml)).unwrap();
     let opts = harness::engine::RunOptions { target: Some(target), results_root: Some(results), ..Default::default() };
+    // Ends as `cargo xtask scenario` does: the verdict's exit code (harness::assert::exit).
     match harness::engine::run(&scenario, &opts) {
-        Ok(o) => eprintln!("HELPER-DONE {:?} {}", o.verdict, o.dir.display()),
-        Err(e) => eprintln!("HELPER-ERROR {e:#}"),
+        Ok(o) => {
+            eprintln!("HELPER-DONE {:?} {} reason: {}", o.verdict, o.dir.display(), o.reason.as_deref().unwrap_or("-"));
+            std::process::exit(i32::from(o.verdict.exit_code()));
+        }
+        Err(e) => {
+            eprintln!("HELPER-ERROR {e:#}");
+            std::process::exit(2);
+        }
     }
 }
 
@@ -78,6 +90,23 @@ fn tmp_runtime_files() -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The pid a runtime file in /tmp is named after.
+fn pid_of(file: &str) -> Option<u32> {
+    let rest = ["perf-", "perfinfo-", "jit-", "dotnet-diagnostic-", "clr-debug-pipe-"].iter().find_map(|p| file.strip_prefix(p))?;
+    rest.split(['-', '.']).next()?.parse().ok()
+}
+
+/// Runtime files that appeared since `before` and whose process is gone. Other engineers'
+/// processes share this machine's /tmp: a file of a live process is not a leftover (the run's own
+/// processes are dead by now, which [`processes_marked`] checks).
+fn new_files_of_dead_processes(before: &BTreeSet<String>) -> Vec<String> {
+    tmp_runtime_files()
+        .difference(before)
+        .filter(|f| pid_of(f).is_none_or(|pid| !Path::new(&format!("/proc/{pid}")).exists()))
+        .cloned()
+        .collect()
 }
 
 /// Processes whose command line or environment mentions `marks` (the run's results folder or
@@ -116,8 +145,10 @@ fn containers_of(docker: &harness::docker::Docker, owner_pid: u32) -> usize {
 /// What one interruption left.
 struct Left {
     finished: Vec<String>,
-    staging: usize,
+    staging: Vec<PathBuf>,
     containers: usize,
+    /// Seconds from the run's end until its last container was gone (container targets).
+    containers_gone_s: Option<f64>,
     tmp_files: Vec<String>,
     processes: Vec<String>,
 }
@@ -155,13 +186,28 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         "collect" => 1000,
         _ => 0,
     }));
+    if phase == "build" {
+        // The signal must land in a build, not after it: `dotnet build` (and its nodes) run.
+        let helper = format!("{} ", child.id());
+        let building: Vec<String> = processes_marked(&[cache]).into_iter().filter(|p| !p.starts_with(&helper)).collect();
+        assert!(!building.is_empty(), "{target:?}/build: no build ran 3 s into the build phase; the run said:\n{}", seen.join("\n"));
+        eprintln!("{target:?}/build: signal during the build of {} processes: {building:?}", building.len());
+    }
+    eprintln!("{target:?}/{phase}: signal {signal} after `{}`", seen.last().map_or("", String::as_str));
     harness::run::signal(child.id(), signal).unwrap();
     // The rest of its output, so the pipe never blocks the handler.
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt as _;
-    if signal == 2 {
-        assert_eq!(status.code(), Some(130), "{target:?}/{phase}: SIGINT must end the run with 130; output after it:\n{}", rest.join("\n"));
+    if signal != 9 {
+        assert_eq!(
+            status.code(),
+            Some(128 + signal),
+            "{target:?}/{phase}: {} must end the run with {}; output after it:\n{}",
+            signal_name(signal),
+            128 + signal,
+            rest.join("\n")
+        );
     } else {
         assert_eq!(status.signal(), Some(9), "{target:?}/{phase}");
     }
@@ -174,9 +220,7 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         std::thread::sleep(Duration::from_millis(200));
         containers = docker.as_ref().map_or(0, |d| containers_of(d, child.id()));
     }
-    if docker.is_some() {
-        eprintln!("{target:?}/{phase}: the run's containers were gone {:.1} s after its end", died.elapsed().as_secs_f64());
-    }
+    let containers_gone_s = docker.is_some().then(|| died.elapsed().as_secs_f64());
     // Processes die with their owner (PR_SET_PDEATHSIG, the handler, the removed container).
     let deadline = Instant::now() + Duration::from_secs(10);
     let work = toml.parent().unwrap();
@@ -186,74 +230,83 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         processes = processes_marked(&[work, cache]);
     }
     let mut finished = Vec::new();
-    let mut staging = 0;
+    let mut staging = Vec::new();
     for e in std::fs::read_dir(results).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with(".staging-") {
             let journal = std::fs::read_to_string(e.path().join(harness::owner::JOURNAL)).unwrap_or_default();
             let tree = std::process::Command::new("find").arg(e.path()).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
             eprintln!("{target:?}/{phase}: left {name} with journal:\n{journal}\nholding:\n{tree}");
-            staging += 1;
+            staging.push(e.path());
         } else {
             finished.push(name);
         }
     }
-    let tmp_files = tmp_runtime_files().difference(&tmp_before).cloned().collect::<Vec<_>>();
-    Left { finished, staging, containers, tmp_files, processes }
+    let tmp_files = new_files_of_dead_processes(&tmp_before);
+    Left { finished, staging, containers, containers_gone_s, tmp_files, processes }
 }
 
-fn interrupt_everywhere(target: TargetKind) {
-    let test = format!("interrupt::{}_runs_interrupted_at_any_phase_leave_nothing", target.as_str());
+/// Every phase, both signals.
+const FULL_GRID: &[(&str, i32)] =
+    &[("build", 2), ("build", 9), ("launch", 2), ("launch", 9), ("collect", 2), ("collect", 9), ("decode", 2), ("decode", 9)];
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        2 => "SIGINT",
+        15 => "SIGTERM",
+        _ => "SIGKILL",
+    }
+}
+
+/// Interrupts a run of `target` at each of `cells` (phase, signal), then runs once more to the
+/// end; asserts what the module doc says and writes the table.
+fn interrupt_cells(target: TargetKind, cells: &[(&str, i32)]) {
+    let test = format!("interrupt::{}_runs_interrupted_leave_nothing", target.as_str());
     let needs_docker = target != TargetKind::Host;
     let checks: Vec<&dyn Fn() -> Result<(), String>> =
         if needs_docker { vec![&require_root, &perf_available, &docker_available] } else { vec![&require_root, &perf_available] };
     if !prerequisites(&test, &checks) {
         return;
     }
+    let started = Instant::now();
     let work = tempfile::tempdir().unwrap();
     let toml = scenario_toml(work.path());
     let results = work.path().join("results");
     let warm_cache = work.path().join("cache");
-    let mut table = Vec::new();
-    let mut killed_staging = 0;
-    let mut killed_tmp = BTreeSet::new();
-    for phase in PHASES {
-        for (signal, name) in [(2, "SIGINT"), (9, "SIGKILL")] {
-            // A fresh build cache gives the build phase a build to interrupt.
-            let fresh;
-            let cache = if *phase == "build" {
-                fresh = tempfile::tempdir_in(work.path()).unwrap();
-                fresh.path().to_path_buf()
-            } else {
-                warm_cache.clone()
-            };
-            let left = interrupt_at(target, phase, signal, &toml, &results, &cache);
-            let row = format!(
-                "| {} | {phase} | {name} | {} | {} | {} | {} | {} |",
-                target.as_str(),
-                left.finished.len(),
-                left.staging,
-                left.containers,
-                left.tmp_files.len(),
-                left.processes.len()
-            );
-            eprintln!("{row}");
-            table.push(row);
-            assert!(left.finished.is_empty(), "{target:?}/{phase}/{name}: a finished-looking folder: {:?}", left.finished);
-            assert_eq!(left.containers, 0, "{target:?}/{phase}/{name}: containers outlived the lease");
-            assert!(left.processes.is_empty(), "{target:?}/{phase}/{name}: processes outlived the run: {:?}", left.processes);
-            if signal == 2 {
-                // Its own staging folder is gone, and its start-up sweep removed the one the
-                // SIGKILL before it left.
-                assert_eq!(left.staging, 0, "{target:?}/{phase}/{name}: a staging folder was left");
-                assert!(left.tmp_files.is_empty(), "{target:?}/{phase}/{name}: /tmp files left: {:?}", left.tmp_files);
-            }
-            killed_staging = left.staging;
-            if signal == 9 {
-                killed_tmp.extend(left.tmp_files);
-            }
+    // (cell, what it left: staging folders and /tmp files, looked at again after the next run)
+    let mut rows: Vec<(String, Left)> = Vec::new();
+    for &(phase, signal) in cells {
+        let name = signal_name(signal);
+        // A fresh build cache gives the build phase a build to interrupt.
+        let fresh;
+        let cache = if phase == "build" {
+            fresh = tempfile::tempdir_in(work.path()).unwrap();
+            fresh.path().to_path_buf()
+        } else {
+            warm_cache.clone()
+        };
+        let left = interrupt_at(target, phase, signal, &toml, &results, &cache);
+        eprintln!(
+            "{}/{phase}/{name}: finished {:?}, staging {:?}, containers {}, /tmp {:?}, processes {:?}",
+            target.as_str(),
+            left.finished,
+            left.staging,
+            left.containers,
+            left.tmp_files,
+            left.processes
+        );
+        assert!(left.finished.is_empty(), "{target:?}/{phase}/{name}: a finished-looking folder: {:?}", left.finished);
+        assert_eq!(left.containers, 0, "{target:?}/{phase}/{name}: containers outlived the lease");
+        assert!(left.processes.is_empty(), "{target:?}/{phase}/{name}: processes outlived the run: {:?}", left.processes);
+        if signal != 9 {
+            // Its own staging folder is gone, and its start-up sweep removed the one a SIGKILL
+            // before it left.
+            assert!(left.staging.is_empty(), "{target:?}/{phase}/{name}: a staging folder was left");
+            assert!(left.tmp_files.is_empty(), "{target:?}/{phase}/{name}: /tmp files left: {:?}", left.tmp_files);
         }
+        rows.push((format!("{phase} | {name}"), left));
     }
+    let killed_staging = rows.last().map_or(0, |(_, l)| l.staging.len());
     // The next run cleans what the SIGKILLs left, says so, and passes.
     let tmp_before = tmp_runtime_files();
     let scenario = harness::scenario::Scenario::load(&toml).unwrap();
@@ -261,36 +314,90 @@ fn interrupt_everywhere(target: TargetKind) {
     // SAFETY (test process env): the build cache of the warm runs, read by the engine's build.
     unsafe { std::env::set_var("XDG_CACHE_HOME", &warm_cache) };
     let outcome = harness::engine::run(&scenario, &opts).unwrap();
-    eprintln!("| target | phase | signal | finished folders | staging folders | containers | /tmp files | processes |");
-    for row in &table {
-        eprintln!("{row}");
+    let now = tmp_runtime_files();
+    // Each cell's leftovers after the runs that followed it (their start-up sweeps).
+    let mut table = vec![
+        "| target | phase | signal | finished folders | staging folders at exit → after the next run | containers (gone after) | /tmp files at exit → after the next run | processes |".to_string(),
+        "|---|---|---|---|---|---|---|---|".to_string(),
+    ];
+    for (cell, left) in &rows {
+        let staging_after = left.staging.iter().filter(|p| p.exists()).count();
+        let tmp_after = left.tmp_files.iter().filter(|f| now.contains(*f)).count();
+        table.push(format!(
+            "| {} | {cell} | {} | {} → {staging_after} | {}{} | {} → {tmp_after} | {} |",
+            target.as_str(),
+            left.finished.len(),
+            left.staging.len(),
+            left.containers,
+            left.containers_gone_s.map(|s| format!(" ({s:.1} s)")).unwrap_or_default(),
+            left.tmp_files.len(),
+            left.processes.len()
+        ));
     }
-    eprintln!("next run: {:?}; removed at start: {:#?}", outcome.verdict, outcome.manifest.swept_at_start);
+    table.push(String::new());
+    table.push(format!(
+        "next run: {:?}; removed at start: {:?}; {} cells and the next run took {:.0} s",
+        outcome.verdict,
+        outcome.manifest.swept_at_start,
+        rows.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    let text = table.join("\n");
+    eprintln!("{text}");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("interrupt-{}.md", target.as_str()));
+    std::fs::write(&out, format!("{text}\n")).unwrap();
+    eprintln!("(written to {})", out.display());
     assert_eq!(outcome.verdict, harness::assert::Verdict::Pass, "{}", crate::describe(&outcome));
     let staging_removed = outcome.manifest.swept_at_start.iter().filter(|l| l.starts_with("staging folder")).count();
     assert_eq!(staging_removed, killed_staging, "{:?}", outcome.manifest.swept_at_start);
     let staging_left = std::fs::read_dir(&results).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(".staging-")).count();
     assert_eq!(staging_left, 0);
-    let now = tmp_runtime_files();
-    let new_tmp: Vec<_> = now.difference(&tmp_before).cloned().collect();
+    let new_tmp = new_files_of_dead_processes(&tmp_before);
     assert!(new_tmp.is_empty(), "the passing run left {new_tmp:?}");
-    let still: Vec<_> = killed_tmp.intersection(&now).cloned().collect();
-    assert!(still.is_empty(), "the killed runs' /tmp files were not swept: {still:?}");
+    for (cell, left) in &rows {
+        let still: Vec<_> = left.staging.iter().filter(|p| p.exists()).collect();
+        assert!(still.is_empty(), "{cell}: staging folders not swept: {still:?}");
+        let still: Vec<_> = left.tmp_files.iter().filter(|f| now.contains(*f)).collect();
+        assert!(still.is_empty(), "{cell}: /tmp files not swept: {still:?}");
+    }
+}
+
+// CI: two cells per target (and SIGTERM once), every phase and both signals among the three; a
+// SIGKILL last, so the run after it has something to sweep and say.
+
+#[test]
+fn host_runs_interrupted_leave_nothing() {
+    interrupt_cells(TargetKind::Host, &[("build", 2), ("collect", 15), ("decode", 9)]);
 }
 
 #[test]
-fn host_runs_interrupted_at_any_phase_leave_nothing() {
-    interrupt_everywhere(TargetKind::Host);
+fn container_runs_interrupted_leave_nothing() {
+    interrupt_cells(TargetKind::Container, &[("collect", 2), ("launch", 9)]);
 }
 
 #[test]
-fn container_runs_interrupted_at_any_phase_leave_nothing() {
-    interrupt_everywhere(TargetKind::Container);
+fn sidecar_runs_interrupted_leave_nothing() {
+    interrupt_cells(TargetKind::Sidecar, &[("decode", 2), ("collect", 9)]);
+}
+
+// Nightly (the workflow's `interrupt` job): the whole grid on each target.
+
+#[test]
+#[ignore = "nightly: the whole grid (ci/nightly.yml `interrupt`); CI runs two cells per target"]
+fn host_runs_interrupted_full_grid() {
+    interrupt_cells(TargetKind::Host, FULL_GRID);
 }
 
 #[test]
-fn sidecar_runs_interrupted_at_any_phase_leave_nothing() {
-    interrupt_everywhere(TargetKind::Sidecar);
+#[ignore = "nightly: the whole grid (ci/nightly.yml `interrupt`); CI runs two cells per target"]
+fn container_runs_interrupted_full_grid() {
+    interrupt_cells(TargetKind::Container, FULL_GRID);
+}
+
+#[test]
+#[ignore = "nightly: the whole grid (ci/nightly.yml `interrupt`); CI runs two cells per target"]
+fn sidecar_runs_interrupted_full_grid() {
+    interrupt_cells(TargetKind::Sidecar, FULL_GRID);
 }
 
 /// Two runs of one scenario started together into one results folder: each gets its own folder
@@ -319,15 +426,24 @@ fn two_runs_started_together_both_complete() {
             .spawn()
             .unwrap()
     };
+    let tmp_before = tmp_runtime_files();
     let (a, b) = (start(), start());
     let mut verdicts = Vec::new();
     for child in [a, b] {
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stderr).into_owned();
         let done = text.lines().find_map(|l| l.strip_prefix("HELPER-DONE ")).unwrap_or_else(|| panic!("a run did not finish:\n{text}")).to_string();
-        assert!(done.starts_with("Pass") || done.starts_with("Inconclusive"), "{done}\n{text}");
-        verdicts.push(done);
+        // Pass (exit 0), or inconclusive (exit 3) with its reason: never a FAIL or an error
+        // caused by the other run.
+        let code = out.status.code();
+        assert!(
+            (done.starts_with("Pass") && code == Some(0)) || (done.starts_with("Inconclusive") && code == Some(3) && !done.ends_with("reason: -")),
+            "exit {code:?}: {done}\n{text}"
+        );
+        verdicts.push(format!("{done} (exit {})", code.unwrap_or(-1)));
     }
+    let left = new_files_of_dead_processes(&tmp_before);
+    assert!(left.is_empty(), "the two runs left {left:?} in /tmp");
     let mut folders: Vec<PathBuf> = std::fs::read_dir(&results)
         .unwrap()
         .flatten()
