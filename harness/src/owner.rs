@@ -421,6 +421,14 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
                         std::thread::sleep(std::time::Duration::from_millis(20));
                     }
                 }
+                // pid_max is 32768 on small machines: under load pids wrap within the hour. A live
+                // process that now holds the dead app's pid in the host's /tmp owns the files of
+                // that name (its diagnostics socket): removing them broke another run's
+                // dotnet-trace ("Unable to connect to Process"). Container apps' /tmp folders are
+                // their run's own, so only the host's /tmp is shared.
+                if Path::new(tmp) == crate::run::host_tmp() && process_start_time(pid).is_some() {
+                    continue;
+                }
                 for f in runtime_files(pid, Path::new(tmp)) {
                     if std::fs::remove_file(&f).is_ok() {
                         swept.files.push(f);
@@ -557,6 +565,27 @@ mod tests {
         assert!(tmp.path().join("perf-42.map").exists());
         // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
         assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len());
+    }
+
+    #[test]
+    fn a_dead_apps_pid_now_held_by_a_live_process_keeps_its_files_in_the_hosts_tmp() {
+        let root = tempfile::tempdir().unwrap();
+        let dead_tag = format!("1:{}", process_start_time(1).unwrap() + 1);
+        let dead = root.path().join(".staging-x-1-dead");
+        std::fs::create_dir(&dead).unwrap();
+        // The dead app had this test's pid (another start time): the pid was reused by us.
+        let me = std::process::id();
+        let reused = format!("{me}:{}", process_start_time(me).unwrap() + 1);
+        let host_tmp = crate::run::host_tmp();
+        std::fs::write(dead.join(JOURNAL), format!("{dead_tag}\npid {reused} {}\n", host_tmp.display())).unwrap();
+        let socket = host_tmp.join(format!("dotnet-diagnostic-{me}-1-socket"));
+        std::fs::write(&socket, "").unwrap();
+        let swept = sweep_dead(root.path(), false);
+        let kept = socket.exists();
+        let _ = std::fs::remove_file(&socket);
+        let swept = swept.unwrap();
+        assert_eq!(swept.staging, vec![dead]);
+        assert!(kept, "the live process's socket was removed: {:?}", swept.files);
     }
 
     #[test]
