@@ -270,6 +270,8 @@ pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, g: &FlameGr
     options.count_name = g.count_name.to_string();
     options.palette_map = Some(&mut palette);
     options.frame_height = 15;
+    // Keep the start of a label (namespace initials, type, method) when a box is narrow.
+    options.text_truncate_direction = inferno::flamegraph::TextTruncateDirection::Right;
     if g.by_leaf {
         options.reverse_stack_order = true;
         options.direction = inferno::flamegraph::Direction::Inverted;
@@ -279,6 +281,9 @@ pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, g: &FlameGr
         .with_context(|| format!("cannot draw the flame graph {}", path.display()))?;
     let full_of: HashMap<&str, &str> = short.iter().map(|(full, s)| (s.as_str(), *full)).collect();
     let svg = full_names_in_tooltips(&String::from_utf8(svg).context("inferno wrote non-UTF-8")?, &full_of);
+    // inferno's script re-fits each box's text from its tooltip on load and on zoom: make it
+    // take the short text kept in the frame's `data-short` instead.
+    let svg = svg.replace(SCRIPT_TEXT_FROM_TITLE, SCRIPT_TEXT_FROM_SHORT);
     std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(true)
 }
@@ -292,15 +297,23 @@ fn kind_colour(kind: FrameKind, name: &str) -> inferno::flamegraph::color::Color
     inferno::flamegraph::color::Color { r: c(r), g: c(g), b: c(b) }
 }
 
-/// Puts each box's full label into its tooltip (`<title>SHORT (N samples, P%)</title>`).
+/// How inferno's script (0.12) takes a box's text: its tooltip without the counts.
+const SCRIPT_TEXT_FROM_TITLE: &str = r#"find_child(e, "title").textContent.replace(/\([^(]*\)$/,"")"#;
+const SCRIPT_TEXT_FROM_SHORT: &str =
+    r#"(e.getAttribute("data-short") || find_child(e, "title").textContent.replace(/\([^(]*\)$/,""))"#;
+
+/// Puts each box's full label into its tooltip (`<title>SHORT (N samples, P%)</title>`) and keeps
+/// the short one in the frame's `data-short`.
 fn full_names_in_tooltips(svg: &str, full_of: &HashMap<&str, &str>) -> String {
     static TITLE: std::sync::LazyLock<regex::Regex> =
-        std::sync::LazyLock::new(|| regex::Regex::new(r"<title>([^<]*?)( \([^()]*\))</title>").unwrap());
+        std::sync::LazyLock::new(|| regex::Regex::new(r"<g><title>([^<]*?)( \([^()]*\))</title>").unwrap());
     TITLE
         .replace_all(svg, |c: &regex::Captures| {
             let shown = unescape_xml(&c[1]);
             match full_of.get(shown.as_str()) {
-                Some(full) if *full != shown => format!("<title>{}{}</title>", escape_xml(full), &c[2]),
+                Some(full) if *full != shown => {
+                    format!("<g data-short=\"{}\"><title>{}{}</title>", &c[1], escape_xml(full), &c[2])
+                }
                 _ => c[0].to_string(),
             }
         })
@@ -330,13 +343,13 @@ pub fn write_collection_flamegraphs(coll: &Collection, scenario: &str, run_dir: 
     };
     let deepest = coll.samples.iter().map(|s| s.frames.len()).max().unwrap_or(0);
     let legend = [FrameKind::Jit, FrameKind::ReadyToRun, FrameKind::Runtime, FrameKind::Native, FrameKind::Kernel]
-        .map(|k| format!("{} {}", colour_word(k), k.describe()))
+        .map(|k| format!("{} {}", colour_word(k), k.short_name()))
         .join(" · ");
     let title = format!("{scenario} · {} · {} samples · {weight}", coll.collector, coll.samples.len());
     let mut written = Vec::new();
     let count_name = if off_cpu { "ns" } else { "samples" };
     let fold_note = if deepest > MAX_DRAWN_DEPTH {
-        format!(" · stacks up to {deepest} frames: middles folded into {ELIDED}, full depth in .leaves.svg and speedscope")
+        format!(" · stacks up to {deepest} deep: middles folded (full depth: .leaves.svg, speedscope)")
     } else {
         String::new()
     };
@@ -703,6 +716,9 @@ mod tests {
         let text = std::fs::read_to_string(&svgs[0]).unwrap();
         assert!(text.contains("CpuHot"), "flame graph lacks the hot method");
         assert!(text.contains("fixture · perf-cpu · 3 samples"), "title names scenario, collector, samples");
+        // Boxes show (and the script keeps) the short label; the tooltip has the full one.
+        assert!(text.contains("<g data-short=\"F.Phases::CpuMain()\"><title>Fixture.Phases::CpuMain() (3 samples"), "{text}");
+        assert!(text.contains(SCRIPT_TEXT_FROM_SHORT) && !text.contains(&format!("= {SCRIPT_TEXT_FROM_TITLE}")), "inferno's script changed");
         assert!(write_folded(&c, dir.path()).unwrap().ends_with("stacks/perf-cpu.folded"));
         write_all(&c, "fixture", dir.path(), &dir.path().join("stacks")).unwrap();
         assert!(dir.path().join("perf-cpu.speedscope.json").is_file());

@@ -188,6 +188,18 @@ impl FrameKind {
         }
     }
 
+    /// A word or two for legends.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            FrameKind::Jit => "JIT",
+            FrameKind::ReadyToRun => "ReadyToRun",
+            FrameKind::Runtime => "runtime",
+            FrameKind::Native => "native",
+            FrameKind::Kernel => "kernel",
+            FrameKind::Unknown => "unknown",
+        }
+    }
+
     /// Fill colour in flame graphs (RGB).
     pub fn rgb(self) -> (u8, u8, u8) {
         match self {
@@ -313,36 +325,34 @@ pub fn dso_naming(coll: &Collection) -> BTreeMap<String, DsoNaming> {
     out
 }
 
-/// One line per native file whose frames mostly lack a symbol (at least 50 frames, under half
-/// named), saying how they are shown and how to get names: what summary.md prints.
+/// One line per collector naming the native files whose frames mostly lack a symbol (at least 50
+/// frames, under half named), how they are shown and how to get names: what summary.md prints.
 pub fn unnamed_dso_hints(coll: &Collection) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut files = Vec::new();
+    let mut debug_files = Vec::new();
     for (dso, n) in dso_naming(coll) {
         if n.frames < 50 || n.symbol * 2 >= n.frames {
             continue;
         }
-        let unnamed = n.frames - n.symbol;
+        let file = dso_file(&dso);
         let shown = if n.function_only > 0 {
-            format!(
-                "{} of them are shown by function start from its .eh_frame (`{}!fn@0x…`, {} functions)",
-                n.function_only,
-                dso_file(&dso),
-                n.distinct_functions
-            )
+            format!(", {} by function start ({} functions)", n.function_only, n.distinct_functions)
         } else {
-            "they are shown as `[unknown]`".to_string()
+            String::new()
         };
-        out.push(format!(
-            "`{}`: {unnamed} of {} frames ({:.0} %) in `{}` have no symbol (the file is stripped or exports few names); {shown}. \
-             For names, pass `--symbols DIR` with its debug file (e.g. `{}.dbg` from the runtime's symbol package, or a file found by build id).",
-            coll.collector,
-            n.frames,
-            unnamed as f64 * 100.0 / n.frames as f64,
-            dso_file(&dso),
-            dso_file(&dso),
-        ));
+        files.push(format!("`{file}` {} of {} frames unnamed{shown}", n.frames - n.symbol, n.frames));
+        debug_files.push(format!("`{file}.dbg`"));
     }
-    out
+    if files.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "`{}`: stripped native code: {}. Frames with a function start show as `FILE!fn@0x…` (from .eh_frame); \
+         for names pass `--symbols DIR` holding the debug files ({}, e.g. from the runtime's symbol package; found by build id).",
+        coll.collector,
+        files.join("; "),
+        debug_files.join(", ")
+    )]
 }
 
 #[cfg(test)]

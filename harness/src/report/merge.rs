@@ -449,9 +449,16 @@ fn ratio_count(run: &Value, name: &str) -> Option<f64> {
         Some(class) => (true, class),
         None => (false, metric.strip_prefix("resolved_ratio_")?),
     };
-    let r = &run["resolution"][&collector];
-    let entry = if matches!(class, "managed" | "all") { &r[class] } else { &r["by_class"][class] };
-    entry[if all { "all_total" } else { "leaf_total" }].as_f64()
+    // manifest.json's `resolution.<collector>.classes.<class>` (engine::resolution_json).
+    let classes = run["resolution"][&collector]["classes"].as_object()?;
+    let key = if all { "all_total" } else { "leaf_total" };
+    let wanted = |c: &str| match class {
+        "managed" => c == "jit" || c == "r2r",
+        "all" => true,
+        one => c == one,
+    };
+    let counts: Vec<f64> = classes.iter().filter(|(c, _)| wanted(c)).filter_map(|(_, v)| v[key].as_f64()).collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
 }
 
 /// Whether a ratio's drop from `b` (over `nb`) to `a` (over `na`) is beyond sampling noise.
@@ -859,7 +866,7 @@ mod tests {
             let mut m = manifest("web", verdict, "host", "6.18.0", 0.99);
             m["collectors"] = json!(["perf-cpu", "perf-offcpu", "eventpipe", "dotnet-trace"]);
             m["metrics"]["perf-offcpu.resolved_ratio_jit"] = json!(ratio);
-            m["resolution"] = json!({"perf-offcpu": {"by_class": {"jit": {"leaf_total": frames}}}});
+            m["resolution"] = json!({"perf-offcpu": {"classes": {"jit": {"leaf_total": frames}}}});
             m
         };
         write_run(&d.path().join("base"), "a", run("pass", 0.50, 50));

@@ -213,7 +213,8 @@ pub fn run_page(run: &Run, page_dir: &Path) -> String {
     if let Some(res) = m["resolution"].as_object().filter(|r| !r.is_empty()) {
         h.push_str("<h2>Frame resolution per DSO class</h2>\n<table id=\"resolution\"><thead><tr><th>collector</th><th>class</th><th>leaf frames</th><th>leaf named</th><th>all frames</th><th>all named</th></tr></thead><tbody>\n");
         for (collector, r) in res {
-            for (class, v) in r["by_class"].as_object().into_iter().flatten() {
+            // engine::resolution_json: `classes.<class>.{leaf,all}_{total,named,ratio}`.
+            for (class, v) in r["classes"].as_object().into_iter().flatten() {
                 let (lt, at) = (v["leaf_total"].as_u64().unwrap_or(0), v["all_total"].as_u64().unwrap_or(0));
                 if lt == 0 && at == 0 {
                     continue;
@@ -223,9 +224,9 @@ pub fn run_page(run: &Run, page_dir: &Path) -> String {
                     "<tr><td>{}</td><td>{}</td><td class=\"num\">{lt}</td><td class=\"num\">{} ({})</td><td class=\"num\">{at}</td><td class=\"num\">{} ({})</td></tr>",
                     esc(collector),
                     esc(class),
-                    v["leaf_resolved"].as_u64().unwrap_or(0),
+                    v["leaf_named"].as_u64().unwrap_or(0),
                     pct(v["leaf_ratio"].as_f64()),
-                    v["all_resolved"].as_u64().unwrap_or(0),
+                    v["all_named"].as_u64().unwrap_or(0),
                     pct(v["all_ratio"].as_f64()),
                 );
             }
