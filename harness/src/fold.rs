@@ -251,6 +251,8 @@ pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, g: &FlameGr
         palette.insert(&short[full], kind_colour(kind, &short[full]));
     }
     palette.insert(ELIDED, kind_colour(FrameKind::Unknown, ELIDED));
+    // The root box (`all`) has an empty name.
+    palette.insert("", kind_colour(FrameKind::Unknown, ""));
     let mut drawn: BTreeMap<String, u64> = BTreeMap::new();
     for (line, weight) in folded {
         let mut frames: Vec<&str> = line.split(';').map(|l| short[l].as_str()).collect();
