@@ -106,12 +106,16 @@ fn method_of(qualified: &str) -> &str {
     qualified.rsplit_once("::").map_or("", |(_, m)| m)
 }
 
-/// `/* MT: 0x7faf… */` and any other `/* … */` the runtime writes into a name.
+/// `/* MT: 0x7faf… */` and any other `/* … */` the runtime writes into a name (perf maps), and
+/// the pointer of EventPipe's `pMT: 0x7f98…` (a type it cannot name, e.g. a dynamic method's
+/// closure): pointers differ from run to run, so a label with one would never match itself.
 fn strip_comments(name: &str) -> Cow<'_, str> {
     static COMMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s*/\*.*?\*/").unwrap());
-    match COMMENT.replace_all(name, "") {
-        Cow::Borrowed(_) => Cow::Borrowed(name),
-        Cow::Owned(s) => Cow::Owned(s.trim().to_string()),
+    static POINTER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bpMT: 0x[0-9A-Fa-f]+").unwrap());
+    let uncommented = COMMENT.replace_all(name, "");
+    match POINTER.replace_all(&uncommented, "pMT") {
+        Cow::Borrowed(_) if matches!(uncommented, Cow::Borrowed(_)) => Cow::Borrowed(name),
+        other => Cow::Owned(other.trim().to_string()),
     }
 }
 
@@ -396,6 +400,11 @@ mod tests {
         let l = label(Some("stub<1> Foo /* MT: 0x7faf00001234 */[Optimized]"), Some("[jit]"));
         assert!(!l.contains("MT: 0x"), "{l}");
         assert!(!label(Some("A.B`1[C] /* MT: 0x7faf */::M()"), None).contains("MT:"));
+        // EventPipe, web-api's minimal-API delegate (a real run): the closure's type by pointer.
+        assert_eq!(
+            label(Some("dynamicClass::lambda_method1(pMT: 0x7f98078b7530,object,pMT: 0x7f9806b50000)"), None),
+            "dynamicClass::lambda_method1(pMT,object,pMT)"
+        );
     }
 
     #[test]
