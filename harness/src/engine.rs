@@ -185,7 +185,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         }
     }
     let t_report = Instant::now();
-    write_stacks(&dir, &state.collections);
+    write_stacks(&dir, &scenario.name, &state.collections);
     let findings = diagnose(&state.collections);
     let resolution = state
         .collections
@@ -832,6 +832,7 @@ fn share_tables(scenario: &Scenario, state: &RunState) -> Vec<crate::report::Sha
 fn diagnose(collections: &[Collection]) -> Vec<String> {
     let mut out = Vec::new();
     for c in collections {
+        out.extend(crate::naming::unnamed_dso_hints(c));
         let leaves = c.samples.iter().filter_map(|s| s.frames.first());
         let (mut total, mut doublemapped) = (0u64, 0u64);
         for f in leaves {
@@ -854,9 +855,9 @@ fn diagnose(collections: &[Collection]) -> Vec<String> {
 }
 
 /// Folded stacks, flame graphs and speedscope files for every collection with samples.
-fn write_stacks(dir: &ResultsDir, collections: &[Collection]) {
+fn write_stacks(dir: &ResultsDir, scenario: &str, collections: &[Collection]) {
     for c in collections.iter().filter(|c| !c.samples.is_empty()) {
-        if let Err(e) = crate::fold::write_all(c, dir.path(), &dir.stacks()) {
+        if let Err(e) = crate::fold::write_all(c, scenario, dir.path(), &dir.stacks()) {
             eprintln!("warning: could not write stacks for `{}`: {e:#}", c.collector);
         }
     }

@@ -10,34 +10,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Collection, DsoClass, Frame, merge_code_version};
+use crate::model::{Collection, DsoClass, Frame};
+use crate::naming::{self, FrameKind};
 use crate::symbolize::{DecodeContext, Symbolizer};
 use perfdata::{ChainCounts, PerfRecording, chain_frames};
 
-/// A frame's label in folded stacks: its name with the code version merged, else
-/// `[unknown] (dso)`. Separators of the folded format are replaced.
-pub fn frame_label(frame: &Frame) -> String {
-    label_of(frame.name.as_deref(), frame.dso.as_deref())
-}
-
-fn sanitize(mut s: String) -> String {
-    if s.contains([';', '\n', '\r']) {
-        s = s.replace(';', ",").replace(['\n', '\r'], " ");
-    }
-    s
-}
-
-/// Label of a sample with no frames at all.
-pub const NO_STACK: &str = "[no stack]";
-
-/// The label of a frame given as (name, dso): as [`frame_label`].
-fn label_of(name: Option<&str>, dso: Option<&str>) -> String {
-    sanitize(match (name, dso) {
-        (Some(n), _) => merge_code_version(n).to_string(),
-        (None, Some(d)) => format!("[unknown] ({d})"),
-        (None, None) => "[unknown]".to_string(),
-    })
-}
+/// A frame's label in folded stacks and every other writer: [`crate::naming::frame_label`].
+pub use crate::naming::{NO_STACK, frame_label};
+use crate::naming::label as label_of;
 
 /// Folds a collection's samples: stack (root first, `;`-joined) → summed weight.
 pub fn fold(coll: &Collection) -> BTreeMap<String, u64> {
@@ -177,7 +157,7 @@ pub fn fold_interned<'s>(samples: impl Iterator<Item = (&'s [u32], u64)>, mut la
             let l = match label_of_frame.get(id) {
                 Some(l) => *l,
                 None => {
-                    let l = intern(sanitize(label(*id)), &mut labels);
+                    let l = intern(label(*id), &mut labels);
                     label_of_frame.insert(*id, l);
                     l
                 }
@@ -225,37 +205,186 @@ pub fn write_folded_into(coll: &Collection, stacks_dir: &Path) -> Result<PathBuf
 }
 
 /// Everything a results folder shows of a collection's stacks: `<stacks_dir>/<collector>.folded`,
-/// `<run_dir>/flamegraph-<collector>.svg` and `<run_dir>/<collector>.speedscope.json`.
-pub fn write_all(coll: &Collection, run_dir: &Path, stacks_dir: &Path) -> Result<()> {
+/// `<run_dir>/flamegraph-<collector>.svg` (and, for deep stacks, `flamegraph-<collector>.leaves.svg`)
+/// and `<run_dir>/<collector>.speedscope.json`. `scenario` titles the flame graphs.
+pub fn write_all(coll: &Collection, scenario: &str, run_dir: &Path, stacks_dir: &Path) -> Result<()> {
     write_folded_into(coll, stacks_dir)?;
-    write_collection_flamegraph(coll, run_dir)?;
+    write_collection_flamegraphs(coll, scenario, run_dir)?;
     write_speedscope(coll, run_dir)?;
     Ok(())
 }
 
-/// Writes a flame graph SVG of folded stacks. Returns false (and writes nothing) when there is
-/// no stack to draw.
-pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, title: &str, count_name: &str) -> Result<bool> {
+/// Stacks deeper than this are drawn with their middle folded into one [`ELIDED`] box (the root
+/// frames and the leaf end are what people read; a 1600-pixel-tall graph is not read at all).
+pub const MAX_DRAWN_DEPTH: usize = 40;
+/// Root-most frames kept above the fold of a deep stack.
+const KEPT_ROOT_FRAMES: usize = 8;
+/// The box standing for the frames folded out of a deep stack.
+pub const ELIDED: &str = "[… deeper frames folded …]";
+
+/// How one flame graph is drawn.
+pub struct FlameGraph<'a> {
+    pub title: String,
+    pub subtitle: Option<String>,
+    /// What the widths count: `samples`, or `ns` for off-CPU time.
+    pub count_name: &'a str,
+    /// Frame kind per full label (colours); labels not in it are grey.
+    pub kinds: &'a HashMap<String, FrameKind>,
+    /// Leaves at the top, merged however deep they were called (inferno's reversed stack
+    /// order, drawn as an icicle): where the time ends up.
+    pub by_leaf: bool,
+}
+
+/// Draws folded stacks (full labels) as a flame graph SVG: boxes show [`naming::short_labels`],
+/// tooltips the full label, colours the frame kind; stacks deeper than [`MAX_DRAWN_DEPTH`] have
+/// their middle folded (not in the `by_leaf` view, whose top rows are the leaves). Returns false
+/// (and writes nothing) when there is no stack to draw.
+pub fn write_flamegraph(folded: &BTreeMap<String, u64>, path: &Path, g: &FlameGraph) -> Result<bool> {
     if folded.is_empty() {
         return Ok(false);
     }
-    let text = folded_text(folded);
+    let labels: std::collections::BTreeSet<&str> = folded.keys().flat_map(|k| k.split(';')).collect();
+    let short = naming::short_labels(labels.iter().copied());
+    let mut palette = inferno::flamegraph::color::PaletteMap::default();
+    for full in &labels {
+        let kind = g.kinds.get(*full).copied().unwrap_or(FrameKind::Unknown);
+        palette.insert(&short[full], kind_colour(kind, &short[full]));
+    }
+    palette.insert(ELIDED, kind_colour(FrameKind::Unknown, ELIDED));
+    // The root box (`all`) has an empty name.
+    palette.insert("", kind_colour(FrameKind::Unknown, ""));
+    let mut drawn: BTreeMap<String, u64> = BTreeMap::new();
+    for (line, weight) in folded {
+        let mut frames: Vec<&str> = line.split(';').map(|l| short[l].as_str()).collect();
+        if !g.by_leaf && frames.len() > MAX_DRAWN_DEPTH {
+            let leaf_end = MAX_DRAWN_DEPTH - KEPT_ROOT_FRAMES - 1;
+            let tail = frames.split_off(frames.len() - leaf_end);
+            frames.truncate(KEPT_ROOT_FRAMES);
+            frames.push(ELIDED);
+            frames.extend(tail);
+        }
+        *drawn.entry(frames.join(";")).or_default() += weight;
+    }
+    let text = folded_text(&drawn);
     let mut options = inferno::flamegraph::Options::default();
-    options.title = title.to_string();
-    options.count_name = count_name.to_string();
-    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    inferno::flamegraph::from_lines(&mut options, text.lines(), &mut out)
+    options.title = g.title.clone();
+    options.subtitle = g.subtitle.clone();
+    options.count_name = g.count_name.to_string();
+    options.palette_map = Some(&mut palette);
+    options.frame_height = 15;
+    // Keep the start of a label (namespace initials, type, method) when a box is narrow.
+    options.text_truncate_direction = inferno::flamegraph::TextTruncateDirection::Right;
+    if g.by_leaf {
+        options.reverse_stack_order = true;
+        options.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    let mut svg = Vec::with_capacity(text.len() * 2);
+    inferno::flamegraph::from_lines(&mut options, text.lines(), &mut svg)
         .with_context(|| format!("cannot draw the flame graph {}", path.display()))?;
+    let full_of: HashMap<&str, &str> = short.iter().map(|(full, s)| (s.as_str(), *full)).collect();
+    let svg = full_names_in_tooltips(&String::from_utf8(svg).context("inferno wrote non-UTF-8")?, &full_of);
+    // inferno's script re-fits each box's text from its tooltip on load and on zoom: make it
+    // take the short text kept in the frame's `data-short` instead.
+    let svg = svg.replace(SCRIPT_TEXT_FROM_TITLE, SCRIPT_TEXT_FROM_SHORT);
+    std::fs::write(path, svg).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(true)
 }
 
-/// Writes `flamegraph-<collector>.svg` into `run_dir` from the collection's samples.
-pub fn write_collection_flamegraph(coll: &Collection, run_dir: &Path) -> Result<Option<PathBuf>> {
+/// The kind's colour, a little lighter or darker per name so neighbouring boxes stay apart.
+fn kind_colour(kind: FrameKind, name: &str) -> inferno::flamegraph::color::Color {
+    let (r, g, b) = kind.rgb();
+    let h = name.bytes().fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+    let shift = (h % 31) as i16 - 15;
+    let c = |v: u8| (v as i16 + shift).clamp(0, 255) as u8;
+    inferno::flamegraph::color::Color { r: c(r), g: c(g), b: c(b) }
+}
+
+/// How inferno's script (0.12) takes a box's text: its tooltip without the counts.
+const SCRIPT_TEXT_FROM_TITLE: &str = r#"find_child(e, "title").textContent.replace(/\([^(]*\)$/,"")"#;
+const SCRIPT_TEXT_FROM_SHORT: &str =
+    r#"(e.getAttribute("data-short") || find_child(e, "title").textContent.replace(/\([^(]*\)$/,""))"#;
+
+/// Puts each box's full label into its tooltip (`<title>SHORT (N samples, P%)</title>`) and keeps
+/// the short one in the frame's `data-short`.
+fn full_names_in_tooltips(svg: &str, full_of: &HashMap<&str, &str>) -> String {
+    static TITLE: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"<g><title>([^<]*?)( \([^()]*\))</title>").unwrap());
+    TITLE
+        .replace_all(svg, |c: &regex::Captures| {
+            let shown = unescape_xml(&c[1]);
+            match full_of.get(shown.as_str()) {
+                Some(full) if *full != shown => {
+                    format!("<g data-short=\"{}\"><title>{}{}</title>", &c[1], escape_xml(full), &c[2])
+                }
+                _ => c[0].to_string(),
+            }
+        })
+        .into_owned()
+}
+
+fn escape_xml(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
+}
+
+fn unescape_xml(s: &str) -> String {
+    s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&#39;", "'").replace("&amp;", "&")
+}
+
+/// Writes `flamegraph-<collector>.svg` into `run_dir` from the collection's samples and, when
+/// some stack is deeper than [`MAX_DRAWN_DEPTH`], `flamegraph-<collector>.leaves.svg` (see
+/// [`FlameGraph::by_leaf`]). Returns the files written.
+pub fn write_collection_flamegraphs(coll: &Collection, scenario: &str, run_dir: &Path) -> Result<Vec<PathBuf>> {
+    let folded = fold(coll);
+    let kinds = naming::label_kinds(coll);
+    let off_cpu = weight_unit(coll) == "nanoseconds";
+    let total: u64 = coll.samples.iter().map(|s| s.weight).sum();
+    let weight = if off_cpu {
+        format!("{:.3} s off-CPU (widths in ns blocked)", total as f64 / 1e9)
+    } else {
+        "widths in samples".to_string()
+    };
+    let deepest = coll.samples.iter().map(|s| s.frames.len()).max().unwrap_or(0);
+    let legend = [FrameKind::Jit, FrameKind::ReadyToRun, FrameKind::Runtime, FrameKind::Native, FrameKind::Kernel]
+        .map(|k| format!("{} {}", colour_word(k), k.short_name()))
+        .join(" · ");
+    let title = format!("{scenario} · {} · {} samples · {weight}", coll.collector, coll.samples.len());
+    let mut written = Vec::new();
+    let count_name = if off_cpu { "ns" } else { "samples" };
+    let fold_note = if deepest > MAX_DRAWN_DEPTH {
+        format!(" · stacks up to {deepest} deep: middles folded (full depth: .leaves.svg, speedscope)")
+    } else {
+        String::new()
+    };
     let path = run_dir.join(format!("flamegraph-{}.svg", coll.collector));
-    let unit = weight_unit(coll);
-    let count_name = if unit == "nanoseconds" { "ns" } else { "samples" };
-    Ok(write_flamegraph(&fold(coll), &path, &coll.collector, count_name)?.then_some(path))
+    let g = FlameGraph { title: title.clone(), subtitle: Some(format!("{legend}{fold_note}")), count_name, kinds: &kinds, by_leaf: false };
+    if write_flamegraph(&folded, &path, &g)? {
+        written.push(path);
+    }
+    if deepest > MAX_DRAWN_DEPTH {
+        let path = run_dir.join(format!("flamegraph-{}.leaves.svg", coll.collector));
+        let g = FlameGraph {
+            title: format!("{title} · by leaf"),
+            subtitle: Some(format!("{legend} · leaves on top, merged at any depth; callers below")),
+            count_name,
+            kinds: &kinds,
+            by_leaf: true,
+        };
+        if write_flamegraph(&folded, &path, &g)? {
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+fn colour_word(kind: FrameKind) -> &'static str {
+    match kind {
+        FrameKind::Jit => "green",
+        FrameKind::ReadyToRun => "blue",
+        FrameKind::Runtime => "orange",
+        FrameKind::Native => "red",
+        FrameKind::Kernel => "yellow",
+        FrameKind::Unknown => "grey",
+    }
 }
 
 fn weight_unit(coll: &Collection) -> &'static str {
@@ -363,7 +492,7 @@ pub struct Resolution {
 
 impl Resolution {
     fn add(&mut self, frame: &Frame, leaf: bool) {
-        let named = frame.name.is_some() as u64;
+        let named = crate::naming::has_symbol(frame) as u64;
         self.all_total += 1;
         self.all_resolved += named;
         if leaf {
@@ -584,11 +713,16 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&speedscope_json(&c).unwrap()).unwrap();
         assert_eq!(json["profiles"][0]["samples"].as_array().unwrap().len(), 3);
         assert_eq!(json["shared"]["frames"][0]["name"], "Fixture.Phases::CpuMain()");
-        let svg = write_collection_flamegraph(&c, dir.path()).unwrap().unwrap();
-        let text = std::fs::read_to_string(svg).unwrap();
+        let svgs = write_collection_flamegraphs(&c, "fixture", dir.path()).unwrap();
+        assert_eq!(svgs.len(), 1, "shallow stacks need no by-leaf view");
+        let text = std::fs::read_to_string(&svgs[0]).unwrap();
         assert!(text.contains("CpuHot"), "flame graph lacks the hot method");
+        assert!(text.contains("fixture · perf-cpu · 3 samples"), "title names scenario, collector, samples");
+        // Boxes show (and the script keeps) the short label; the tooltip has the full one.
+        assert!(text.contains("<g data-short=\"F.Phases::CpuMain()\"><title>Fixture.Phases::CpuMain() (3 samples"), "{text}");
+        assert!(text.contains(SCRIPT_TEXT_FROM_SHORT) && !text.contains(&format!("= {SCRIPT_TEXT_FROM_TITLE}")), "inferno's script changed");
         assert!(write_folded(&c, dir.path()).unwrap().ends_with("stacks/perf-cpu.folded"));
-        write_all(&c, dir.path(), &dir.path().join("stacks")).unwrap();
+        write_all(&c, "fixture", dir.path(), &dir.path().join("stacks")).unwrap();
         assert!(dir.path().join("perf-cpu.speedscope.json").is_file());
     }
 }

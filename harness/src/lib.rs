@@ -28,6 +28,8 @@ pub mod vm;
 pub mod collect;
 pub mod symbolize;
 pub mod unwind;
+/// What a frame's label shows (one naming scheme for every writer of stacks).
+pub mod naming;
 
 // Judging and writing down.
 pub mod fold;

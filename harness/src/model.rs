@@ -102,11 +102,14 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The name used in folded stacks and frame checks: the symbol, else `[unknown] (dso)`.
+    /// The name frame checks match: the symbol, else `[unknown] (dso)` (folded stacks and other
+    /// displays label frames with [`crate::naming::frame_label`]). A function known only by its start (`fn@0x…`, see [`crate::naming`]) has no symbol, so
+    /// checks see it as `[unknown] (dso)`, as before such names existed.
     pub fn display_name(&self) -> String {
         match (&self.name, &self.dso) {
-            (Some(n), _) => n.clone(),
-            (None, Some(d)) => format!("[unknown] ({d})"),
+            (Some(n), _) if crate::naming::anonymous_function_start(n).is_none() => n.clone(),
+            (Some(n), None) => n.clone(),
+            (_, Some(d)) => format!("[unknown] ({d})"),
             (None, None) => "[unknown]".to_string(),
         }
     }

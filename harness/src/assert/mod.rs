@@ -250,7 +250,7 @@ pub fn resolution(collection: &Collection, leaf_only: bool) -> BTreeMap<DsoClass
         for f in frames {
             let e = by_class.entry(f.class).or_default();
             e.0 += 1;
-            if f.name.is_some() {
+            if crate::naming::has_symbol(f) {
                 e.1 += 1;
             }
         }

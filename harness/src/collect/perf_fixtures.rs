@@ -315,3 +315,42 @@ fn interned_fold_writes_what_the_string_map_fold_wrote() {
         assert_eq!(streamed.folded.text(), old, "{name}: streaming fold");
     }
 }
+
+/// The folder of the .NET runtime the perf fixtures were recorded with (10.0.12, the offline
+/// SDK's), where this machine has it.
+fn recorded_runtime_dir() -> Result<PathBuf, String> {
+    let dotnet = crate::dotnet::Dotnet::locate_with(&crate::dotnet::Search::from_env()).map_err(|e| format!("{e:#}"))?;
+    let dir = dotnet.root.join("shared/Microsoft.NETCore.App/10.0.12");
+    if dir.join("libcoreclr.so").is_file() { Ok(dir) } else { Err(format!("{} has no libcoreclr.so: cargo xtask setup", dir.display())) }
+}
+
+/// libcoreclr.so is stripped: its .dynsym names a few exports, so perf shows one
+/// `[unknown] (libcoreclr.so)` heap. Its .eh_frame describes every function: the cpu recording's
+/// runtime frames split into one box per function (`libcoreclr.so!fn@0x…`), and they still count
+/// as unnamed in resolution figures.
+#[test]
+fn stripped_runtime_frames_split_into_functions() {
+    let runtime = match recorded_runtime_dir() {
+        Ok(d) => d,
+        Err(why) => return crate::testing::skip("stripped_runtime_frames_split_into_functions", why),
+    };
+    let path_map = move |p: &Path| -> Option<PathBuf> {
+        let local = runtime.join(p.file_name()?);
+        (p.to_string_lossy().contains("Microsoft.NETCore.App") && local.is_file()).then_some(local)
+    };
+    let d = decode_fixture("perf-cpu", 16459, 16459, &[], &path_map);
+    let naming = crate::naming::dso_naming(&d.collection);
+    let (dso, coreclr) = naming.iter().find(|(k, _)| k.ends_with("/libcoreclr.so")).expect("libcoreclr.so frames");
+    assert!(coreclr.distinct_functions >= 10, "{dso}: {coreclr:?}");
+    assert!((coreclr.function_only + coreclr.symbol) * 10 >= coreclr.frames * 9, "most frames get a function: {coreclr:?}");
+    let folded = fold(&d.collection);
+    let labels: std::collections::BTreeSet<&str> = folded.keys().flat_map(|k| k.split(';')).collect();
+    let functions = labels.iter().filter(|l| l.starts_with("libcoreclr.so!fn@0x")).count();
+    assert!(functions >= 10, "{functions} libcoreclr functions in the folded stacks");
+    let report = resolution_report(&d.collection);
+    let runtime = report.get("runtime_native").unwrap();
+    assert!(runtime.all_resolved <= coreclr.symbol + naming.values().map(|n| n.symbol).sum::<u64>(), "{runtime:?}");
+    assert!(runtime.all_resolved * 2 < runtime.all_total, "function starts are no symbols: {runtime:?}");
+    let hints = crate::naming::unnamed_dso_hints(&d.collection);
+    assert!(hints.iter().any(|h| h.contains("libcoreclr.so") && h.contains("--symbols")), "{hints:#?}");
+}

@@ -89,7 +89,7 @@ impl Run {
     /// checks that belong to no one collector). A collector's cell is judged by its own checks
     /// only: another collector's failure or metric never shows in it. A run that ended before
     /// its checks gives every cell its verdict and reason (none of them was measured).
-    fn cell(&self, collector: &str) -> Cell {
+    pub(super) fn cell(&self, collector: &str) -> Cell {
         let checks: Vec<&Value> = self.manifest["checks"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
         let mine: Vec<&Value> = checks.iter().copied().filter(|c| check_owner(c) == collector).collect();
         let (verdict, reason) = if checks.is_empty() {
@@ -123,7 +123,7 @@ pub const SCENARIO_WIDE: &str = "(scenario-wide)";
 const UNCHECKED: &str = "unchecked";
 
 /// The collector a check belongs to, or [`SCENARIO_WIDE`].
-fn check_owner(c: &Value) -> &str {
+pub(super) fn check_owner(c: &Value) -> &str {
     c["collector"].as_str().filter(|s| !s.is_empty() && !s.contains(',')).unwrap_or(SCENARIO_WIDE)
 }
 
@@ -263,6 +263,8 @@ pub struct MergedReport {
     pub shares: Vec<Shares>,
     /// Every run's testsuite under one `<testsuites>` (junit.xml beside the report).
     pub junit: String,
+    /// Every run, oldest first, with its column label (the run and history pages).
+    pub run_list: Vec<Run>,
 }
 
 /// The share tables of one run, for the report.
@@ -407,6 +409,7 @@ pub fn merge(inputs: &[PathBuf], baseline: Option<&[PathBuf]>, thresholds: Thres
         runtimes: runtimes(&runs),
         shares: shares(&runs),
         junit: junit::merged(runs.iter().map(|r| &r.manifest)),
+        run_list: relabel(&runs),
     };
     if let Some(base) = baseline {
         let base_runs = find_runs(base)?;
@@ -425,60 +428,160 @@ fn is_rate(name: &str) -> bool {
     name.contains("rate") || name.ends_with("per_s") || name.ends_with("_per_sec")
 }
 
-/// Compares the newest run of each (scenario, environment) with the baseline's.
+/// How far above noise a ratio's drop must be to count: a one-sided z of 2.58 (99 %) on the
+/// difference of two proportions, each over its own number of frames or samples.
+const RATIO_DROP_Z: f64 = 2.58;
+
+/// How many frames or samples a ratio metric of `run` was measured over, where the manifest says:
+/// a check's `samples`/`frames` beside its `ratio`/`share`, or the resolution table's leaf or
+/// all-frame count for `[<collector>.]resolved_ratio[_all_frames]_<class>` (unprefixed figures
+/// are the first collector's).
+fn ratio_count(run: &Value, name: &str) -> Option<f64> {
+    let metrics = &run["metrics"];
+    if let Some(stem) = name.strip_suffix(".ratio").or_else(|| name.strip_suffix(".share")) {
+        return ["samples", "frames"].iter().find_map(|k| metrics[format!("{stem}.{k}")].as_f64());
+    }
+    let (collector, metric) = match name.split_once('.') {
+        Some((c, m)) => (c.to_string(), m),
+        None => (run["collectors"].as_array()?.first()?.as_str()?.to_string(), name),
+    };
+    let (all, class) = match metric.strip_prefix("resolved_ratio_all_frames_") {
+        Some(class) => (true, class),
+        None => (false, metric.strip_prefix("resolved_ratio_")?),
+    };
+    // manifest.json's `resolution.<collector>.classes.<class>` (engine::resolution_json).
+    let classes = run["resolution"][&collector]["classes"].as_object()?;
+    let key = if all { "all_total" } else { "leaf_total" };
+    let wanted = |c: &str| match class {
+        "managed" => c == "jit" || c == "r2r",
+        "all" => true,
+        one => c == one,
+    };
+    let counts: Vec<f64> = classes.iter().filter(|(c, _)| wanted(c)).filter_map(|(_, v)| v[key].as_f64()).collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
+}
+
+/// Whether a ratio's drop from `b` (over `nb`) to `a` (over `na`) is beyond sampling noise.
+fn beyond_noise(b: f64, a: f64, nb: Option<f64>, na: Option<f64>) -> bool {
+    let (Some(nb), Some(na)) = (nb.filter(|n| *n > 0.0), na.filter(|n| *n > 0.0)) else { return true };
+    let se = (b * (1.0 - b) / nb + a * (1.0 - a) / na).sqrt();
+    se == 0.0 || (b - a) / se >= RATIO_DROP_Z
+}
+
+/// Compares the newest run of each (scenario, environment) with the baseline's. Each change is
+/// listed once: collectors that lost their verdict the same way (a run that ended before its
+/// checks gives every collector its verdict) share one entry, a run-wide figure that only copies
+/// a collector's own is not listed again, and metric drops of a collector whose verdict changed
+/// join that entry. Ratio drops count only beyond [`Thresholds::ratio_drop`] and beyond sampling
+/// noise for the frames they were measured over.
 pub fn regressions(baseline: &[Run], current: &[Run], t: Thresholds) -> Vec<Regression> {
     let (_, _, base_cells) = table(baseline);
     let (_, _, cur_cells) = table(current);
-    let mut out = Vec::new();
+    let mut out: Vec<Regression> = Vec::new();
     for (key, before) in &base_cells {
         let Some(after) = cur_cells.get(key) else { continue };
         if before.verdict == "pass" && after.verdict != "pass" {
-            out.push(Regression {
-                scenario: key.0.clone(),
-                collector: key.1.clone(),
-                environment: key.2.clone(),
-                what: format!("verdict pass → {}", after.verdict),
-                before: "pass".into(),
-                after: format!("{}{}", after.verdict, after.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()),
-            });
+            let after_text = format!("{}{}", after.verdict, after.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
+            match out.iter_mut().find(|r| r.scenario == key.0 && r.environment == key.2 && r.after == after_text) {
+                Some(same) => {
+                    same.collector.push_str(", ");
+                    same.collector.push_str(&key.1);
+                }
+                None => out.push(Regression {
+                    scenario: key.0.clone(),
+                    collector: key.1.clone(),
+                    environment: key.2.clone(),
+                    what: format!("verdict pass → {}", after.verdict),
+                    before: "pass".into(),
+                    after: after_text,
+                }),
+            }
         }
     }
     let newest = |runs: &[Run]| -> BTreeMap<(String, String), Value> {
-        runs.iter().map(|r| ((r.scenario.clone(), r.environment.clone()), r.manifest["metrics"].clone())).collect()
+        relabel(runs).into_iter().map(|r| ((r.scenario.clone(), r.environment.clone()), r.manifest)).collect()
     };
-    let base_metrics = newest(baseline);
-    let cur_metrics = newest(current);
-    for (key, before) in &base_metrics {
-        let (Some(before), Some(after)) = (before.as_object(), cur_metrics.get(key).and_then(|m| m.as_object())) else {
-            continue;
-        };
+    let base_runs = newest(baseline);
+    let cur_runs = newest(current);
+    for (key, base) in &base_runs {
+        let Some(cur) = cur_runs.get(key) else { continue };
+        let (Some(before), Some(after)) = (base["metrics"].as_object(), cur["metrics"].as_object()) else { continue };
         for (name, b) in before {
             let (Some(b), Some(a)) = (b.as_f64(), after.get(name).and_then(|v| v.as_f64())) else { continue };
+            // A run-wide figure that equals a collector's own, before and after, is that one.
+            let copy = !name.contains('.')
+                && before.iter().any(|(k, v)| {
+                    k.ends_with(&format!(".{name}")) && v.as_f64() == Some(b) && after.get(k).and_then(|v| v.as_f64()) == Some(a)
+                });
+            if copy {
+                continue;
+            }
             let dropped = if is_ratio(name) {
-                b - a > t.ratio_drop
+                b - a > t.ratio_drop && beyond_noise(b, a, ratio_count(base, name), ratio_count(cur, name))
             } else if is_rate(name) {
                 b > 0.0 && (b - a) / b > t.rate_drop
             } else {
                 false
             };
-            if dropped {
-                let collector = name.split_once('.').map(|(c, _)| c.to_string()).unwrap_or_default();
-                out.push(Regression {
+            if !dropped {
+                continue;
+            }
+            let collector = name.split_once('.').map(|(c, _)| c.to_string()).unwrap_or_default();
+            let n = |run: &Value| ratio_count(run, name).map(|n| format!(" over {n:.0}")).unwrap_or_default();
+            let (before_text, after_text) = (format!("{b:.4}{}", n(base)), format!("{a:.4}{}", n(cur)));
+            let verdict_entry = out.iter_mut().find(|r| {
+                r.scenario == key.0 && r.environment == key.1 && r.what.starts_with("verdict") && r.collector.split(", ").any(|c| c == collector)
+            });
+            match verdict_entry {
+                Some(r) => {
+                    let _ = write!(r.what, "; {name} {before_text} → {after_text}");
+                }
+                None => out.push(Regression {
                     scenario: key.0.clone(),
                     collector,
                     environment: key.1.clone(),
                     what: name.clone(),
-                    before: format!("{b:.4}"),
-                    after: format!("{a:.4}"),
-                });
+                    before: before_text,
+                    after: after_text,
+                }),
             }
         }
     }
     out
 }
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A share table as HTML: each collector's shares of the compared methods beside its run's truth,
+/// and what the collector measures (on-CPU, off-CPU, thread time).
+pub(super) fn share_table_html(t: &ShareTable, scenario: &str) -> String {
+    let mut h = String::new();
+    let groups = t.truth_groups();
+    let _ = write!(h, "<table class=\"shares\" data-scenario=\"{}\"><thead><tr><th>collector</th><th>samples</th>", esc(scenario));
+    for c in &t.columns {
+        let _ = write!(h, "<th>{}</th>", esc(c));
+    }
+    h.push_str("<th>measures</th></tr></thead><tbody>\n");
+    for (truth, rows) in &groups {
+        if truth.iter().any(Option::is_some) {
+            let _ = write!(h, "<tr class=\"truth\"><th>{}</th><td></td>", esc(&super::truth_label(rows, groups.len() > 1)));
+            for v in truth {
+                let _ = write!(h, "<td>{}</td>", v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default());
+            }
+            h.push_str("<td>the app's own measurement</td></tr>\n");
+        }
+        for r in rows {
+            let _ = write!(h, "<tr data-collector=\"{}\"><td>{}</td><td>{}</td>", esc(&r.collector), esc(&r.collector), r.samples);
+            for c in super::share_cells(r) {
+                let _ = write!(h, "<td>{}</td>", esc(&c));
+            }
+            let _ = writeln!(h, "<td>{}</td></tr>", esc(&r.measures));
+        }
+    }
+    h.push_str("</tbody></table>\n");
+    h
 }
 
 /// Flame graph file names in the report folder (copied there so the report stands alone).
@@ -529,7 +632,9 @@ impl MergedReport {
              .v{font-weight:bold}.why{font-size:11px;color:#444;max-width:28em;overflow-wrap:anywhere}.m{font-size:11px;color:#135}\n\
              </style></head><body>\n<h1>tracelab matrix report</h1>\n",
         );
+        h.push_str("<nav><a href=\"history.html\">history</a></nav>\n");
         let _ = writeln!(h, "<p id=\"counts\">{}</p>", esc(&self.counts_line()));
+        let pages = super::pages::page_names(&self.run_list);
         h.push_str("<table id=\"matrix\">\n<thead><tr><th>scenario</th><th>collector</th>");
         for c in &self.columns {
             let _ = write!(h, "<th>{}</th>", esc(c));
@@ -557,9 +662,13 @@ impl MergedReport {
                         if let Some(r) = &cell.reason {
                             let _ = write!(h, "<div class=\"why\">{}</div>", esc(&truncate(r, 300)));
                         }
+                        if let Some(page) = pages.get(&cell.run_dir) {
+                            let _ = write!(h, "<div><a class=\"run\" href=\"runs/{}\">run page</a></div>", esc(page));
+                        }
                         for svg in &cell.flamegraphs {
                             let name = flame_name(cell, svg);
-                            let _ = write!(h, "<div><a href=\"flamegraphs/{}\">flame graph</a></div>", esc(&name));
+                            let what = if name.ends_with(".leaves.svg") { "flame graph by leaf" } else { "flame graph" };
+                            let _ = write!(h, "<div><a href=\"flamegraphs/{}\">{what}</a></div>", esc(&name));
                         }
                         h.push_str("</td>");
                     }
@@ -571,29 +680,7 @@ impl MergedReport {
         for sh in &self.shares {
             let _ = writeln!(h, "<h2>Shares by collector: {} · {}</h2>", esc(&sh.scenario), esc(&sh.environment));
             for t in &sh.tables {
-                let groups = t.truth_groups();
-                let _ = write!(h, "<table class=\"shares\" data-scenario=\"{}\"><thead><tr><th>collector</th><th>samples</th>", esc(&sh.scenario));
-                for c in &t.columns {
-                    let _ = write!(h, "<th>{}</th>", esc(c));
-                }
-                h.push_str("<th>measures</th></tr></thead><tbody>\n");
-                for (truth, rows) in &groups {
-                    if truth.iter().any(Option::is_some) {
-                        let _ = write!(h, "<tr class=\"truth\"><th>{}</th><td></td>", esc(&super::truth_label(rows, groups.len() > 1)));
-                        for v in truth {
-                            let _ = write!(h, "<td>{}</td>", v.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_default());
-                        }
-                        h.push_str("<td>the app's own measurement</td></tr>\n");
-                    }
-                    for r in rows {
-                        let _ = write!(h, "<tr data-collector=\"{}\"><td>{}</td><td>{}</td>", esc(&r.collector), esc(&r.collector), r.samples);
-                        for c in super::share_cells(r) {
-                            let _ = write!(h, "<td>{}</td>", esc(&c));
-                        }
-                        let _ = writeln!(h, "<td>{}</td></tr>", esc(&r.measures));
-                    }
-                }
-                h.push_str("</tbody></table>\n");
+                h.push_str(&share_table_html(t, &sh.scenario));
             }
         }
         if self.baseline.is_some() && self.regressions.is_empty() {
@@ -688,6 +775,7 @@ impl MergedReport {
         std::fs::write(&html, self.html())?;
         std::fs::write(&md, self.markdown())?;
         std::fs::write(out.join("junit.xml"), &self.junit)?;
+        super::pages::write(self, out)?;
         Ok((html, md))
     }
 }
@@ -760,12 +848,47 @@ mod tests {
         write_run(&d.path().join("now"), "a", now);
         let r = merge(&[d.path().join("now")], Some(&[d.path().join("base")]), Thresholds::default()).unwrap();
         let whats: Vec<&str> = r.regressions.iter().map(|x| x.what.as_str()).collect();
-        assert!(whats.contains(&"verdict pass → skip"), "{whats:?}");
+        // perf-cpu's rate drop joins its verdict's entry: one change, listed once.
+        assert!(whats.iter().any(|w| w.starts_with("verdict pass → skip") && w.contains("perf-cpu.decode_rate_per_s")), "{whats:?}");
         assert!(whats.contains(&"resolved_ratio_jit"), "{whats:?}");
-        assert!(whats.contains(&"perf-cpu.decode_rate_per_s"), "{whats:?}");
+        assert_eq!(whats.len(), 2, "{whats:?}");
         // Within the threshold: no regression.
         let r2 = regressions(&find_runs(&[d.path().join("base")]).unwrap(), &find_runs(&[d.path().join("base")]).unwrap(), Thresholds::default());
         assert!(r2.is_empty());
+    }
+
+    /// A ratio that dropped 0.50 → 0.39 over ~50 frames is noise; the same drop over 5000 frames
+    /// is not. A run that failed before its checks lists its pass → fail once, not per collector.
+    #[test]
+    fn baseline_thresholds_follow_sample_counts_and_list_each_change_once() {
+        let d = tempfile::tempdir().unwrap();
+        let run = |verdict: &str, ratio: f64, frames: u64| {
+            let mut m = manifest("web", verdict, "host", "6.18.0", 0.99);
+            m["collectors"] = json!(["perf-cpu", "perf-offcpu", "eventpipe", "dotnet-trace"]);
+            m["metrics"]["perf-offcpu.resolved_ratio_jit"] = json!(ratio);
+            m["resolution"] = json!({"perf-offcpu": {"classes": {"jit": {"leaf_total": frames}}}});
+            m
+        };
+        write_run(&d.path().join("base"), "a", run("pass", 0.50, 50));
+        write_run(&d.path().join("noise"), "a", run("pass", 0.39, 48));
+        let r = merge(&[d.path().join("noise")], Some(&[d.path().join("base")]), Thresholds::default()).unwrap();
+        assert!(r.regressions.is_empty(), "{:?}", r.regressions);
+        write_run(&d.path().join("base-big"), "a", run("pass", 0.50, 5000));
+        write_run(&d.path().join("real"), "a", run("pass", 0.39, 5000));
+        let r = merge(&[d.path().join("real")], Some(&[d.path().join("base-big")]), Thresholds::default()).unwrap();
+        assert_eq!(r.regressions.len(), 1, "{:?}", r.regressions);
+        assert_eq!(r.regressions[0].what, "perf-offcpu.resolved_ratio_jit");
+        assert_eq!(r.regressions[0].after, "0.3900 over 5000");
+        // No checks ran: every collector's cell has the run's fail, listed once.
+        let mut failed = run("fail", 0.50, 50);
+        failed["checks"] = json!([]);
+        write_run(&d.path().join("failed"), "a", failed);
+        let mut base = run("pass", 0.50, 50);
+        base["checks"] = json!([]);
+        write_run(&d.path().join("base-nochecks"), "a", base);
+        let r = merge(&[d.path().join("failed")], Some(&[d.path().join("base-nochecks")]), Thresholds::default()).unwrap();
+        assert_eq!(r.regressions.len(), 1, "{:?}", r.regressions);
+        assert_eq!(r.regressions[0].collector, "dotnet-trace, eventpipe, perf-cpu, perf-offcpu");
     }
 
     /// Four collectors in one run, only perf-offcpu failed, one cross-collector check: each

@@ -5,6 +5,7 @@
 
 pub mod junit;
 pub mod merge;
+pub mod pages;
 mod quality;
 
 use std::collections::BTreeMap;

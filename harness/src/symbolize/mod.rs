@@ -6,6 +6,7 @@
 
 pub mod debug_file;
 pub mod elf;
+pub mod fde;
 pub mod jit;
 pub mod r2r;
 pub mod table;
@@ -123,6 +124,8 @@ pub struct Symbolizer<'a> {
     /// first kernel frame reads them).
     kernel_pending: bool,
     elf: HashMap<String, Option<ElfSymbols>>,
+    /// `.eh_frame` function ranges per mapped path, read on the first address no symbol covers.
+    functions: HashMap<String, Option<fde::FunctionRanges>>,
     r2r: r2r::R2rResolver,
     path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
     symbol_dirs: Vec<PathBuf>,
@@ -170,6 +173,7 @@ impl<'a> Symbolizer<'a> {
             kernel: None,
             kernel_pending: false,
             elf: HashMap::new(),
+            functions: HashMap::new(),
             r2r: r2r::R2rResolver::new(),
             path_map: ctx.path_map,
             symbol_dirs: ctx.symbol_dirs.to_vec(),
@@ -365,7 +369,8 @@ impl<'a> Symbolizer<'a> {
             DsoClass::Unknown => jit_name(self),
             _ => {
                 let offset = m.file_offset(addr);
-                self.elf_symbols(&m).and_then(|e| e.name_at_file_offset(offset)).map(str::to_string)
+                let symbol = self.elf_symbols(&m).and_then(|e| e.name_at_file_offset(offset)).map(str::to_string);
+                symbol.or_else(|| self.function_start(&m, offset).map(crate::naming::anonymous_function))
             }
         };
         let dso = if m.class == DsoClass::Jit && name.is_some() && !m.path.contains("memfd:") {
@@ -385,6 +390,25 @@ impl<'a> Symbolizer<'a> {
         self.elf.get(&m.path).and_then(Option::as_ref)
     }
 
+    /// The start of the function holding `file_offset` from the file's `.eh_frame`, for an
+    /// address no symbol covers: only where the file's symbols were read (so its build id was
+    /// checked) and from the same file.
+    fn function_start(&mut self, m: &Mapping, file_offset: u64) -> Option<u64> {
+        let svma = self.elf.get(&m.path)?.as_ref()?.svma_of_file_offset(file_offset)?;
+        if !self.functions.contains_key(&m.path) {
+            let want = m.build_id.as_deref();
+            let ranges = (self.path_map)(Path::new(&m.path))
+                .and_then(|host| fde::FunctionRanges::read(&host).ok())
+                .filter(|r| want.is_none() || r.build_id.as_deref() == want)
+                .filter(|r| !r.is_empty());
+            if let Some(r) = &ranges {
+                self.sources.push(format!("{}: {} function ranges from .eh_frame (for addresses no symbol covers)", m.path, r.len()));
+            }
+            self.functions.insert(m.path.clone(), ranges);
+        }
+        self.functions.get(&m.path)?.as_ref()?.function_at(svma)
+    }
+
     fn add_elf(&mut self, path: String, loaded: LoadedElf) {
         self.sources.extend(loaded.source);
         self.warnings.extend(loaded.warning);
@@ -398,6 +422,7 @@ impl<'a> Symbolizer<'a> {
             ("jit_symbols".into(), self.jit.values().map(|t| t.len() as f64).sum()),
             ("kernel_symbols".into(), self.kernel.as_ref().map(|t| t.len() as f64).unwrap_or(0.0)),
             ("elf_files_symbolized".into(), self.elf.values().filter(|e| e.is_some()).count() as f64),
+            ("eh_frame_function_tables".into(), self.functions.values().filter(|f| f.is_some()).count() as f64),
         ]
     }
 }

@@ -120,3 +120,116 @@ fn fixture_junit_is_what_the_writer_writes_and_validates() {
     assert_eq!(std::fs::read_to_string(run.join("junit.xml")).unwrap(), harness::report::junit_xml(&manifest));
     assert_junit_valid(&run);
 }
+
+/// Three runs of the fixture's scenario in one environment, oldest first (the second with
+/// perf-offcpu passing, so its verdict changes over time), with viewer files in the newest.
+fn history_results(root: &Path) -> Vec<PathBuf> {
+    let src = only_run(&fixture());
+    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("manifest.json")).unwrap()).unwrap();
+    let mut dirs = Vec::new();
+    for (i, day) in ["2026-11-22", "2026-11-23", "2026-11-24"].iter().enumerate() {
+        let dir = root.join(format!("run-{i}"));
+        std::fs::create_dir_all(dir.join("stacks")).unwrap();
+        let mut m = manifest.clone();
+        m["started_utc"] = serde_json::json!(format!("{day}T03:15:13Z"));
+        if i == 1 {
+            for c in m["checks"].as_array_mut().unwrap() {
+                c["verdict"] = serde_json::json!("pass");
+            }
+            m["verdict"] = serde_json::json!("pass");
+        }
+        std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&m).unwrap()).unwrap();
+        for f in ["summary.md", "junit.xml"] {
+            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+        }
+        dirs.push(dir);
+    }
+    let newest = &dirs[2];
+    std::fs::write(newest.join("flamegraph-perf-cpu.svg"), "<svg xmlns=\"http://www.w3.org/2000/svg\"/>").unwrap();
+    std::fs::write(newest.join("perf-cpu.speedscope.json"), "{}").unwrap();
+    std::fs::write(newest.join("stacks/perf-cpu.folded"), "a;b 1\n").unwrap();
+    dirs
+}
+
+/// Every `href` of a DOM, resolved against the page's folder (fragments and queries dropped).
+fn hrefs(dom: &str, page: &Path) -> Vec<(String, PathBuf)> {
+    let re = regex::Regex::new(r##"href="([^"#?]+)"##).unwrap();
+    re.captures_iter(dom)
+        .map(|c| {
+            let raw = c[1].replace("&amp;", "&");
+            let decoded = percent_decode(&raw);
+            let target = if decoded.starts_with('/') { PathBuf::from(&decoded) } else { page.parent().unwrap().join(&decoded) };
+            (raw, target)
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// `cargo xtask report`'s pages as a browser shows them: the index links every cell to its run
+/// page and to the history; a run page gives each collector its own verdict and links only files
+/// that exist; the history page has one row per run with the verdict per collector over time and
+/// a plot.
+#[test]
+fn report_pages_in_chromium_show_verdicts_and_link_existing_files() {
+    let results = tempfile::tempdir().unwrap();
+    let dirs = history_results(results.path());
+    let out = tempfile::tempdir().unwrap();
+    let report = merge::merge(&[results.path().to_path_buf()], None, merge::Thresholds::default()).unwrap();
+    let (index, _) = report.write(out.path()).unwrap();
+    let index_dom = match chromium_dom(&index) {
+        Ok(d) => d,
+        Err(why) => return harness::testing::skip("report::report_pages_in_chromium", why),
+    };
+    for (raw, target) in hrefs(&index_dom, &index) {
+        assert!(target.exists(), "index links {raw}, which does not exist ({})", target.display());
+    }
+    let run_pages: Vec<String> = hrefs(&index_dom, &index).into_iter().filter(|(r, _)| r.starts_with("runs/")).map(|(r, _)| r).collect();
+    assert!(!run_pages.is_empty() && index_dom.contains("href=\"history.html\""), "{index_dom}");
+
+    // The newest run's page (the index shows the newest run per cell).
+    let page = out.path().join(&run_pages[0]);
+    let dom = chromium_dom(&page).unwrap();
+    let rows = regex::Regex::new(r#"(?s)<tr data-collector="([^"]+)"><td>[^<]*</td><td class="([a-z]+)">"#).unwrap();
+    let verdicts: std::collections::BTreeMap<String, String> = rows.captures_iter(&dom).map(|c| (c[1].to_string(), c[2].to_string())).collect();
+    assert_eq!(verdicts.get("perf-offcpu").map(String::as_str), Some("fail"), "{verdicts:?}");
+    for c in ["perf-cpu", "eventpipe", "dotnet-trace"] {
+        assert_eq!(verdicts.get(c).map(String::as_str), Some("pass"), "{c}: {verdicts:?}");
+    }
+    assert!(dom.contains("id=\"checks\"") && dom.contains("id=\"resolution\"") && dom.contains("class=\"shares\""), "{dom}");
+    let links = hrefs(&dom, &page);
+    for (raw, target) in &links {
+        assert!(target.exists(), "run page links {raw}, which does not exist ({})", target.display());
+    }
+    for file in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.folded", "summary.md", "manifest.json", "junit.xml"] {
+        assert!(
+            links.iter().any(|(_, t)| t.ends_with(file) && t.canonicalize().unwrap().starts_with(dirs[2].canonicalize().unwrap())),
+            "the run page links no {file}: {links:?}"
+        );
+    }
+
+    let history = out.path().join("history.html");
+    let dom = chromium_dom(&history).unwrap();
+    let table = dom.split("<table class=\"history\"").nth(1).unwrap_or_else(|| panic!("no history table: {dom}"));
+    let offcpu = regex::Regex::new(r#"<td class="([a-z]+)" data-collector="perf-offcpu">"#).unwrap();
+    let over_time: Vec<&str> = offcpu.captures_iter(table).map(|c| c.get(1).unwrap().as_str()).collect();
+    assert_eq!(over_time, ["fail", "pass", "fail"], "perf-offcpu's verdicts, oldest first");
+    assert_eq!(dom.matches("<circle class=\"verdict\"").count(), 3, "one verdict dot per run");
+    for (raw, target) in hrefs(&dom, &history) {
+        assert!(target.exists(), "history links {raw}, which does not exist");
+    }
+}

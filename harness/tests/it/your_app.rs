@@ -287,6 +287,26 @@ fn web_api_as_it_is_with_load_from_its_listening_line() {
     assert!(load.to_string().contains("/blocked"), "{load}");
     // The on/off-CPU table shows each collector's view of the two routes.
     assert!(!o.manifest.share_tables.is_empty(), "{}", describe(&o));
+    assert_display_names(&o.dir, "web-api", &["perf-cpu", "eventpipe"], "Routes::CpuRoute(int32)");
+}
+
+/// One naming scheme on an app tracelab never saw: every collector's folded stacks label `method`
+/// exactly alike (no return type, assembly, code version or MT comment), and each flame graph
+/// is titled with the scenario, its collector and sample count and has no `MT: 0x` anywhere.
+fn assert_display_names(run_dir: &Path, scenario: &str, collectors: &[&str], method: &str) {
+    for c in collectors {
+        let folded = std::fs::read_to_string(run_dir.join("stacks").join(format!("{c}.folded")))
+            .unwrap_or_else(|e| panic!("{c}: no folded stacks in {}: {e}", run_dir.display()));
+        let labels: std::collections::BTreeSet<&str> =
+            folded.lines().filter_map(|l| l.rsplit_once(' ')).flat_map(|(stack, _)| stack.split(';')).collect();
+        let named: Vec<&&str> = labels.iter().filter(|l| l.contains(method.split('(').next().unwrap())).collect();
+        assert_eq!(named, [&method], "{c}: labels of {method}");
+        let decorated: Vec<&&str> = labels.iter().filter(|l| l.contains("MT: 0x") || l.contains("[OptimizedTier1]")).collect();
+        assert!(decorated.is_empty(), "{c}: labels carry runtime decorations: {decorated:#?}");
+        let svg = std::fs::read_to_string(run_dir.join(format!("flamegraph-{c}.svg"))).unwrap();
+        assert!(!svg.contains("MT: 0x"), "{c}: flame graph shows an MT pointer");
+        assert!(svg.contains(&format!("{scenario} · {c} · ")), "{c}: flame graph title lacks scenario and collector");
+    }
 }
 
 #[test]
