@@ -185,7 +185,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         }
     }
     let t_report = Instant::now();
-    write_stacks(&dir, &state.collections);
+    let viewer_files = write_stacks(&dir, scenario, &state.collections);
     let findings = diagnose(&state.collections);
     let resolution = state
         .collections
@@ -221,6 +221,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         load: state.load_report.clone(),
         earlier_attempts: earlier.to_vec(),
         swept_at_start: swept,
+        viewer_files,
     };
     let final_dir = dir.finish(&manifest)?;
     let mut manifest = manifest;
@@ -854,12 +855,33 @@ fn diagnose(collections: &[Collection]) -> Vec<String> {
 }
 
 /// Folded stacks, flame graphs and speedscope files for every collection with samples.
-fn write_stacks(dir: &ResultsDir, collections: &[Collection]) {
+/// Folded stacks, flame graphs and the files viewers open, per collection with samples; returns
+/// the viewer files written, per collector (a file that could not be written is a warning: the
+/// verdict does not depend on it).
+fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &[Collection]) -> BTreeMap<String, Vec<String>> {
+    let mut viewer_files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in collections.iter().filter(|c| !c.samples.is_empty()) {
         if let Err(e) = crate::fold::write_all(c, dir.path(), &dir.stacks()) {
             eprintln!("warning: could not write stacks for `{}`: {e:#}", c.collector);
         }
+        let firefox = crate::fold::firefox::ProfileInput { collection: c, run: collections, product: &scenario.name };
+        let written = [
+            Ok(dir.path().join(format!("{}.speedscope.json", c.collector))),
+            crate::fold::firefox::write(&firefox, dir.path()),
+            crate::fold::pprof::write(c, collections, dir.path()),
+        ];
+        for file in written {
+            match file {
+                Ok(path) if path.is_file() => viewer_files
+                    .entry(c.collector.clone())
+                    .or_default()
+                    .push(path.file_name().unwrap_or_default().to_string_lossy().into_owned()),
+                Ok(_) => {}
+                Err(e) => eprintln!("warning: could not write a viewer file for `{}`: {e:#}", c.collector),
+            }
+        }
     }
+    viewer_files
 }
 
 #[cfg(test)]
