@@ -881,6 +881,31 @@ fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &[Collection
             }
         }
     }
+    // One perfcollect-style trace.zip per run: perf's on-CPU samples and the LTTng CTF folder.
+    let kind_of = |c: &Collection| scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind());
+    let perf = collections.iter().find(|c| kind_of(c) == Some(crate::collect::CollectorKind::PerfCpu) && !c.samples.is_empty());
+    let lttng = collections
+        .iter()
+        .filter(|c| kind_of(c) == Some(crate::collect::CollectorKind::Lttng))
+        .map(|c| dir.artifacts().join(format!("lttng-{}", c.collector)))
+        .find(|d| d.is_dir());
+    let input = crate::fold::perfcollect::TraceZipInput {
+        name: &scenario.name,
+        perf,
+        run: collections,
+        lttng_dir: lttng.as_deref(),
+        runtime_files: crate::fold::perfcollect::runtime_files(&dir.artifacts()),
+    };
+    match crate::fold::perfcollect::write(&input, dir.path()) {
+        Ok(Some(path)) => {
+            let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            for c in collections.iter().filter(|c| perf.is_some_and(|p| std::ptr::eq(p, *c)) || kind_of(c) == Some(crate::collect::CollectorKind::Lttng)) {
+                viewer_files.entry(c.collector.clone()).or_default().push(file.clone());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("warning: could not write the trace.zip: {e:#}"),
+    }
     viewer_files
 }
 

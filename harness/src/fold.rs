@@ -5,6 +5,7 @@
 //! callchain once instead of building model samples.
 
 pub mod firefox;
+pub mod perfcollect;
 pub mod pprof;
 
 use std::collections::{BTreeMap, HashMap};
