@@ -141,6 +141,12 @@ impl StaticSchemaMarker for ExceptionMarker {
     }
 }
 
+/// A thread's name: the collector's own, else any other collector's of the run (EventPipe names
+/// no threads; perf in the same run does, from its COMM records).
+pub(crate) fn thread_name<'a>(coll: &'a Collection, run: &'a [Collection], tid: u32) -> Option<&'a str> {
+    coll.thread_names.get(&tid).or_else(|| run.iter().find_map(|c| c.thread_names.get(&tid))).map(String::as_str)
+}
+
 /// The collection whose GC and exception events mark `coll`'s profile: its own when it has any,
 /// else the first of the run's other collections that has them (LTTng, then EventPipe, then
 /// dotnet-trace: the order in which they disturb the app least).
@@ -213,11 +219,7 @@ pub fn profile(input: &ProfileInput) -> Profile {
     profile.set_os_name("Linux");
     let cats = Categories::new(&mut profile);
 
-    // Thread names: the collector's own, else any other collector's of the run (EventPipe names
-    // no threads; perf in the same run does).
-    let name_of = |tid: u32| -> Option<String> {
-        coll.thread_names.get(&tid).or_else(|| input.run.iter().find_map(|c| c.thread_names.get(&tid))).cloned()
-    };
+    let name_of = |tid: u32| thread_name(coll, input.run, tid).map(String::from);
     let weight_type = if coll.weight_ns { WeightType::TracingMs } else { WeightType::Samples };
     let mut processes: BTreeMap<u32, ProcessHandle> = BTreeMap::new();
     let mut threads: BTreeMap<u32, ThreadHandle> = BTreeMap::new();

@@ -41,13 +41,9 @@ pub struct TraceZipInput<'a> {
 pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
     let period = coll.metrics.get("frequency_hz").filter(|hz| **hz > 0.0).map(|hz| (1e9 / hz).round() as u64).unwrap_or(1);
     let comm = |tid: u32, pid: u32| -> String {
-        let name = coll
-            .thread_names
-            .get(&tid)
-            .or_else(|| run.iter().find_map(|c| c.thread_names.get(&tid)))
-            .or_else(|| coll.thread_names.get(&pid))
-            .cloned()
-            .unwrap_or_else(|| "dotnet".into());
+        let name = crate::fold::firefox::thread_name(coll, run, tid)
+            .or_else(|| crate::fold::firefox::thread_name(coll, run, pid))
+            .unwrap_or("dotnet");
         // perf prints comm as one field; TraceEvent finds its end at `  PID/TID`.
         name.replace(['\n', '\t'], " ")
     };

@@ -45,11 +45,7 @@ pub fn profile(coll: &Collection, run: &[Collection]) -> Result<pprof_profile::P
     b.time(crate::fold::firefox::unix_ns_of_monotonic(first), (last - first) as i64);
     b.comment(&format!("tracelab collector {}", coll.collector));
     let thread_name = |tid: u32| -> String {
-        coll.thread_names
-            .get(&tid)
-            .or_else(|| run.iter().find_map(|c| c.thread_names.get(&tid)))
-            .cloned()
-            .unwrap_or_else(|| format!("thread {tid}"))
+        crate::fold::firefox::thread_name(coll, run, tid).map(String::from).unwrap_or_else(|| format!("thread {tid}"))
     };
     let mut names: std::collections::HashMap<u32, String> = Default::default();
     let no_stack = [FrameName { name: NO_STACK, file: "" }];
