@@ -76,7 +76,7 @@ pub fn assert_viewer_files(run: &Path) {
         let threads = j["threads"].as_array().unwrap();
         let samples: u64 = threads.iter().map(|t| t["samples"]["length"].as_u64().unwrap()).sum();
         assert!(samples > 0, "{fx}: no samples");
-        let weight_ns = folded.is_empty() || manifest["metrics"].get(format!("{collector}.offcpu_total_ns")).is_some();
+        let weight_ns = manifest["metrics"].get(format!("{collector}.offcpu_total_ns")).is_some();
         for t in threads {
             assert!(t["name"].as_str().is_some_and(|n| !n.is_empty()), "{fx}: a thread without a name");
             let want = if weight_ns { "tracing-ms" } else { "samples" };
