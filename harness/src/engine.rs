@@ -937,6 +937,22 @@ mod tests {
         }
     }
 
+    /// A run with samples writes the viewer files beside its speedscope file and lists them.
+    #[test]
+    fn viewer_files_are_written_and_listed_per_collector() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ResultsDir::create(root.path(), "s").unwrap();
+        let mut state = state_with(0);
+        state.collections[0].metrics.insert("frequency_hz".into(), 100.0);
+        let files = write_stacks(&dir, &scenario(""), &state.collections);
+        let listed = &files["perf-cpu"];
+        for f in ["perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip"] {
+            assert!(listed.iter().any(|l| l == f), "{f} not listed: {listed:?}");
+            assert!(dir.path().join(f).is_file(), "{f} not written");
+        }
+        assert!(!dir.path().join(".s.trace.zip.partial").exists());
+    }
+
     fn scenario(expect: &str) -> Scenario {
         let text = format!(
             "name = \"s\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 100\n{expect}"
