@@ -152,8 +152,9 @@ mod tests {
         let path = write(&coll, &[], dir.path()).unwrap();
         let out = std::process::Command::new("go")
             // `-symbolize=none`: the names are in the file; pprof's symbolizer would otherwise
-            // strip `(…)` from names with `::` as if they were demangled C++.
-            .args(["tool", "pprof", "-top", "-nodecount=5", "-sample_index=samples", "-symbolize=none"])
+            // strip `(…)` from names with `::` as if they were demangled C++. `-nodefraction=0`:
+            // by default -top hides functions under 0.5 % of the total even among the top 5.
+            .args(["tool", "pprof", "-top", "-nodecount=5", "-nodefraction=0", "-sample_index=samples", "-symbolize=none"])
             .arg(&path)
             .env("HOME", dir.path())
             .env("PPROF_TMPDIR", dir.path())

@@ -100,7 +100,7 @@ pub fn assert_viewer_files(run: &Path) {
         }
         if require_program("go").is_ok() {
             let out = Command::new("go")
-                .args(["tool", "pprof", "-top", "-nodecount=5", "-sample_index=0", "-symbolize=none"])
+                .args(["tool", "pprof", "-top", "-nodecount=5", "-nodefraction=0", "-sample_index=0", "-symbolize=none"])
                 .arg(run.join(&pb))
                 .env("PPROF_TMPDIR", run)
                 .output()
