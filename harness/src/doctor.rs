@@ -54,6 +54,8 @@ pub struct Tools {
     pub debootstrap: bool,
     pub qemu: Option<String>,
     pub chromium: Option<String>,
+    /// `go version`: `go tool pprof` reads the runs' pprof files.
+    pub go: Option<String>,
     /// Where dotnet-trace comes from: the installed launcher, or the offline feed's package.
     pub dotnet_trace: Option<String>,
     /// `--symbols` folders given, each with whether it exists and how many debug files it holds.
@@ -78,6 +80,7 @@ impl Tools {
             debootstrap: which("debootstrap").is_some() || Path::new("/usr/sbin/debootstrap").exists(),
             qemu: probe("qemu-system-x86_64", &["--version"], Duration::from_secs(5)).and_then(|v| v.lines().next().map(String::from)),
             chromium: probe("chromium", &["--version"], Duration::from_secs(10)),
+            go: probe("go", &["version"], Duration::from_secs(10)).map(|v| v.trim().to_string()),
             dotnet_trace: if launcher.is_file() {
                 Some(launcher.display().to_string())
             } else {
@@ -234,6 +237,10 @@ fn tool_rows(tools: &Tools) -> Vec<DoctorRow> {
     rows.push(match &tools.chromium {
         Some(v) => row("chromium", v, Status::Ok, "the merged report's browser test"),
         None => row("chromium", "not found", Status::Warn, "the headless report test skips").fix("apt-get install chromium fonts-dejavu-core"),
+    });
+    rows.push(match &tools.go {
+        Some(v) => row("go", v, Status::Ok, "`go tool pprof` reads the runs' <collector>.pb.gz"),
+        None => row("go", "not found", Status::Warn, "the pprof test skips; the files are still written").fix("apt-get install golang-go"),
     });
     rows.push(match &tools.dotnet_trace {
         Some(v) => row("dotnet-trace", v, Status::Ok, "the dotnet-trace collector"),

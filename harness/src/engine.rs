@@ -185,7 +185,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         }
     }
     let t_report = Instant::now();
-    write_stacks(&dir, &scenario.name, &state.collections);
+    let viewer_files = write_stacks(&dir, scenario, &state.collections);
     let findings = diagnose(&state.collections);
     let resolution = state
         .collections
@@ -221,6 +221,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         load: state.load_report.clone(),
         earlier_attempts: earlier.to_vec(),
         swept_at_start: swept,
+        viewer_files,
     };
     let final_dir = dir.finish(&manifest)?;
     let mut manifest = manifest;
@@ -855,12 +856,58 @@ fn diagnose(collections: &[Collection]) -> Vec<String> {
 }
 
 /// Folded stacks, flame graphs and speedscope files for every collection with samples.
-fn write_stacks(dir: &ResultsDir, scenario: &str, collections: &[Collection]) {
+/// Folded stacks, flame graphs and the files viewers open, per collection with samples; returns
+/// the viewer files written, per collector (a file that could not be written is a warning: the
+/// verdict does not depend on it).
+fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &[Collection]) -> BTreeMap<String, Vec<String>> {
+    let mut viewer_files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in collections.iter().filter(|c| !c.samples.is_empty()) {
-        if let Err(e) = crate::fold::write_all(c, scenario, dir.path(), &dir.stacks()) {
+        if let Err(e) = crate::fold::write_all(c, &scenario.name, dir.path(), &dir.stacks()) {
             eprintln!("warning: could not write stacks for `{}`: {e:#}", c.collector);
         }
+        let firefox = crate::fold::firefox::ProfileInput { collection: c, run: collections, product: &scenario.name };
+        let written = [
+            Ok(dir.path().join(format!("{}.speedscope.json", c.collector))),
+            crate::fold::firefox::write(&firefox, dir.path()),
+            crate::fold::pprof::write(c, collections, dir.path()),
+        ];
+        for file in written {
+            match file {
+                Ok(path) if path.is_file() => viewer_files
+                    .entry(c.collector.clone())
+                    .or_default()
+                    .push(path.file_name().unwrap_or_default().to_string_lossy().into_owned()),
+                Ok(_) => {}
+                Err(e) => eprintln!("warning: could not write a viewer file for `{}`: {e:#}", c.collector),
+            }
+        }
     }
+    // One perfcollect-style trace.zip per run: perf's on-CPU samples and the LTTng CTF folder.
+    let kind_of = |c: &Collection| scenario.collectors.iter().find(|s| s.name() == c.collector).map(|s| s.kind());
+    let perf = collections.iter().find(|c| kind_of(c) == Some(crate::collect::CollectorKind::PerfCpu) && !c.samples.is_empty());
+    let lttng = collections
+        .iter()
+        .filter(|c| kind_of(c) == Some(crate::collect::CollectorKind::Lttng))
+        .map(|c| dir.artifacts().join(format!("lttng-{}", c.collector)))
+        .find(|d| d.is_dir());
+    let input = crate::fold::perfcollect::TraceZipInput {
+        name: &scenario.name,
+        perf,
+        run: collections,
+        lttng_dir: lttng.as_deref(),
+        runtime_files: crate::fold::perfcollect::runtime_files(&dir.artifacts()),
+    };
+    match crate::fold::perfcollect::write(&input, dir.path()) {
+        Ok(Some(path)) => {
+            let file = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            for c in collections.iter().filter(|c| perf.is_some_and(|p| std::ptr::eq(p, *c)) || kind_of(c) == Some(crate::collect::CollectorKind::Lttng)) {
+                viewer_files.entry(c.collector.clone()).or_default().push(file.clone());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("warning: could not write the trace.zip: {e:#}"),
+    }
+    viewer_files
 }
 
 #[cfg(test)]
@@ -889,6 +936,22 @@ mod tests {
             load_report: None,
             load: BTreeMap::new(),
         }
+    }
+
+    /// A run with samples writes the viewer files beside its speedscope file and lists them.
+    #[test]
+    fn viewer_files_are_written_and_listed_per_collector() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ResultsDir::create(root.path(), "s").unwrap();
+        let mut state = state_with(0);
+        state.collections[0].metrics.insert("frequency_hz".into(), 100.0);
+        let files = write_stacks(&dir, &scenario(""), &state.collections);
+        let listed = &files["perf-cpu"];
+        for f in ["perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip"] {
+            assert!(listed.iter().any(|l| l == f), "{f} not listed: {listed:?}");
+            assert!(dir.path().join(f).is_file(), "{f} not written");
+        }
+        assert!(!dir.path().join(".s.trace.zip.partial").exists());
     }
 
     fn scenario(expect: &str) -> Scenario {

@@ -4,6 +4,10 @@
 //! perf.data file straight to folded stacks ([`fold_perf_file`]), which names each distinct
 //! callchain once instead of building model samples.
 
+pub mod firefox;
+pub mod perfcollect;
+pub mod pprof;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 

@@ -46,6 +46,7 @@ pub mod doctor;
 pub mod matrix;
 pub mod bench;
 pub mod inspect;
+pub mod viewer;
 pub mod workflow;
 /// The tables generated from the runtime's event manifest (`cargo xtask codegen`).
 pub mod codegen;

@@ -188,6 +188,10 @@ pub struct Collection {
     /// Sample weights are nanoseconds (off-CPU time), not counts: checks print them as time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub weight_ns: bool,
+    /// Thread names by tid, as the collector saw them (perf's COMM records: the name a thread
+    /// last gave itself); viewers show them instead of bare ids.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub thread_names: BTreeMap<u32, String>,
 }
 
 impl Collection {

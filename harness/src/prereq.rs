@@ -59,6 +59,7 @@ pub const REPORT_TESTS: &[Package] = &[
     pkg("chromium", "the merged HTML report is opened in headless Chromium by a test"),
     pkg("fonts-dejavu-core", "headless Chromium needs a font to render the report"),
     pkg("libxml2-utils", "xmllint validates junit.xml against the strict JUnit schema"),
+    pkg("golang-go", "`go tool pprof` reads the pprof profiles a run writes (a test checks them with it)"),
 ];
 pub const SYMBOL_TESTS: &[Package] = &[pkg(
     "libc6-dbg",
@@ -718,7 +719,7 @@ mod tests {
         let apt: Vec<_> = plan.steps.iter().filter(|s| matches!(s, Step::AptInstall { .. })).collect();
         assert_eq!(apt.len(), 1, "{}", plan.render());
         let pkgs = installs(&plan);
-        for p in ["debootstrap", "qemu-system-x86", "chromium", "libxml2-utils", "stress-ng", "docker.io", "xz-utils"] {
+        for p in ["debootstrap", "qemu-system-x86", "chromium", "libxml2-utils", "golang-go", "stress-ng", "docker.io", "xz-utils"] {
             assert!(pkgs.iter().any(|q| q == p), "{p} missing from {pkgs:?}");
         }
         // The image rootfs has perf and LTTng-tools: installed packages are not asked for again.
@@ -738,15 +739,15 @@ mod tests {
 
     #[test]
     fn partly_installed_installs_only_what_lacks() {
-        // This machine had every package but stress-ng (and libc6-dbg, which the suite asked for
-        // only after the answers were recorded).
+        // This machine had every package but stress-ng (and libc6-dbg and golang-go, which the
+        // suite asked for only after the answers were recorded).
         let plan = Plan::make(&Needs::for_tests(), &case("ready"));
-        assert_eq!(installs(&plan), vec!["libc6-dbg".to_string(), "stress-ng".to_string()], "{}", plan.render());
+        assert_eq!(installs(&plan), vec!["golang-go".to_string(), "libc6-dbg".to_string(), "stress-ng".to_string()], "{}", plan.render());
         // apt-get update + install, and the perf buffer limit (still Debian's default then).
         assert_eq!(plan.steps.len(), 3, "{}", plan.render());
         assert!(matches!(plan.steps[2], Step::RaisePerfMlock { from: 516, .. }), "{}", plan.render());
         let cmds = plan.commands();
-        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libc6-dbg stress-ng");
+        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go libc6-dbg stress-ng");
     }
 
     #[test]

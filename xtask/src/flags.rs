@@ -45,6 +45,9 @@ pub enum Task {
     },
     /// Merge result folders into one HTML page and one markdown file.
     Report(Report),
+    /// Serve a run's Firefox Profiler profile on 127.0.0.1 and print the address that opens it in
+    /// the profiler (its from-url form); runs until interrupted.
+    Open(Open),
     /// Generate (or check) the nightly CI workflow under ci/; boot one matrix kernel by hand.
     Ci {
         #[command(subcommand)]
@@ -411,6 +414,19 @@ pub enum Trace {
         #[arg(long)]
         symbols: Vec<PathBuf>,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct Open {
+    /// A run folder (results/NAME), a folder of runs (its `latest`), or a profile file
+    /// (default: the project's results/latest).
+    pub result: Option<PathBuf>,
+    /// Which collector's profile (default: the first, by name).
+    #[arg(long)]
+    pub collector: Option<String>,
+    /// The loopback port to serve on (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
 }
 
 #[derive(Args, Debug)]

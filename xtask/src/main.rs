@@ -14,6 +14,7 @@ mod images;
 mod init;
 mod list;
 mod matrix;
+mod open;
 mod report;
 mod scenario;
 mod soak;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
             Task::Matrix(f) => done(matrix::run(&sh, f)),
             Task::Trace { what } => done(trace::run(&sh, what)),
             Task::Report(f) => done(report::run(&sh, f)),
+            Task::Open(f) => done(open::run(&sh, f)),
             Task::Ci { what } => done(ci::run(&sh, what)),
             Task::Codegen(f) => done(codegen::run(&sh, f.check)),
             Task::Soak(f) => soak::run(&sh, f),

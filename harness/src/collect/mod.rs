@@ -9,7 +9,7 @@ pub mod eventpipe;
 pub mod dotnet_trace;
 pub mod lttng;
 #[cfg(test)]
-mod perf_fixtures;
+pub(crate) mod perf_fixtures;
 #[cfg(test)]
 mod perf_script_names;
 

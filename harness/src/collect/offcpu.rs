@@ -405,6 +405,7 @@ pub fn offcpu_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>
     collection.samples = offcpu_samples(unwound, app_pids);
     collection.lost_events = unwound.lost;
     collection.weight_ns = true;
+    collection.thread_names = unwound.thread_names.clone();
     let app_samples: Vec<&unwind::UnwoundSample> =
         unwound.samples.iter().filter(|s| app_pids.contains(&s.pid) && s.sched_switch.is_some()).collect();
     let completeness = unwind::completeness_of_unwound(app_samples.iter().copied());

@@ -353,6 +353,8 @@ pub fn decode_recording(rec: &PerfRecording, ctx: &DecodeContext, collector: &st
     let mut coll = Collection::new(collector);
     coll.samples = samples_to_model(rec, &mut symbolizer, |_| 1);
     coll.lost_events = rec.lost;
+    // In time order, so a thread's last name wins (the runtime names its threads after start).
+    coll.thread_names = rec.comms.iter().map(|c| (c.tid, c.name.clone())).collect();
     coll.metrics.insert("samples_total".into(), coll.samples.len() as f64);
     coll.metrics.insert("lost_events".into(), rec.lost as f64);
     coll.metrics.insert("mmaps".into(), rec.mmaps.len() as f64);

@@ -288,6 +288,7 @@ mod tests {
             load: None,
             earlier_attempts: Vec::new(),
             swept_at_start: Vec::new(),
+            viewer_files: Default::default(),
         }
     }
 

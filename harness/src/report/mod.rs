@@ -61,6 +61,10 @@ pub struct Manifest {
     /// removed when this run started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub swept_at_start: Vec<String>,
+    /// Per collector: the files viewers open, relative to the run folder (Firefox Profiler
+    /// profile, pprof, speedscope, perfcollect-style trace.zip).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub viewer_files: BTreeMap<String, Vec<String>>,
 }
 
 /// An inconclusive attempt of a run that was run again.

@@ -14,6 +14,7 @@ mod report;
 mod scenarios;
 mod unwind;
 mod verbatim;
+mod viewers;
 mod workloads;
 mod your_app;
 

@@ -40,6 +40,10 @@ fn cpu_bound_passes_on_host_with_contracted_manifest() {
     let parent = o.dir.parent().unwrap();
     assert!(std::fs::read_dir(parent).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".staging")));
     assert_eq!(std::fs::read_link(parent.join("latest")).unwrap(), std::path::PathBuf::from(o.dir.file_name().unwrap()));
+    // The files viewers open: Firefox Profiler, pprof, PerfView's trace.zip, `cargo xtask open`.
+    crate::viewers::assert_viewer_files(&o.dir);
+    crate::viewers::assert_trace_zip_opens(&o.dir);
+    crate::viewers::assert_open_serves(&o.dir);
 }
 
 #[test]

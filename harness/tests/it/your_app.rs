@@ -146,6 +146,9 @@ fn console_app_as_it_is_on_the_host_and_its_twin_fails() {
         assert!(!Path::new("/tmp").join(&name).exists(), "/tmp/{name} left behind");
     }
     assert!(o.dir.join(format!("artifacts/perf-{pid}.map")).is_file());
+    // Viewer files of an app without tracelab code: perf and EventPipe profiles, trace.zip.
+    crate::viewers::assert_viewer_files(&o.dir);
+    crate::viewers::assert_trace_zip_opens(&o.dir);
 }
 
 /// In a container, started as a `command`: the apphost `dotnet build` writes beside the dll,
