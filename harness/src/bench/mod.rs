@@ -113,6 +113,130 @@ pub fn cargo_build_release(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// One side of a benchmark: what each interleaved round measured and the peak RSS of its
+/// processes, for the common table.
+#[derive(Clone, Debug)]
+pub struct Side {
+    pub label: String,
+    pub values: Vec<f64>,
+    pub rss_kib: Vec<u64>,
+}
+
+impl Side {
+    pub fn new(label: impl Into<String>) -> Side {
+        Side { label: label.into(), values: Vec::new(), rss_kib: Vec::new() }
+    }
+    pub fn push(&mut self, value: f64, rss_kib: u64) {
+        self.values.push(value);
+        self.rss_kib.push(rss_kib);
+    }
+    pub fn summary(&self) -> Summary<f64> {
+        summary(&self.values).unwrap_or(Summary { min: 0.0, median: 0.0, max: 0.0 })
+    }
+    /// The largest peak RSS of any round, MB.
+    pub fn peak_rss_mb(&self) -> f64 {
+        self.rss_kib.iter().copied().max().unwrap_or(0) as f64 / 1024.0
+    }
+}
+
+/// Prints sides as rows: min / median / max of `unit` and peak RSS.
+pub fn print_table(sides: &[&Side], unit: &str) {
+    let width = sides.iter().map(|s| s.label.chars().count()).max().unwrap_or(10).max(10);
+    println!("  {:<width$} {:>12} {:>12} {:>12} {:>10}", "", format!("min {unit}"), "median", "max", "peak RSS");
+    for s in sides {
+        let m = s.summary();
+        println!("  {:<width$} {:>12.1} {:>12.1} {:>12.1} {:>7.0} MB", s.label, m.min, m.median, m.max, s.peak_rss_mb());
+    }
+}
+
+/// The ratio of two sides as "median N× (range A×–B×)", `faster` the one with the larger value
+/// when `higher_is_better` (rates), the smaller otherwise (times).
+pub fn ratio(ours: &Side, peer: &Side, higher_is_better: bool) -> (f64, String) {
+    let (o, p) = (ours.summary(), peer.summary());
+    let (median, low, high) = if higher_is_better {
+        (o.median / p.median, o.min / p.max, o.max / p.min)
+    } else {
+        (p.median / o.median, p.min / o.max, p.max / o.min)
+    };
+    (median, format!("median {median:.1}x (range {low:.1}x to {high:.1}x)"))
+}
+
+/// A difference between our output and the peer's that is expected, with its reason: the
+/// committed list is `harness/data/bench-known-differences.toml`.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct KnownDifference {
+    /// The benchmark (`perf`, `nettrace`, `ctf`, `unwind`).
+    pub bench: String,
+    /// The difference's kind, as the benchmark's comparison names it.
+    pub kind: String,
+    /// A substring of the difference's key (a stack, an event key); empty matches every key.
+    #[serde(default)]
+    pub key: String,
+    pub reason: String,
+}
+
+pub const KNOWN_DIFFERENCES_PATH: &str = "harness/data/bench-known-differences.toml";
+const KNOWN_DIFFERENCES: &str = include_str!("../../data/bench-known-differences.toml");
+
+/// The committed known differences of one benchmark.
+pub fn known_differences(bench: &str) -> Vec<KnownDifference> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        difference: Vec<KnownDifference>,
+    }
+    let file: File = toml::from_str(KNOWN_DIFFERENCES).expect("harness/data/bench-known-differences.toml parses (a unit test checks it)");
+    file.difference.into_iter().filter(|d| d.bench == bench).collect()
+}
+
+/// One way our output and the peer's differ: its kind, its key and what each side has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference {
+    pub kind: String,
+    pub key: String,
+    pub ours: String,
+    pub peer: String,
+}
+
+impl Difference {
+    pub fn new(kind: &str, key: impl Into<String>, ours: impl ToString, peer: impl ToString) -> Difference {
+        Difference { kind: kind.into(), key: key.into(), ours: ours.to_string(), peer: peer.to_string() }
+    }
+}
+
+/// Prints how the outputs compare (`compared` items; the differences by kind, known or not) and
+/// fails when a difference is in no entry of the committed list.
+pub fn report_differences(bench: &str, compared: &str, differences: &[Difference]) -> Result<()> {
+    let known = known_differences(bench);
+    let mut unknown = Vec::new();
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, Option<&KnownDifference>)> = Default::default();
+    for d in differences {
+        let k = known.iter().find(|k| k.kind == d.kind && d.key.contains(&k.key));
+        let e = by_kind.entry(&d.kind).or_insert((0, k));
+        e.0 += 1;
+        if k.is_none() {
+            unknown.push(d);
+        }
+    }
+    println!("output comparison: {compared}; {} differences", differences.len());
+    for (kind, (n, k)) in &by_kind {
+        match k {
+            Some(k) => println!("  {n:>7}  {kind} (known: {})", k.reason),
+            None => println!("  {n:>7}  {kind}"),
+        }
+    }
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    for d in unknown.iter().take(20) {
+        println!("  NOT KNOWN {}: {}\n      ours: {}\n      peer: {}", d.kind, d.key, d.ours, d.peer);
+    }
+    bail!(
+        "{} differences from the peer's output are not in {KNOWN_DIFFERENCES_PATH} (first ones above): \
+         fix the decoder, or add the difference there with its reason",
+        unknown.len()
+    )
+}
+
 /// Refuses zero timed runs up front: every benchmark reports a median.
 pub fn check_runs(runs: usize) -> Result<()> {
     if runs == 0 {
@@ -141,6 +265,18 @@ mod tests {
         let after = children_usage();
         assert!(after.cpu_seconds >= before.cpu_seconds);
         assert!(after.max_rss_kib > 0, "a finished child has a peak RSS");
+    }
+
+    #[test]
+    fn known_differences_parse_and_have_reasons() {
+        for bench in ["perf", "nettrace", "ctf", "unwind"] {
+            for d in known_differences(bench) {
+                assert!(!d.reason.trim().is_empty() && !d.kind.is_empty(), "{d:?}");
+            }
+        }
+        let diffs = [Difference::new("no such kind", "k", 1, 2)];
+        assert!(report_differences("perf", "test", &diffs).is_err(), "an unlisted difference fails");
+        assert!(report_differences("perf", "test", &[]).is_ok());
     }
 
     #[test]
