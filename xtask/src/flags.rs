@@ -239,7 +239,7 @@ pub enum Bench {
         /// A CTF trace folder (or a session output holding several).
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Timed runs of each reader.
+        /// Interleaved rounds of each reader.
         #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Record the default trace again.
@@ -248,6 +248,9 @@ pub enum Bench {
         /// FixtureApp runs in a recording.
         #[arg(long, default_value_t = 25)]
         record_runs: u32,
+        /// The trace repeated N times for the memory table (peak RSS by input size).
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
+        scales: Vec<u32>,
     },
     /// What naming ReadyToRun frames costs per 1 M frames (no peer tool names them).
     R2r(R2r),

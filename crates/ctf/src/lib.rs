@@ -12,6 +12,7 @@
 
 mod decode;
 mod metadata;
+mod text;
 mod tsdl;
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 pub use decode::{Event, Events};
 pub use metadata::{Clock, EventClass, Metadata, StreamClass};
+pub use text::{TextClock, babeltrace_line};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

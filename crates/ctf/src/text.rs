@@ -1,0 +1,78 @@
+//! babeltrace's text line for an event (`babeltrace2 --clock-seconds` and babeltrace 1's default
+//! clock), so a decoded trace can be compared with babeltrace's, line by line.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::{Event, Value};
+
+/// How the timestamp at the start of a line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TextClock {
+    /// `[07:08:02.544279952]`: time of day, UTC (babeltrace 1's default).
+    TimeOfDay,
+    /// `[1795331282.544279952]`: seconds since the clock's origin (`babeltrace2 --clock-seconds`).
+    Seconds,
+}
+
+fn value_text(v: &Value, out: &mut String) {
+    match v {
+        Value::UInt(x) => write!(out, "{x}").unwrap(),
+        Value::SInt(x) => write!(out, "{x}").unwrap(),
+        Value::Float(x) => write!(out, "{x}").unwrap(),
+        Value::Str(s) => write!(out, "\"{s}\"").unwrap(),
+        // babeltrace prints LTTng's raw payload bytes as the signed 8-bit integers TSDL declares.
+        Value::Bytes(b) => {
+            out.push_str("[ ");
+            for (i, x) in b.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write!(out, "[{i}] = {}", *x as i8).unwrap();
+            }
+            out.push_str(" ]");
+        }
+        other => write!(out, "{other:?}").unwrap(),
+    }
+}
+
+fn fields_text(names: &[Arc<str>], values: &[Value], out: &mut String) {
+    out.push_str("{ ");
+    for (i, (n, v)) in names.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write!(out, "{n} = ").unwrap();
+        value_text(v, out);
+    }
+    out.push_str(" }");
+}
+
+/// The event's line as babeltrace prints it: timestamp, delta from the previous event
+/// (`prev`, its `ns_from_origin`), hostname, name, cpu_id, stream context, payload.
+pub fn babeltrace_line(ev: &Event<'_>, prev: Option<i64>, hostname: &str, clock: TextClock) -> String {
+    let ns = ev.ns_from_origin;
+    let mut out = match clock {
+        TextClock::TimeOfDay => {
+            let day = ns.rem_euclid(86_400_000_000_000);
+            let (h, m, s, frac) = (day / 3_600_000_000_000, day / 60_000_000_000 % 60, day / 1_000_000_000 % 60, day % 1_000_000_000);
+            format!("[{h:02}:{m:02}:{s:02}.{frac:09}] ")
+        }
+        TextClock::Seconds => format!("[{}.{:09}] ", ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000)),
+    };
+    match prev {
+        Some(p) => {
+            let d = ns - p;
+            write!(out, "(+{}.{:09})", d / 1_000_000_000, d % 1_000_000_000).unwrap();
+        }
+        None => out.push_str("(+?.?????????)"),
+    }
+    write!(out, " {hostname} {}: ", ev.name()).unwrap();
+    if let Some(cpu) = ev.cpu_id {
+        write!(out, "{{ cpu_id = {cpu} }}, ").unwrap();
+    }
+    fields_text(&ev.stream_class.event_context_names, &ev.stream_context, &mut out);
+    out.push_str(", ");
+    fields_text(&ev.class.field_names, &ev.payload, &mut out);
+    out
+}
