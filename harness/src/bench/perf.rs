@@ -68,10 +68,17 @@ pub fn run(opts: &Options) -> Result<()> {
             })
             .collect::<Result<_>>()?
     };
+    let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
+    // Record first: the recordings need only perf and .NET.
+    for (name, app, seconds) in &chosen {
+        let dir = crate::project_root().join(".build").join("bench").join("perf").join(name);
+        if opts.rerecord || !dir.join("perf.data").is_file() || !dir.join("pid.txt").is_file() {
+            record(&perf, &dir, app, *seconds, opts.frequency)?;
+        }
+    }
     if let crate::prereq::Outcome::Missing = crate::prereq::run(&crate::prereq::Plan::for_perf_bench(), false)? {
         bail!("the perf benchmark's peer tools are missing (commands above; as root `cargo xtask bench perf` installs them)");
     }
-    let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
     let collapse = ensure_inferno()?;
     let samply = crate::environment::which("samply")
         .or_else(|| Some(cargo_bin("samply")).filter(|p| p.is_file()))
@@ -82,10 +89,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut failures = Vec::new();
     for (name, app, seconds) in chosen {
         let dir = crate::project_root().join(".build").join("bench").join("perf").join(name);
-        if opts.rerecord || !dir.join("perf.data").is_file() || !dir.join("pid.txt").is_file() {
-            record(&tools.perf, &dir, app, *seconds, opts.frequency)?;
-        }
-        println!("== {name}");
+        println!("== {name} ({app}, {seconds} s)");
         if let Err(e) = bench_one(opts, &tools, &dir, *name == "framework-150s") {
             println!("FAILED: {e:#}");
             failures.push(format!("{name}: {e:#}"));
