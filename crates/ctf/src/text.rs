@@ -15,12 +15,36 @@ pub enum TextClock {
     Seconds,
 }
 
-fn value_text(v: &Value, out: &mut String) {
+/// babeltrace2's text sink escapes strings as C does; babeltrace 1 prints them as they are.
+fn string_text(s: &str, clock: TextClock, out: &mut String) {
+    out.push('"');
+    if clock == TextClock::TimeOfDay {
+        out.push_str(s);
+    } else {
+        for c in s.chars() {
+            match c {
+                '\u{07}' => out.push_str("\\a"),
+                '\u{08}' => out.push_str("\\b"),
+                '\u{0c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{0b}' => out.push_str("\\v"),
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                c => out.push(c),
+            }
+        }
+    }
+    out.push('"');
+}
+
+fn value_text(v: &Value, clock: TextClock, out: &mut String) {
     match v {
         Value::UInt(x) => write!(out, "{x}").unwrap(),
         Value::SInt(x) => write!(out, "{x}").unwrap(),
         Value::Float(x) => write!(out, "{x}").unwrap(),
-        Value::Str(s) => write!(out, "\"{s}\"").unwrap(),
+        Value::Str(s) => string_text(s, clock, out),
         // babeltrace prints LTTng's raw payload bytes as the signed 8-bit integers TSDL declares.
         Value::Bytes(b) => {
             out.push_str("[ ");
@@ -36,14 +60,14 @@ fn value_text(v: &Value, out: &mut String) {
     }
 }
 
-fn fields_text(names: &[Arc<str>], values: &[Value], out: &mut String) {
+fn fields_text(names: &[Arc<str>], values: &[Value], clock: TextClock, out: &mut String) {
     out.push_str("{ ");
     for (i, (n, v)) in names.iter().zip(values).enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
         write!(out, "{n} = ").unwrap();
-        value_text(v, out);
+        value_text(v, clock, out);
     }
     out.push_str(" }");
 }
@@ -71,8 +95,8 @@ pub fn babeltrace_line(ev: &Event<'_>, prev: Option<i64>, hostname: &str, clock:
     if let Some(cpu) = ev.cpu_id {
         write!(out, "{{ cpu_id = {cpu} }}, ").unwrap();
     }
-    fields_text(&ev.stream_class.event_context_names, &ev.stream_context, &mut out);
+    fields_text(&ev.stream_class.event_context_names, &ev.stream_context, clock, &mut out);
     out.push_str(", ");
-    fields_text(&ev.class.field_names, &ev.payload, &mut out);
+    fields_text(&ev.class.field_names, &ev.payload, clock, &mut out);
     out
 }

@@ -6,8 +6,9 @@
 //! load. Then compares the two readers event by event: our events printed as babeltrace2
 //! `--clock-seconds` prints them, both streams read line by line in lockstep (memory bounded), and
 //! any differing line not in harness/data/bench-known-differences.toml fails the bench. Last, the
-//! peak RSS of our reader on the trace repeated `--scales` times (each stream file hard-linked N
-//! times as N streams: the same packets, N times the data) shows memory does not grow with size.
+//! peak RSS of our reader on the trace made `--scales` times longer (each stream file holding its
+//! packets N times over, in .build/ctf-bench/repeated/, removed after) shows memory does not grow
+//! with size: it is one packet (LTTng's sub-buffer) per stream.
 //!
 //! Without `--trace`, the trace is `.build/ctf-bench/recording/trace`, recorded on first use (or
 //! with `--record`) in the bullseye runtime image: every DotNETRuntime tracepoint of 25
@@ -59,23 +60,19 @@ fn babeltrace_dummy(trace: &Path) -> Result<(f64, u64)> {
     Ok((run.wall.as_secs_f64() * 1e3, run.max_rss_kib))
 }
 
-/// `trace` repeated `n` times under `root`: every stream file of every trace folder hard-linked
-/// `n` times (`channel0_0`, `channel0_0-r1`, …) beside a copy of its metadata.
+/// `trace` made `n` times longer under `root`: every stream file holds its packets `n` times over
+/// (packets are self-contained), beside a copy of the metadata — the same streams, as a longer
+/// recording has, with `n` times the data. Our reader does not need time to grow across
+/// packets; babeltrace2 does, so only ours reads these.
 fn repeated(trace: &Path, root: &Path, n: u32) -> Result<PathBuf> {
     if n <= 1 {
         return Ok(trace.to_path_buf());
     }
-    // Keyed by the trace's path, so another --trace never reuses these links.
-    let key: String = trace.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    let out = root.join(format!("{}-x{n}", key.trim_start_matches('_')));
-    if out.is_dir() {
-        return Ok(out);
-    }
-    let partial = out.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
+    let out = root.join(format!("x{n}"));
+    let _ = std::fs::remove_dir_all(&out);
     for dir in ctf::Trace::find(trace)? {
         let rel = dir.strip_prefix(trace).unwrap_or(Path::new(""));
-        let to = partial.join(rel);
+        let to = out.join(rel);
         std::fs::create_dir_all(&to)?;
         std::fs::copy(dir.join("metadata"), to.join("metadata"))?;
         for entry in std::fs::read_dir(&dir)? {
@@ -84,13 +81,13 @@ fn repeated(trace: &Path, root: &Path, n: u32) -> Result<PathBuf> {
             if !entry.file_type()?.is_file() || name == "metadata" || name.starts_with('.') {
                 continue;
             }
-            for i in 0..n {
-                let link = if i == 0 { to.join(&name) } else { to.join(format!("{name}-r{i}")) };
-                std::fs::hard_link(entry.path(), &link).or_else(|_| std::fs::copy(entry.path(), &link).map(|_| ()))?;
+            let mut w = std::io::BufWriter::new(std::fs::File::create(to.join(&name))?);
+            for _ in 0..n {
+                std::io::copy(&mut std::fs::File::open(entry.path())?, &mut w)?;
             }
+            std::io::Write::flush(&mut w)?;
         }
     }
-    std::fs::rename(&partial, &out)?;
     Ok(out)
 }
 
@@ -142,7 +139,12 @@ pub fn run(opts: &Options) -> Result<()> {
         println!("  {:>6} {:>12} {:>12} {:>10} {:>10}", "N", "stream MB", "events", "wall s", "peak RSS");
         for &n in &opts.scales {
             let t = repeated(&trace, &root, n)?;
-            let (ms, rss, ev) = decode_ours(&exe, &t)?;
+            let measured = decode_ours(&exe, &t);
+            // Up to GBs of copies: made again when needed, never kept.
+            if n > 1 {
+                let _ = std::fs::remove_dir_all(&t);
+            }
+            let (ms, rss, ev) = measured?;
             println!("  {n:>5}x {:>12.0} {ev:>12} {:>10.1} {:>7.0} MB", bytes as f64 * f64::from(n.max(1)) / 1e6, ms / 1e3, rss as f64 / 1024.0);
         }
     }
@@ -166,7 +168,7 @@ fn compare(exe: &Path, trace: &Path) -> Result<()> {
         }
         if x != y {
             // The delta from the previous event differs after any difference: compare without it.
-            let strip = |l: &Option<String>| l.as_deref().map(|l| l.split_once(") ").map_or(l.to_string(), |(ts, rest)| format!("{}{rest}", &ts[..ts.find(" (").unwrap_or(ts.len())]))).unwrap_or_default();
+            let strip = |l: &Option<String>| l.as_deref().map(|l| l.split_once(") ").map_or(l.to_string(), |(ts, rest)| format!("{} {rest}", &ts[..ts.find(" (").unwrap_or(ts.len())]))).unwrap_or_default();
             if diffs.len() < 10_000 {
                 let kind = if x.is_none() || y.is_none() { "event missing" } else { "event line" };
                 let name = strip(&x).split(' ').nth(2).unwrap_or("").to_string();
