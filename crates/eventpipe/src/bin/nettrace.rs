@@ -88,14 +88,7 @@ fn bench(path: &Path, runs: usize, mode: &str) -> Result<(), String> {
             passes += 1;
         }
         std::hint::black_box(payload_bytes);
-        let s = started.elapsed().as_secs_f64();
-        let per_pass = events / u64::from(passes);
-        println!(
-            "frames run {run}: {per_pass} events, {mb:.1} MB in {:.4} s = {:.0} ev/s, {:.1} MB/s ({passes} passes)",
-            s / f64::from(passes),
-            events as f64 / s,
-            mb * f64::from(passes) / s
-        );
+        report("frames", run, events, passes, mb, started.elapsed().as_secs_f64());
     }
     for run in 0..runs {
         if !full {
@@ -111,14 +104,18 @@ fn bench(path: &Path, runs: usize, mode: &str) -> Result<(), String> {
             passes += 1;
         }
         std::hint::black_box(resolved);
-        let s = started.elapsed().as_secs_f64();
-        let per_pass = events / u64::from(passes);
-        println!(
-            "full run {run}: {per_pass} events, {mb:.1} MB in {:.4} s = {:.0} ev/s, {:.1} MB/s ({passes} passes)",
-            s / f64::from(passes),
-            events as f64 / s,
-            mb * f64::from(passes) / s
-        );
+        report("full", run, events, passes, mb, started.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+/// One run's line, as TraceDump `bench` prints it: events per pass, time per pass, rates.
+fn report(mode: &str, run: usize, events: u64, passes: u32, mb: f64, s: f64) {
+    println!(
+        "{mode} run {run}: {} events, {mb:.1} MB in {:.4} s = {:.0} ev/s, {:.1} MB/s ({passes} passes)",
+        events / u64::from(passes),
+        s / f64::from(passes),
+        events as f64 / s,
+        mb * f64::from(passes) / s
+    );
 }
