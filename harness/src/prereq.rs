@@ -315,7 +315,7 @@ impl Needs {
     pub fn for_perf_bench() -> Needs {
         Needs {
             purpose: "the perf benchmark's peer tools (cargo xtask bench perf)".into(),
-            packages: PERF.to_vec(),
+            packages: [PERF, &[pkg("time", "GNU time measures each benchmarked process's own peak RSS")]].concat(),
             cargo_tools: vec![("samply", "`samply import` is the perf benchmark's second peer (perf.data → a Firefox Profiler file)")],
             ..Needs::default()
         }

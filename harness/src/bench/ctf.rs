@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Difference, Side, cargo_build_release, load_average, print_table, ratio, report_differences, run_measured};
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -39,7 +39,7 @@ pub struct Options {
 /// Our reader as a child: (wall ms, peak RSS KiB, events).
 fn decode_ours(exe: &Path, trace: &Path) -> Result<(f64, u64, u64)> {
     let err = trace.with_extension("ctfdump.err");
-    let run = run_measured(Command::new(exe).arg("--count").arg(trace).stdout(Stdio::null()).stderr(std::fs::File::create(&err)?))?;
+    let run = run_measured(measured(Command::new(exe).arg("--count").arg(trace)).stdout(Stdio::null()).stderr(std::fs::File::create(&err)?))?;
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     let _ = std::fs::remove_file(&err);
     if !run.status.success() {
@@ -51,7 +51,7 @@ fn decode_ours(exe: &Path, trace: &Path) -> Result<(f64, u64, u64)> {
 
 fn babeltrace_dummy(trace: &Path) -> Result<(f64, u64)> {
     let run = run_measured(
-        Command::new("babeltrace2").arg(trace).args(["-c", "sink.utils.dummy"]).stdout(Stdio::null()).stderr(Stdio::null()),
+        measured(Command::new("babeltrace2").arg(trace).args(["-c", "sink.utils.dummy"])).stdout(Stdio::null()).stderr(Stdio::null()),
     )
     .context("running babeltrace2 (Debian: apt-get install babeltrace2)")?;
     if !run.status.success() {

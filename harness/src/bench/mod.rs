@@ -70,10 +70,45 @@ pub struct ChildRun {
     pub status: std::process::ExitStatus,
 }
 
-/// Runs `cmd` to its end and measures it with `wait4` (that child's own rusage, not every
-/// child's maximum as `RUSAGE_CHILDREN` gives). Its output goes where `cmd` sends it.
+/// GNU time: reports a command's own peak RSS (see [`measured`]).
+const GNU_TIME: &str = "/usr/bin/time";
+
+/// Where [`measured`] commands write their peak RSS (benchmarks run one child at a time).
+fn rss_file() -> std::path::PathBuf {
+    crate::project_root().join(".build").join("bench").join(format!("peak-rss-{}.txt", std::process::id()))
+}
+
+/// `cmd` (program, arguments, environment, folder; set its stdio afterwards) run under GNU time,
+/// so [`run_measured`] gets the command's own peak RSS. `wait4`'s `ru_maxrss` cannot give it: a
+/// child starts as a copy of this process, and Linux folds that copy's high-water mark into the
+/// child's at exec, so every child of a 120 MB benchmark process "peaked" at 120 MB. GNU time's
+/// child starts from a copy of GNU time (≈ 2 MB). For a shell pipeline it is its largest process.
+pub fn measured(cmd: &Command) -> Command {
+    let mut wrapped = Command::new(GNU_TIME);
+    wrapped.args(["-f", "%M", "-o"]).arg(rss_file()).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
+/// Runs `cmd` to its end: wall time, exit status and, for a [`measured`] command, its peak RSS
+/// (else `wait4`'s, which includes this process's size: see [`measured`]). Its output goes where
+/// `cmd` sends it.
 pub fn run_measured(cmd: &mut Command) -> Result<ChildRun> {
     use std::os::unix::process::ExitStatusExt;
+    let wrapped = cmd.get_program() == GNU_TIME;
+    if wrapped {
+        if let Some(dir) = rss_file().parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
     let start = std::time::Instant::now();
     let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
     let pid = child.id() as libc::pid_t;
@@ -88,7 +123,14 @@ pub fn run_measured(cmd: &mut Command) -> Result<ChildRun> {
         bail!("wait4 on {cmd:?} failed: {}", std::io::Error::last_os_error());
     }
     drop(child);
-    Ok(ChildRun { wall, max_rss_kib: usage.ru_maxrss.max(0) as u64, status: std::process::ExitStatus::from_raw(status) })
+    let mut max_rss_kib = usage.ru_maxrss.max(0) as u64;
+    if wrapped {
+        // GNU time's last line is %M (a failed command's status line comes before it).
+        let text = std::fs::read_to_string(rss_file()).unwrap_or_default();
+        let _ = std::fs::remove_file(rss_file());
+        max_rss_kib = text.lines().filter_map(|l| l.trim().parse().ok()).next_back().context("GNU time wrote no peak RSS")?;
+    }
+    Ok(ChildRun { wall, max_rss_kib, status: std::process::ExitStatus::from_raw(status) })
 }
 
 /// The 1-, 5- and 15-minute load averages, printed beside results: a busy machine explains a
@@ -277,6 +319,19 @@ mod tests {
         let diffs = [Difference::new("no such kind", "k", 1, 2)];
         assert!(report_differences("perf", "test", &diffs).is_err(), "an unlisted difference fails");
         assert!(report_differences("perf", "test", &[]).is_ok());
+    }
+
+    #[test]
+    fn measured_children_report_their_own_peak_rss() {
+        if !std::path::Path::new(GNU_TIME).is_file() {
+            return crate::testing::skip("bench::tests::measured_children_report_their_own_peak_rss", "no /usr/bin/time (Debian: time)");
+        }
+        // 64 MB held by this process must not show up in a small child's peak.
+        let ballast = vec![1u8; 64 << 20];
+        let run = run_measured(measured(Command::new("true").env("X", "1")).stdout(std::process::Stdio::null())).unwrap();
+        std::hint::black_box(&ballast);
+        assert!(run.status.success());
+        assert!(run.max_rss_kib > 0 && run.max_rss_kib < 32 << 10, "peak RSS of `true`: {} KiB", run.max_rss_kib);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Difference, Side, cargo_build_release, load_average, print_table, ratio, report_differences, run_measured};
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::collect::eventpipe::{DEFAULT_RUNTIME_KEYWORDS, Provider, RUNTIME, SAMPLE_PROFILER, SessionConfig, record_app};
 use crate::dotnet::Dotnet;
 use crate::testing::fixture_app;
@@ -140,7 +140,7 @@ fn bench_one(opts: &Options, dotnet: &Dotnet, ours_exe: &Path, tracedump: &Path,
     let passes_arg = passes.to_string();
     let run_child = |cmd: &mut Command, prefix: &str, who: &str| -> Result<(u64, f64, u64)> {
         let out_path = trace.with_extension(format!("{who}.out"));
-        let run = run_measured(cmd.stdout(std::fs::File::create(&out_path)?).stderr(Stdio::piped()))?;
+        let run = run_measured(measured(cmd).stdout(std::fs::File::create(&out_path)?).stderr(Stdio::null()))?;
         let text = std::fs::read_to_string(&out_path).unwrap_or_default();
         let _ = std::fs::remove_file(&out_path);
         if !run.status.success() {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Difference, Side, cargo_build_release, load_average, print_table, ratio, report_differences, run_measured};
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::collect::perf::detect_perf_binary;
 use crate::fold::fold_perf_file;
 use crate::model::merge_code_version;
@@ -146,11 +146,7 @@ fn bench_one(opts: &Options, tools: &Tools, dir: &Path, goals: bool) -> Result<(
     let run_ours = || -> Result<(super::ChildRun, String)> {
         let stderr = dir.join("ours.stderr");
         let run = run_measured(
-            Command::new(&tools.exe)
-                .arg(&data)
-                .arg(pid.to_string())
-                .arg(&ours_out)
-                .env("TRACELAB_CACHE_DIR", &cache)
+            measured(Command::new(&tools.exe).arg(&data).arg(pid.to_string()).arg(&ours_out).env("TRACELAB_CACHE_DIR", &cache))
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&stderr)?),
         )?;
@@ -161,7 +157,7 @@ fn bench_one(opts: &Options, tools: &Tools, dir: &Path, goals: bool) -> Result<(
         Ok((run, stages))
     };
     let run_peer = || -> Result<super::ChildRun> {
-        let run = run_measured(Command::new("sh").arg("-c").arg(&script))?;
+        let run = run_measured(&mut measured(Command::new("sh").arg("-c").arg(&script)))?;
         if !run.status.success() {
             bail!("`{script}` failed: {}", run.status);
         }
@@ -169,11 +165,7 @@ fn bench_one(opts: &Options, tools: &Tools, dir: &Path, goals: bool) -> Result<(
     };
     let run_samply = || -> Result<super::ChildRun> {
         let run = run_measured(
-            Command::new(&tools.samply)
-                .arg("import")
-                .arg(&data)
-                .args(["--save-only", "-o"])
-                .arg(&samply_out)
+            measured(Command::new(&tools.samply).arg("import").arg(&data).args(["--save-only", "-o"]).arg(&samply_out))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         )?;
@@ -263,7 +255,9 @@ fn read_folded(path: &Path) -> Result<Vec<(Vec<String>, u64)>> {
 /// One frame as both sides can be compared: code versions merged (`[OptimizedTier1]`), perf's
 /// `[unknown]` and ours `[unknown] (dso)` both unnamed (`None`).
 fn canonical(frame: &str) -> Option<String> {
-    if frame.starts_with("[unknown]") {
+    // inferno writes a frame perf could not name as its module in brackets (`[libcoreclr.so]`).
+    let module_only = frame.starts_with('[') && frame.ends_with(']') && !frame.contains(' ');
+    if frame.starts_with("[unknown]") || module_only {
         return None;
     }
     Some(merge_code_version(frame).to_string())

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Difference, Side, cargo_build_release, load_average, print_table, ratio, report_differences, run_measured};
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::model::DsoClass;
 use crate::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
 
@@ -100,7 +100,7 @@ fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
     let script_out = dir.join("perf-script.txt");
     let run_ours = || -> Result<(super::ChildRun, String)> {
         let err = dir.join("ours.stderr");
-        let r = run_measured(Command::new(&exe).arg(&ours_out).stdout(Stdio::null()).stderr(std::fs::File::create(&err)?))?;
+        let r = run_measured(measured(Command::new(&exe).arg(&ours_out)).stdout(Stdio::null()).stderr(std::fs::File::create(&err)?))?;
         let text = std::fs::read_to_string(&err).unwrap_or_default().trim().to_string();
         if !r.status.success() {
             bail!("{} failed: {text}", exe.display());
@@ -109,9 +109,7 @@ fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
     };
     let run_perf = || -> Result<super::ChildRun> {
         let r = run_measured(
-            Command::new(perf)
-                .args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"])
-                .arg(data)
+            measured(Command::new(perf).args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"]).arg(data))
                 .stdout(std::fs::File::create(&script_out)?)
                 .stderr(Stdio::null()),
         )?;
