@@ -43,6 +43,7 @@ fn value_text(v: &Value, clock: TextClock, out: &mut String) {
     match v {
         Value::UInt(x) => write!(out, "{x}").unwrap(),
         Value::SInt(x) => write!(out, "{x}").unwrap(),
+        Value::Float(x) if clock == TextClock::Seconds => out.push_str(&c_g(*x)),
         Value::Float(x) => write!(out, "{x}").unwrap(),
         Value::Str(s) => string_text(s, clock, out),
         // babeltrace prints LTTng's raw payload bytes as the signed 8-bit integers TSDL declares.
@@ -60,7 +61,27 @@ fn value_text(v: &Value, clock: TextClock, out: &mut String) {
     }
 }
 
+/// C's `%g` (6 significant digits, trailing zeros dropped), as babeltrace2 prints reals.
+fn c_g(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let trim = |s: String| if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s };
+    let e = format!("{x:.5e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        return format!("{}e{}{:02}", trim(mantissa.to_string()), if exp < 0 { '-' } else { '+' }, exp.abs());
+    }
+    trim(format!("{x:.*}", (5 - exp).max(0) as usize))
+}
+
 fn fields_text(names: &[Arc<str>], values: &[Value], clock: TextClock, out: &mut String) {
+    if values.is_empty() && clock == TextClock::Seconds {
+        // babeltrace2 prints an empty structure as `{ }`.
+        out.push_str("{ }");
+        return;
+    }
     out.push_str("{ ");
     for (i, (n, v)) in names.iter().zip(values).enumerate() {
         if i > 0 {
@@ -99,4 +120,16 @@ pub fn babeltrace_line(ev: &Event<'_>, prev: Option<i64>, hostname: &str, clock:
     out.push_str(", ");
     fields_text(&ev.class.field_names, &ev.payload, clock, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reals_print_as_c_g() {
+        assert_eq!(super::c_g(24.571428571428573), "24.5714");
+        assert_eq!(super::c_g(22.75), "22.75");
+        assert_eq!(super::c_g(24.439024390243901), "24.439");
+        assert_eq!(super::c_g(1234567.0), "1.23457e+06");
+        assert_eq!(super::c_g(0.0001234), "0.0001234");
+    }
 }
