@@ -252,15 +252,22 @@ fn read_folded(path: &Path) -> Result<Vec<(Vec<String>, u64)>> {
         .collect())
 }
 
-/// One frame as both sides can be compared: code versions merged (`[OptimizedTier1]`), perf's
-/// `[unknown]` and ours `[unknown] (dso)` both unnamed (`None`).
+/// One frame as both sides can be compared: code versions merged (`[OptimizedTier1]`), parameter
+/// lists cut (inferno cuts them), perf's `[unknown]` / `[module]` and ours `[unknown] (dso)` all
+/// unnamed (`None`).
 fn canonical(frame: &str) -> Option<String> {
     // inferno writes a frame perf could not name as its module in brackets (`[libcoreclr.so]`).
     let module_only = frame.starts_with('[') && frame.ends_with(']') && !frame.contains(' ');
     if frame.starts_with("[unknown]") || module_only {
         return None;
     }
-    Some(merge_code_version(frame).to_string())
+    // inferno tidies names: a parameter list is cut (`Framework::Main(string[])` → `Framework::Main`).
+    let name = merge_code_version(frame);
+    let name = match name.find('(') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    };
+    Some(name.to_string())
 }
 
 /// Stack-by-stack comparison with `perf script | inferno-collapse-perf` (perf script without the
@@ -318,7 +325,18 @@ fn compare_outputs(tools: &Tools, data: &Path, ours_path: &Path, samply_json: &P
         while n > 0 {
             let candidates = by_depth.get_mut(&stack.len());
             let best = candidates.and_then(|c| {
-                let score = |p: &Stack| p.iter().zip(&stack).filter(|(a, b)| a != b).count();
+                // A peer stack that differs only where one side is unnamed is the match; a frame
+                // both sides name differently weighs far more than one only one side names.
+                let score = |p: &Stack| -> usize {
+                    p.iter()
+                        .zip(&stack)
+                        .map(|(a, b)| match (a, b) {
+                            (Some(x), Some(y)) if x != y => 1000,
+                            _ if a != b => 1,
+                            _ => 0,
+                        })
+                        .sum()
+                };
                 let i = (0..c.len()).filter(|&i| c[i].1 > 0).min_by_key(|&i| score(&c[i].0))?;
                 Some((i, c))
             });
