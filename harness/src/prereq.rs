@@ -312,6 +312,16 @@ impl Needs {
         }
     }
 
+    /// What `cargo xtask bench perf` needs besides perf: samply, its second peer tool.
+    pub fn for_perf_bench() -> Needs {
+        Needs {
+            purpose: "the perf benchmark's peer tools (cargo xtask bench perf)".into(),
+            packages: [PERF, &[pkg("time", "GNU time measures each benchmarked process's own peak RSS")]].concat(),
+            cargo_tools: vec![("samply", "`samply import` is the perf benchmark's second peer (perf.data → a Firefox Profiler file)")],
+            ..Needs::default()
+        }
+    }
+
     /// What `cargo nextest run --workspace` needs for its real-run tests not to skip. Images are
     /// built by the tests that use them (each suite once, cached by input hash).
     pub fn for_tests() -> Needs {
@@ -418,6 +428,10 @@ impl Plan {
 
     pub fn for_fuzzing() -> Plan {
         Plan::make(&Needs::for_fuzzing(), &Machine)
+    }
+
+    pub fn for_perf_bench() -> Plan {
+        Plan::make(&here(Needs::for_perf_bench()), &Machine)
     }
 
     /// The pure planner: needs + recorded answers → steps.

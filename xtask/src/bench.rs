@@ -10,9 +10,9 @@ use crate::flags::{Bench, R2r, R2rStream};
 
 pub fn run(_sh: &Shell, what: Bench) -> Result<()> {
     match what {
-        Bench::Perf { seconds, frequency, runs, rerecord } => bench::perf::run(&bench::perf::Options { seconds, frequency, runs, rerecord }),
-        Bench::Nettrace { trace, runs, record } => bench::nettrace::run(&bench::nettrace::Options { trace, runs, record }),
-        Bench::Ctf { trace, runs, record, record_runs } => bench::ctf::run(&bench::ctf::Options { trace, runs, record, record_runs }),
+        Bench::Perf { inputs, frequency, runs, record } => bench::perf::run(&bench::perf::Options { inputs, frequency, runs, rerecord: record }),
+        Bench::Nettrace { trace, sizes, runs, record } => bench::nettrace::run(&bench::nettrace::Options { trace, sizes, runs, record }),
+        Bench::Ctf { trace, runs, record, record_runs, scales } => bench::ctf::run(&bench::ctf::Options { trace, runs, record, record_runs, scales }),
         Bench::Unwind { runs } => bench::unwind::run(&bench::unwind::Options { runs }),
         Bench::Overhead { repeats, seconds } => bench::overhead::run(&bench::overhead::Options { repeats, seconds }),
         Bench::R2r(f) => bench::r2r::run(&r2r_options(f)),

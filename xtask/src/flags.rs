@@ -206,30 +206,33 @@ pub struct Scenario {
 
 #[derive(Subcommand, Debug)]
 pub enum Bench {
-    /// perf.data → folded stacks: tracelab against `perf script | inferno-collapse-perf`.
+    /// perf.data → folded stacks: tracelab against `perf script | inferno-collapse-perf` and `samply import`.
     Perf {
-        /// Seconds the app burns CPU while recorded (on a shared machine it gets less than a CPU).
-        #[arg(long, default_value_t = 40)]
-        seconds: u32,
-        /// Sampling frequency.
-        #[arg(long, default_value_t = 1999)]
+        /// Recorded inputs to run (default all): framework-3s, framework-30s, framework-150s, web.
+        #[arg(long = "input", value_delimiter = ',')]
+        inputs: Vec<String>,
+        /// Sampling frequency of the recordings.
+        #[arg(long, default_value_t = 999)]
         frequency: u32,
-        /// Timed runs per tool (the median is reported).
+        /// Interleaved rounds (tracelab, inferno pipeline, samply).
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Record again even if a cached recording exists.
-        #[arg(long)]
-        rerecord: bool,
+        /// Record the inputs again even if cached recordings exist.
+        #[arg(long, alias = "rerecord")]
+        record: bool,
     },
     /// Decoding a large .nettrace: tracelab's eventpipe against TraceEvent (TraceDump).
     Nettrace {
-        /// A .nettrace file to decode (default: the recorded benchmark trace).
+        /// A .nettrace file to decode (default: the recorded benchmark traces, one per size).
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Timed runs of each decoder.
-        #[arg(long, default_value_t = 6)]
+        /// Sizes of the recorded traces, MB (.build/bench/nettrace/SIZEMB.nettrace).
+        #[arg(long, value_delimiter = ',', default_values_t = [5, 50, 250])]
+        sizes: Vec<u32>,
+        /// Interleaved rounds (ours parse-only, ours full decode, TraceEvent).
+        #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Record the default trace again.
+        /// Record the default traces again.
         #[arg(long)]
         record: bool,
     },
@@ -238,7 +241,7 @@ pub enum Bench {
         /// A CTF trace folder (or a session output holding several).
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Timed runs of each reader.
+        /// Interleaved rounds of each reader.
         #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Record the default trace again.
@@ -247,6 +250,9 @@ pub enum Bench {
         /// FixtureApp runs in a recording.
         #[arg(long, default_value_t = 25)]
         record_runs: u32,
+        /// The trace repeated N times for the memory table (peak RSS by input size).
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 10, 50])]
+        scales: Vec<u32>,
     },
     /// What naming ReadyToRun frames costs per 1 M frames (no peer tool names them).
     R2r(R2r),
@@ -402,6 +408,10 @@ pub enum Trace {
         /// Where to write FILE.folded and FILE.speedscope.json (default target/inspect/STEM/).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Decode every event's payload too (GCs, exceptions, payload errors), streaming: memory
+        /// stays bounded at any file size.
+        #[arg(long)]
+        full: bool,
     },
     /// Fold a perf.data recording into stacks (JIT frames from /tmp/perf-PID.map or a perf map
     /// beside the file, ReadyToRun frames from the mapped assemblies, kernel from kallsyms).

@@ -1,4 +1,4 @@
-//! `cargo xtask trace inspect FILE.nettrace [--out DIR]`: a summary of an EventPipe trace and its
+//! `cargo xtask trace inspect FILE.nettrace [--out DIR] [--full]`: a summary of an EventPipe trace and its
 //! stacks (folded, speedscope); `cargo xtask trace fold PERF.DATA [--out FILE] [--symbols DIR]`:
 //! perf.data → folded stacks. The work is `harness::inspect`.
 
@@ -11,7 +11,7 @@ use crate::flags::Trace;
 
 pub fn run(_sh: &Shell, what: Trace) -> Result<()> {
     match what {
-        Trace::Inspect { file, out } => harness::inspect::nettrace(&user_path(file)?, out),
+        Trace::Inspect { file, out, full } => harness::inspect::nettrace(&user_path(file)?, out, full),
         Trace::Fold { file, out, symbols } => harness::inspect::perf_fold(&user_path(file)?, out.map(user_path).transpose()?.as_deref(), &symbols),
     }
 }

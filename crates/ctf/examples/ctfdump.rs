@@ -1,5 +1,6 @@
-//! Prints a trace's events one a line (name, timestamp, fields), or with `--count` only the number of
-//! events and the decoding rate: `cargo run -p ctf --release --example ctfdump -- [--count] DIR`.
+//! Prints a trace's events one a line as `babeltrace2 --clock-seconds` does, or with `--count`
+//! only the number of events and the decoding rate (every event still decoded with all its
+//! fields): `cargo run -p ctf --release --example ctfdump -- [--count] DIR`.
 
 use std::time::Instant;
 
@@ -15,18 +16,26 @@ fn main() {
     };
     let t0 = Instant::now();
     let mut n = 0u64;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     for dir in ctf::Trace::find(std::path::Path::new(root)).unwrap_or_else(|e| fail(e)) {
         let trace = ctf::Trace::open(&dir).unwrap_or_else(|e| fail(e));
+        let hostname = trace.metadata().env("hostname").unwrap_or("").to_string();
+        let mut prev = None;
         for ev in trace.events() {
             let ev = ev.unwrap_or_else(|e| fail(e));
             n += 1;
             if !count_only {
-                let fields: Vec<String> =
-                    ev.class.field_names.iter().zip(&ev.payload).map(|(k, v)| format!("{k} = {v:?}")).collect();
-                println!("{} {} {{ {} }}", ev.ns_from_origin, ev.name(), fields.join(", "));
+                use std::io::Write as _;
+                let line = ctf::babeltrace_line(&ev, prev, &hostname, ctf::TextClock::Seconds);
+                if writeln!(out, "{line}").is_err() {
+                    std::process::exit(0);
+                }
             }
+            prev = Some(ev.ns_from_origin);
         }
     }
+    drop(out);
     let s = t0.elapsed().as_secs_f64();
     eprintln!("{n} events in {s:.3} s = {:.0} events/s", n as f64 / s);
 }

@@ -347,27 +347,44 @@ impl State {
     }
 }
 
+/// Where a stream's bytes come from: memory (fuzzing, tests), or a file read packet by packet.
+pub(crate) enum Source<'t> {
+    Memory(&'t [u8]),
+    /// The file and its length. Only the current packet is held (in [`StreamReader::buf`]), so
+    /// memory follows the packet size (LTTng's sub-buffer, ≤ a few MB), never the file size.
+    File(&'t std::fs::File, u64),
+}
+
+/// A packet header and context fit in this many bytes (LTTng's take under 100); more is read
+/// only when they do not.
+const HEADER_CHUNK: usize = 4096;
+/// The largest packet read from a file: memory per stream is bounded by it.
+const MAX_PACKET_BYTES: usize = 64 << 20;
+
 /// Decodes one stream file, packet after packet.
 struct StreamReader<'t> {
     meta: &'t Metadata,
     index: usize,
     path: &'t Path,
-    data: &'t [u8],
+    source: Source<'t>,
+    /// The current packet's bytes, for a file source (reused from packet to packet).
+    buf: Vec<u8>,
     /// Byte offset of the next packet.
-    next_packet: usize,
+    next_packet: u64,
     /// The current packet: its start, content end (bits from its start), and stream class.
-    packet: Option<(usize, u64, u64, &'t StreamClass)>,
+    packet: Option<(u64, u64, u64, &'t StreamClass)>,
     state: State,
     discarded: u64,
 }
 
 impl<'t> StreamReader<'t> {
-    fn new(meta: &'t Metadata, index: usize, path: &'t Path, data: &'t [u8]) -> Self {
+    fn new(meta: &'t Metadata, index: usize, path: &'t Path, source: Source<'t>) -> Self {
         StreamReader {
             meta,
             index,
             path,
-            data,
+            source,
+            buf: Vec::new(),
             next_packet: 0,
             packet: None,
             state: State {
@@ -385,13 +402,89 @@ impl<'t> StreamReader<'t> {
         }
     }
 
+    fn len(&self) -> u64 {
+        match self.source {
+            Source::Memory(m) => m.len() as u64,
+            Source::File(_, len) => len,
+        }
+    }
+
+    /// Makes `buf` hold the `n` bytes at `start` of a file source (those already there are kept).
+    fn load(&mut self, start: u64, n: usize) -> Result<(), Error> {
+        let Source::File(file, _) = self.source else { return Ok(()) };
+        if self.buf.len() >= n {
+            return Ok(());
+        }
+        use std::os::unix::fs::FileExt as _;
+        let have = self.buf.len();
+        self.buf.resize(n, 0);
+        file.read_exact_at(&mut self.buf[have..], start + have as u64)
+            .map_err(|source| Error::Io { path: self.path.to_path_buf(), source })
+    }
+
     fn open_packet(&mut self) -> Result<bool, Error> {
         let start = self.next_packet;
-        if start >= self.data.len() {
+        let left = self.len().saturating_sub(start);
+        if left == 0 {
             return Ok(false);
         }
-        let data = &self.data[start..];
-        let mut cur = Cursor { data, pos: 0, end: data.len() as u64 * 8, base: start as u64, path: self.path };
+        self.buf.clear();
+        let mut chunk = (HEADER_CHUNK as u64).min(left) as usize;
+        let (header_bits, packet_bits, content_bits, sc) = loop {
+            self.load(start, chunk)?;
+            match self.read_packet_header(start, chunk, left) {
+                // The header and context ran past the bytes read: read more, up to a limit.
+                Err(Error::Stream { offset, .. })
+                    if offset + 64 >= start + chunk as u64 && (chunk as u64) < left && chunk < MAX_PACKET_BYTES =>
+                {
+                    chunk = (chunk as u64 * 16).min(left).min(MAX_PACKET_BYTES as u64) as usize
+                }
+                other => break other?,
+            }
+        };
+        if matches!(self.source, Source::File(..)) && packet_bits / 8 > MAX_PACKET_BYTES as u64 {
+            return Err(Error::Stream {
+                path: self.path.to_path_buf(),
+                offset: start,
+                msg: format!(
+                    "packet of {} bytes, above the reader's limit of {MAX_PACKET_BYTES} (LTTng's sub-buffers are a few MB): corrupt packet size?",
+                    packet_bits / 8
+                ),
+            });
+        }
+        if packet_bits == 0
+            || !packet_bits.is_multiple_of(8)
+            || packet_bits > left * 8
+            || content_bits > packet_bits
+            || content_bits < header_bits
+        {
+            return Err(Error::Stream {
+                path: self.path.to_path_buf(),
+                offset: start,
+                msg: format!(
+                    "packet sizes do not fit: content {content_bits} bits, packet {packet_bits} bits, header {header_bits} bits, {} bits left in the file",
+                    left * 8
+                ),
+            });
+        }
+        if let Some(d) = self.state.events_discarded {
+            self.discarded = d;
+        }
+        // Only the content is decoded; padding after it is never read.
+        self.load(start, content_bits.div_ceil(8) as usize)?;
+        self.next_packet = start + packet_bits / 8;
+        self.packet = Some((start, header_bits, content_bits, sc));
+        Ok(true)
+    }
+
+    /// Reads the packet header and context from the `chunk` bytes at `start`: (header bits,
+    /// packet bits, content bits), sizes defaulting to the rest of the file (`left` bytes).
+    fn read_packet_header(&mut self, start: u64, chunk: usize, left: u64) -> Result<(u64, u64, u64, &'t StreamClass), Error> {
+        let data = match self.source {
+            Source::Memory(m) => &m[start as usize..],
+            Source::File(..) => &self.buf[..chunk],
+        };
+        let mut cur = Cursor { data, pos: 0, end: data.len() as u64 * 8, base: start, path: self.path };
         let st = &mut self.state;
         st.magic = None;
         st.stream_id = None;
@@ -406,7 +499,7 @@ impl<'t> StreamReader<'t> {
         {
             return Err(Error::Stream {
                 path: self.path.to_path_buf(),
-                offset: start as u64,
+                offset: start,
                 msg: format!("packet magic {m:#x}, expected {PACKET_MAGIC:#x}: not a CTF data stream, or corrupt"),
             });
         }
@@ -414,7 +507,7 @@ impl<'t> StreamReader<'t> {
         let Some(&si) = self.meta.stream_index.get(&sid) else {
             return Err(Error::Stream {
                 path: self.path.to_path_buf(),
-                offset: start as u64,
+                offset: start,
                 msg: format!("packet of stream class {sid}, which the metadata does not declare"),
             });
         };
@@ -422,25 +515,8 @@ impl<'t> StreamReader<'t> {
         if let Some(pc) = &sc.packet_context {
             st.skip(pc, &mut cur)?;
         }
-        let left_bits = data.len() as u64 * 8;
-        let packet_bits = st.packet_size.unwrap_or(left_bits);
-        let content_bits = st.content_size.unwrap_or(packet_bits);
-        if packet_bits == 0 || !packet_bits.is_multiple_of(8) || packet_bits > left_bits || content_bits > packet_bits || content_bits < cur.pos {
-            return Err(Error::Stream {
-                path: self.path.to_path_buf(),
-                offset: start as u64,
-                msg: format!(
-                    "packet sizes do not fit: content {content_bits} bits, packet {packet_bits} bits, header {} bits, {left_bits} bits left in the file",
-                    cur.pos
-                ),
-            });
-        }
-        if let Some(d) = st.events_discarded {
-            self.discarded = d;
-        }
-        self.next_packet = start + (packet_bits / 8) as usize;
-        self.packet = Some((start, cur.pos, content_bits, sc));
-        Ok(true)
+        let packet_bits = st.packet_size.unwrap_or(left * 8);
+        Ok((cur.pos, packet_bits, st.content_size.unwrap_or(packet_bits), sc))
     }
 
     fn next_event(&mut self) -> Result<Option<Event<'t>>, Error> {
@@ -454,8 +530,11 @@ impl<'t> StreamReader<'t> {
                     continue;
                 }
             };
-            let data = &self.data[start..start + end.div_ceil(8) as usize];
-            let mut cur = Cursor { data, pos, end, base: start as u64, path: self.path };
+            let data = match self.source {
+                Source::Memory(m) => &m[start as usize..start as usize + end.div_ceil(8) as usize],
+                Source::File(..) => &self.buf[..end.div_ceil(8) as usize],
+            };
+            let mut cur = Cursor { data, pos, end, base: start, path: self.path };
             let meta = self.meta;
             let st = &mut self.state;
             st.event_id = None;
@@ -501,7 +580,7 @@ pub struct Events<'t> {
 }
 
 impl<'t> Events<'t> {
-    pub(crate) fn new(meta: &'t Metadata, streams: Vec<(&'t Path, &'t [u8])>) -> Self {
+    pub(crate) fn new(meta: &'t Metadata, streams: Vec<(&'t Path, Source<'t>)>) -> Self {
         let readers: Vec<_> = streams.into_iter().enumerate().map(|(i, (p, d))| StreamReader::new(meta, i, p, d)).collect();
         let pending = readers.iter().map(|_| None).collect();
         Events { readers, pending, heap: BinaryHeap::new(), started: false, failed: false }

@@ -3,7 +3,8 @@
 //! A trace is a folder holding a `metadata` file (TSDL text, optionally packetized) and one file
 //! per data stream (`channel0_0`, …), each a sequence of packets of events. [`Trace::open`] reads
 //! and compiles the metadata; [`Trace::events`] decodes every stream and merges them by time, the
-//! order babeltrace prints. Field names lose one leading underscore, as the CTF spec asks readers
+//! order babeltrace prints. Stream files are read packet by packet (one packet per stream in
+//! memory at a time), so memory follows the packet size, not the trace's. Field names lose one leading underscore, as the CTF spec asks readers
 //! to do (LTTng prefixes every field with `_` so names never collide with TSDL keywords).
 //!
 //! Malformed input yields an [`Error`] naming the file and byte offset; lengths read from the
@@ -11,6 +12,7 @@
 
 mod decode;
 mod metadata;
+mod text;
 mod tsdl;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use std::sync::Arc;
 
 pub use decode::{Event, Events};
 pub use metadata::{Clock, EventClass, Metadata, StreamClass};
+pub use text::{TextClock, babeltrace_line};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,10 +77,12 @@ impl Value {
     }
 }
 
-/// One data stream file of a trace, read into memory.
+/// One data stream file of a trace, open; its packets are read one at a time as events are
+/// decoded, so memory stays bounded whatever the file's size.
 struct StreamFile {
     path: PathBuf,
-    data: Vec<u8>,
+    file: std::fs::File,
+    len: u64,
 }
 
 /// An opened trace: compiled metadata plus its stream files.
@@ -117,8 +122,9 @@ impl Trace {
         let mut streams = Vec::new();
         for name in names {
             let path = dir.join(&name);
-            let data = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-            streams.push(StreamFile { path, data });
+            let file = std::fs::File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+            let len = file.metadata().map_err(|source| Error::Io { path: path.clone(), source })?.len();
+            streams.push(StreamFile { path, file, len });
         }
         Ok(Trace { dir: dir.to_path_buf(), metadata: Arc::new(metadata), streams })
     }
@@ -170,12 +176,12 @@ impl Trace {
 
     /// Bytes of stream data (for throughput figures).
     pub fn stream_bytes(&self) -> u64 {
-        self.streams.iter().map(|s| s.data.len() as u64).sum()
+        self.streams.iter().map(|s| s.len).sum()
     }
 
     /// All events of all streams, merged in time order (ties keep stream file order).
     pub fn events(&self) -> Events<'_> {
-        Events::new(&self.metadata, self.streams.iter().map(|s| (s.path.as_path(), s.data.as_slice())).collect())
+        Events::new(&self.metadata, self.streams.iter().map(|s| (s.path.as_path(), decode::Source::File(&s.file, s.len))).collect())
     }
 }
 
@@ -188,5 +194,5 @@ fn natural_key(name: &str) -> (String, u64) {
 
 /// Decodes one data stream held in memory (fuzzing, tests); `path` only names it in errors.
 pub fn decode_buffer<'t>(metadata: &'t Metadata, path: &'t Path, data: &'t [u8]) -> Events<'t> {
-    Events::new(metadata, vec![(path, data)])
+    Events::new(metadata, vec![(path, decode::Source::Memory(data))])
 }

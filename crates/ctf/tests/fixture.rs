@@ -1,7 +1,6 @@
 //! The recorded LTTng 2.12 trace of ../shared/fixtures/lttng decodes to exactly the events of
 //! babeltrace's text dump of it: same order, timestamps, contexts and field values.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use ctf::{Event, Trace, Value};
@@ -11,57 +10,9 @@ fn fixture_dir() -> PathBuf {
     tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit")
 }
 
-fn value_text(v: &Value, out: &mut String) {
-    match v {
-        Value::UInt(x) => write!(out, "{x}").unwrap(),
-        Value::SInt(x) => write!(out, "{x}").unwrap(),
-        Value::Float(x) => write!(out, "{x}").unwrap(),
-        Value::Str(s) => write!(out, "\"{s}\"").unwrap(),
-        // babeltrace prints LTTng's raw payload bytes as the signed 8-bit integers TSDL declares.
-        Value::Bytes(b) => {
-            out.push_str("[ ");
-            for (i, x) in b.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write!(out, "[{i}] = {}", *x as i8).unwrap();
-            }
-            out.push_str(" ]");
-        }
-        other => write!(out, "{other:?}").unwrap(),
-    }
-}
-
-fn fields_text(names: &[std::sync::Arc<str>], values: &[Value], out: &mut String) {
-    out.push_str("{ ");
-    for (i, (n, v)) in names.iter().zip(values).enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        write!(out, "{n} = ").unwrap();
-        value_text(v, out);
-    }
-    out.push_str(" }");
-}
-
 /// babeltrace 1's default text line (UTC clock).
 fn babeltrace_line(ev: &Event, prev: Option<i64>, hostname: &str) -> String {
-    let ns = ev.ns_from_origin;
-    let day = ns.rem_euclid(86_400_000_000_000);
-    let (h, m, s, frac) = (day / 3_600_000_000_000, day / 60_000_000_000 % 60, day / 1_000_000_000 % 60, day % 1_000_000_000);
-    let delta = match prev {
-        Some(p) => {
-            let d = ns - p;
-            format!("+{}.{:09}", d / 1_000_000_000, d % 1_000_000_000)
-        }
-        None => "+?.?????????".into(),
-    };
-    let mut out = format!("[{h:02}:{m:02}:{s:02}.{frac:09}] ({delta}) {hostname} {}: ", ev.name());
-    write!(out, "{{ cpu_id = {} }}, ", ev.cpu_id.unwrap()).unwrap();
-    fields_text(&ev.stream_class.event_context_names, &ev.stream_context, &mut out);
-    out.push_str(", ");
-    fields_text(&ev.class.field_names, &ev.payload, &mut out);
-    out
+    ctf::babeltrace_line(ev, prev, hostname, ctf::TextClock::TimeOfDay)
 }
 
 #[test]

@@ -7,7 +7,8 @@ use crate::fxhash::FxHashMap;
 use std::io::Read;
 
 use crate::error::Result;
-use crate::nettrace::{NettraceReader, Stats, TraceInfo};
+use crate::metadata::EventMetadata;
+use crate::nettrace::{EventRef, NettraceReader, Stats, TraceInfo};
 use crate::payload::{Fields, Value, decode_payload};
 use crate::symbols::{Method, MethodMap};
 
@@ -100,43 +101,133 @@ pub struct Decoded {
     pub payload_error_count: u64,
 }
 
-/// Reads a whole stream. Errors of the stream's framing end decoding; an event payload that
-/// does not fit its layout is recorded in [`Decoded::payload_errors`] and decoding goes on.
-pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
-    let mut reader = NettraceReader::new(input)?;
-    let info = reader.info().clone();
-    let pointer_size = info.pointer_size;
-    let mut counts: BTreeMap<(String, u32), EventCount> = BTreeMap::new();
-    // Counting by metadata id first avoids a string key per event.
-    let mut by_meta: FxHashMap<u32, u64> = FxHashMap::default();
-    let mut events = Vec::new();
-    let mut samples = Vec::new();
-    let mut stacks: Vec<Vec<u64>> = Vec::new();
-    let mut stack_ids: FxHashMap<Vec<u64>, u32> = FxHashMap::default();
-    let mut methods = MethodMap::default();
-    let mut payload_errors = Vec::new();
-    let mut payload_error_count = 0u64;
-    while let Some(ev) = reader.next_event()? {
-        let meta = ev.metadata;
-        *by_meta.entry(meta.metadata_id).or_default() += 1;
-        let is_sample = meta.provider == SAMPLE_PROFILER && meta.event_id == 0;
-        let wants_methods = MethodMap::wants(&meta.provider, meta.event_id);
-        if !(wants_methods || (is_sample && options.keep_samples) || (!is_sample && options.keep_events)) {
-            continue;
-        }
-        let mut intern = |stack: &[u64]| -> Option<u32> {
-            if stack.is_empty() {
-                return None;
+/// One item of a [`StreamDecoder`]: a SampleProfiler sample, or any other event with its payload
+/// decoded (when the decoder was asked for fields).
+#[derive(Debug)]
+pub enum StreamItem<'a> {
+    Sample(DecodedSample),
+    Event(StreamEvent<'a>),
+}
+
+/// An event of a streaming decode. Its fields are owned and handed over: keep them or drop them,
+/// nothing of the event stays in the decoder.
+#[derive(Debug)]
+pub struct StreamEvent<'a> {
+    pub metadata: &'a EventMetadata,
+    pub time_ns: u64,
+    pub thread_id: u64,
+    /// Index into [`StreamDecoder::stacks`], or `None`.
+    pub stack: Option<u32>,
+    /// The payload's fields, or empty when fields were not asked for or the payload did not
+    /// match its layout (then counted in [`StreamDecoder::payload_error_count`]).
+    pub fields: Fields,
+    pub payload: &'a [u8],
+    pub payload_offset: u64,
+}
+
+/// How the decoder treats events with one metadata id (decided once per id, not per event).
+#[derive(Clone, Copy, Default)]
+struct MetaClass {
+    count: u64,
+    is_sample: bool,
+    wants_methods: bool,
+}
+
+/// Decodes a trace event by event with memory bounded by what is distinct in it (metadata, stacks,
+/// methods), not by its length: nothing per event is kept. [`decode()`] is this with every item
+/// collected; `inspect --full` aggregates as it goes.
+pub struct StreamDecoder<R> {
+    reader: NettraceReader<R>,
+    info: TraceInfo,
+    /// Decode payload fields of events other than samples.
+    fields: bool,
+    /// Hand out samples / other events (method events are always observed).
+    samples: bool,
+    events: bool,
+    classes: FxHashMap<u32, MetaClass>,
+    stacks: Vec<Vec<u64>>,
+    stack_ids: FxHashMap<Vec<u64>, u32>,
+    methods: MethodMap,
+    payload_errors: Vec<(u64, String)>,
+    payload_error_count: u64,
+}
+
+impl<R: Read> StreamDecoder<R> {
+    /// `options` says which items to hand out; `fields` whether to decode payloads of events.
+    pub fn new(input: R, options: &DecodeOptions, fields: bool) -> Result<Self> {
+        let reader = NettraceReader::new(input)?;
+        Ok(StreamDecoder {
+            info: reader.info().clone(),
+            reader,
+            fields,
+            samples: options.keep_samples,
+            events: options.keep_events,
+            classes: FxHashMap::default(),
+            stacks: Vec::new(),
+            stack_ids: FxHashMap::default(),
+            methods: MethodMap::default(),
+            payload_errors: Vec::new(),
+            payload_error_count: 0,
+        })
+    }
+
+    pub fn info(&self) -> &TraceInfo {
+        &self.info
+    }
+
+    /// Distinct stacks so far (leaf first), referenced by index.
+    pub fn stacks(&self) -> &[Vec<u64>] {
+        &self.stacks
+    }
+
+    pub fn payload_error_count(&self) -> u64 {
+        self.payload_error_count
+    }
+
+    /// The next sample or event, or `None` at the end of the stream. Errors of the stream's
+    /// framing end decoding; a payload that does not fit its layout is counted and decoding goes on.
+    pub fn next_item(&mut self) -> Result<Option<StreamItem<'_>>> {
+        let (samples, events, fields, pointer_size) = (self.samples, self.events, self.fields, self.info.pointer_size);
+        let (classes, methods) = (&mut self.classes, &mut self.methods);
+        let (errors, error_count) = (&mut self.payload_errors, &mut self.payload_error_count);
+        // Method events are observed here, inside the reader's loop, whether or not they are handed
+        // out; their fields are kept for the caller when they are.
+        let mut decoded: Option<Fields> = None;
+        let mut is_sample = false;
+        let keep = |ev: &EventRef<'_>| {
+            let meta = ev.metadata;
+            let class = classes.entry(meta.metadata_id).or_insert_with(|| MetaClass {
+                count: 0,
+                is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
+                wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
+            });
+            class.count += 1;
+            is_sample = class.is_sample;
+            if is_sample {
+                return samples;
             }
-            if let Some(&id) = stack_ids.get(stack) {
-                return Some(id);
+            if !(class.wants_methods || (fields && events)) {
+                return events;
             }
-            let id = stacks.len() as u32;
-            stacks.push(stack.to_vec());
-            stack_ids.insert(stack.to_vec(), id);
-            Some(id)
+            let f = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
+                Ok(f) => f,
+                Err(e) => {
+                    *error_count += 1;
+                    if errors.len() < 100 {
+                        errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
+                    }
+                    Fields::new()
+                }
+            };
+            if class.wants_methods {
+                methods.observe(&meta.provider, meta.event_id, &f);
+            }
+            decoded = Some(f);
+            events
         };
-        let time_ns = info.qpc_to_ns(ev.timestamp);
+        let Some(ev) = self.reader.next_event_where(keep)? else { return Ok(None) };
+        let time_ns = self.info.qpc_to_ns(ev.timestamp);
+        let stack = intern(&mut self.stacks, &mut self.stack_ids, ev.stack);
         if is_sample {
             let kind = match ev.payload.get(0..4) {
                 Some(b) => match u32::from_le_bytes(b.try_into().unwrap()) {
@@ -146,56 +237,86 @@ pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
                 },
                 None => SampleKind::Other(0),
             };
-            samples.push(DecodedSample { thread_id: ev.thread_id, time_ns, kind, stack: intern(ev.stack) });
-            continue;
+            return Ok(Some(StreamItem::Sample(DecodedSample { thread_id: ev.thread_id, time_ns, kind, stack })));
         }
-        let fields = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
-            Ok(f) => f,
-            Err(e) => {
-                payload_error_count += 1;
-                if payload_errors.len() < 100 {
-                    payload_errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
+        Ok(Some(StreamItem::Event(StreamEvent {
+            metadata: ev.metadata,
+            time_ns,
+            thread_id: ev.thread_id,
+            stack,
+            fields: decoded.unwrap_or_default(),
+            payload: ev.payload,
+            payload_offset: ev.payload_offset,
+        })))
+    }
+
+    /// Ends decoding: counts, stats, stacks and methods (sorted for lookups); events and samples
+    /// empty (they were handed out).
+    pub fn finish(self) -> Decoded {
+        let mut counts: BTreeMap<(String, u32), EventCount> = BTreeMap::new();
+        for meta in self.reader.metadata() {
+            if let Some(c) = self.classes.get(&meta.metadata_id) {
+                let e = counts.entry((meta.provider.clone(), meta.event_id)).or_default();
+                e.count += c.count;
+                if e.name.is_empty() {
+                    e.name = meta.name.clone();
                 }
-                Fields::new()
-            }
-        };
-        if wants_methods {
-            methods.observe(&meta.provider, meta.event_id, &fields);
-        }
-        if options.keep_events {
-            events.push(DecodedEvent {
-                provider: meta.provider.clone(),
-                name: meta.name.clone(),
-                event_id: meta.event_id,
-                version: meta.version,
-                time_ns,
-                thread_id: ev.thread_id,
-                stack: intern(ev.stack),
-                fields,
-            });
-        }
-    }
-    for meta in reader.metadata() {
-        if let Some(&n) = by_meta.get(&meta.metadata_id) {
-            let c = counts.entry((meta.provider.clone(), meta.event_id)).or_default();
-            c.count += n;
-            if c.name.is_empty() {
-                c.name = meta.name.clone();
             }
         }
+        let mut methods = self.methods;
+        methods.finish();
+        Decoded {
+            info: self.info,
+            stats: self.reader.stats().clone(),
+            counts,
+            events: Vec::new(),
+            samples: Vec::new(),
+            stacks: self.stacks,
+            methods,
+            payload_errors: self.payload_errors,
+            payload_error_count: self.payload_error_count,
+        }
     }
-    methods.finish();
-    Ok(Decoded {
-        info,
-        stats: reader.stats().clone(),
-        counts,
-        events,
-        samples,
-        stacks,
-        methods,
-        payload_errors,
-        payload_error_count,
-    })
+}
+
+fn intern(stacks: &mut Vec<Vec<u64>>, ids: &mut FxHashMap<Vec<u64>, u32>, stack: &[u64]) -> Option<u32> {
+    if stack.is_empty() {
+        return None;
+    }
+    if let Some(&id) = ids.get(stack) {
+        return Some(id);
+    }
+    let id = stacks.len() as u32;
+    stacks.push(stack.to_vec());
+    ids.insert(stack.to_vec(), id);
+    Some(id)
+}
+
+/// Reads a whole stream into memory ([`StreamDecoder`] with every item kept). Errors of the
+/// stream's framing end decoding; an event payload that does not fit its layout is recorded in
+/// [`Decoded::payload_errors`] and decoding goes on.
+pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
+    let mut decoder = StreamDecoder::new(input, options, true)?;
+    let (mut events, mut samples) = (Vec::new(), Vec::new());
+    while let Some(item) = decoder.next_item()? {
+        match item {
+            StreamItem::Sample(s) => samples.push(s),
+            StreamItem::Event(e) => events.push(DecodedEvent {
+                provider: e.metadata.provider.clone(),
+                name: e.metadata.name.clone(),
+                event_id: e.metadata.event_id,
+                version: e.metadata.version,
+                time_ns: e.time_ns,
+                thread_id: e.thread_id,
+                stack: e.stack,
+                fields: e.fields,
+            }),
+        }
+    }
+    let mut decoded = decoder.finish();
+    decoded.events = events;
+    decoded.samples = samples;
+    Ok(decoded)
 }
 
 impl Decoded {

@@ -1,13 +1,166 @@
 //! A human-readable summary of a decoded trace, and its stacks as folded lines and speedscope.
+//!
+//! [`full`] decodes every payload of a trace of any size by streaming ([`StreamDecoder`]):
+//! samples are counted per (thread, stack) as they come, nothing per event is kept, so memory
+//! follows what is distinct in the trace (metadata, stacks, methods), not its length.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::decode::{Decoded, SampleKind, frame_label};
+use crate::decode::{DecodeOptions, Decoded, SampleKind, StreamDecoder, StreamItem, frame_label};
+use crate::payload::Value;
+use crate::symbols::RUNTIME_PROVIDER;
+
+/// Samples counted per (thread, stack): what the summary, folded stacks and speedscope need,
+/// at the size of the distinct stacks rather than of the samples.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SampleCounts {
+    /// (thread id, stack) → samples.
+    pub by_stack: BTreeMap<(u64, Option<u32>), u64>,
+    pub managed: u64,
+    pub external: u64,
+    pub other: u64,
+}
+
+impl SampleCounts {
+    pub fn add(&mut self, thread_id: u64, stack: Option<u32>, kind: SampleKind) {
+        *self.by_stack.entry((thread_id, stack)).or_default() += 1;
+        match kind {
+            SampleKind::Managed => self.managed += 1,
+            SampleKind::External => self.external += 1,
+            SampleKind::Other(_) => self.other += 1,
+        }
+    }
+
+    pub fn of(d: &Decoded) -> SampleCounts {
+        let mut c = SampleCounts::default();
+        for s in &d.samples {
+            c.add(s.thread_id, s.stack, s.kind);
+        }
+        c
+    }
+
+    pub fn total(&self) -> u64 {
+        self.managed + self.external + self.other
+    }
+
+    pub fn with_stacks(&self) -> u64 {
+        self.by_stack.iter().filter(|((_, s), _)| s.is_some()).map(|(_, n)| n).sum()
+    }
+
+    /// Folded lines (`thread T;root;…;leaf` → samples), as [`Decoded::folded`] writes them.
+    pub fn folded(&self, d: &Decoded) -> BTreeMap<String, u64> {
+        let mut names: BTreeMap<u32, String> = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for (&(thread, stack), &n) in &self.by_stack {
+            let key = match stack {
+                Some(id) => names
+                    .entry(id)
+                    .or_insert_with(|| d.frames(id).iter().rev().map(frame_label).collect::<Vec<_>>().join(";"))
+                    .clone(),
+                None => "[no managed stack]".to_string(),
+            };
+            *out.entry(format!("thread {thread};{key}")).or_insert(0) += n;
+        }
+        out
+    }
+}
+
+/// A GCStart's payload: what TraceEvent's `GCStartTraceData` exposes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcStart {
+    pub count: u64,
+    pub depth: u64,
+    pub reason: u64,
+    pub kind: u64,
+}
+
+/// What a full decode found besides counts: every payload decoded, samples counted, GCs and
+/// exceptions as TraceEvent's reference program reports them.
+#[derive(Clone, Debug)]
+pub struct FullDecode {
+    /// Counts, stats, stacks and methods; `events` and `samples` are empty (streamed).
+    pub decoded: Decoded,
+    pub samples: SampleCounts,
+    /// Payload fields decoded, and how many of them were strings.
+    pub fields: u64,
+    pub string_fields: u64,
+    /// GCStart events, and the first [`FullDecode::GC_DETAIL`] of them.
+    pub gc_starts: u64,
+    pub gc_start_detail: Vec<GcStart>,
+    /// ExceptionThrown by `type: message`.
+    pub exceptions: BTreeMap<String, u64>,
+}
+
+impl FullDecode {
+    /// GCStarts kept in detail (TraceDump `summary` keeps 200).
+    pub const GC_DETAIL: usize = 200;
+}
+
+/// Decodes every payload of `input`, streaming: bounded memory at any trace size.
+pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
+    let mut decoder = StreamDecoder::new(input, &DecodeOptions::default(), true)?;
+    let mut samples = SampleCounts::default();
+    let (mut fields, mut string_fields, mut gc_starts) = (0u64, 0u64, 0u64);
+    let mut gc_start_detail = Vec::new();
+    let mut exceptions: BTreeMap<String, u64> = BTreeMap::new();
+    while let Some(item) = decoder.next_item()? {
+        match item {
+            StreamItem::Sample(s) => samples.add(s.thread_id, s.stack, s.kind),
+            StreamItem::Event(e) => {
+                fields += e.fields.len() as u64;
+                string_fields += e.fields.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
+                if e.metadata.provider != RUNTIME_PROVIDER {
+                    continue;
+                }
+                let num = |name: &str| e.fields.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_u64()).unwrap_or(0);
+                let text = |name: &str| e.fields.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_str()).unwrap_or("");
+                match e.metadata.event_id {
+                    1 => {
+                        gc_starts += 1;
+                        if gc_start_detail.len() < FullDecode::GC_DETAIL {
+                            gc_start_detail.push(GcStart { count: num("Count"), depth: num("Depth"), reason: num("Reason"), kind: num("Type") });
+                        }
+                    }
+                    80 => *exceptions.entry(format!("{}: {}", text("ExceptionType"), text("ExceptionMessage"))).or_default() += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(FullDecode { decoded: decoder.finish(), samples, fields, string_fields, gc_starts, gc_start_detail, exceptions })
+}
+
+/// The summary of a full decode: [`summary`]'s lines, then what only a full decode knows.
+pub fn full_summary(f: &FullDecode, title: &str) -> String {
+    let mut out = summary_of(&f.decoded, &f.samples, title);
+    let _ = writeln!(
+        out,
+        "  full decode: {} payload fields ({} strings), {} payloads did not match their layout",
+        f.fields, f.string_fields, f.decoded.payload_error_count
+    );
+    if f.gc_starts > 0 {
+        let _ = writeln!(out, "  GCStart: {} (first: {:?})", f.gc_starts, f.gc_start_detail.first());
+    }
+    if !f.exceptions.is_empty() {
+        let _ = writeln!(out, "  exceptions thrown (type: message):");
+        let mut v: Vec<_> = f.exceptions.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        for (k, n) in v.iter().take(10) {
+            let _ = writeln!(out, "    {n:>7}  {k}");
+        }
+    }
+    out
+}
 
 /// Events by provider and name, lost events, sampling interval, process, top leaf frames.
 pub fn summary(d: &Decoded, title: &str) -> String {
+    summary_of(d, &SampleCounts::of(d), title)
+}
+
+fn summary_of(d: &Decoded, samples: &SampleCounts, title: &str) -> String {
     let mut out = String::new();
     let i = &d.info;
     let _ = writeln!(out, "{title}");
@@ -41,19 +194,19 @@ pub fn summary(d: &Decoded, title: &str) -> String {
             let _ = writeln!(out, "    {n:>9}  {id:>5} {}", if name.is_empty() { "?" } else { name });
         }
     }
-    if !d.samples.is_empty() {
-        let managed = d.samples.iter().filter(|s| s.kind == SampleKind::Managed).count();
-        let external = d.samples.iter().filter(|s| s.kind == SampleKind::External).count();
+    if samples.total() > 0 {
         let _ = writeln!(
             out,
-            "  SampleProfiler: {} samples ({managed} managed, {external} external), {} method ranges known",
-            d.samples.len(),
+            "  SampleProfiler: {} samples ({} managed, {} external), {} method ranges known",
+            samples.total(),
+            samples.managed,
+            samples.external,
             d.methods.len()
         );
         let mut leaves: BTreeMap<String, u64> = BTreeMap::new();
-        for s in &d.samples {
-            if let Some(id) = s.stack {
-                *leaves.entry(frame_label(&d.frames(id)[0])).or_default() += 1;
+        for (&(_, stack), &n) in &samples.by_stack {
+            if let Some(id) = stack {
+                *leaves.entry(frame_label(&d.frames(id)[0])).or_default() += n;
             }
         }
         let mut leaves: Vec<_> = leaves.into_iter().collect();
@@ -76,4 +229,96 @@ pub fn write_stacks(d: &Decoded, dir: &Path, stem: &str) -> std::io::Result<(Pat
     let doc = crate::speedscope::to_speedscope(d, stem);
     std::fs::write(&ss_path, serde_json::to_vec(&doc).map_err(std::io::Error::other)?)?;
     Ok((folded_path, ss_path))
+}
+
+/// Writes `DIR/STEM.folded` and `DIR/STEM.speedscope.json` of a full decode's counted samples
+/// (speedscope gets one sample per distinct stack, weighted by its count); returns both paths.
+pub fn write_full_stacks(f: &FullDecode, dir: &Path, stem: &str) -> std::io::Result<(PathBuf, PathBuf)> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let folded_path = dir.join(format!("{stem}.folded"));
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&folded_path)?);
+    for (k, v) in f.samples.folded(&f.decoded) {
+        writeln!(w, "{k} {v}")?;
+    }
+    w.flush()?;
+    let d = &f.decoded;
+    let interval = u64::from(d.info.sampling_interval_ns.max(1));
+    let mut frames: Vec<serde_json::Value> = Vec::new();
+    let mut frame_index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut per_thread: BTreeMap<u64, (Vec<Vec<usize>>, Vec<u64>)> = BTreeMap::new();
+    for (&(thread, stack), &n) in &f.samples.by_stack {
+        let ids: Vec<usize> = match stack {
+            Some(id) => d
+                .frames(id)
+                .iter()
+                .rev()
+                .map(|fr| {
+                    let label = frame_label(fr);
+                    *frame_index.entry(label.clone()).or_insert_with(|| {
+                        frames.push(serde_json::json!({ "name": label, "file": fr.module.unwrap_or("") }));
+                        frames.len() - 1
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let e = per_thread.entry(thread).or_default();
+        e.0.push(ids);
+        e.1.push(n * interval);
+    }
+    let profiles: Vec<_> = per_thread
+        .into_iter()
+        .map(|(tid, (samples, weights))| {
+            let total: u64 = weights.iter().sum();
+            serde_json::json!({ "type": "sampled", "name": format!("thread {tid}"), "unit": "nanoseconds",
+                "startValue": 0, "endValue": total, "samples": samples, "weights": weights })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "$schema": "https://www.speedscope.app/file-format-schema.json",
+        "name": stem,
+        "exporter": concat!("eventpipe ", env!("CARGO_PKG_VERSION")),
+        "shared": { "frames": frames },
+        "profiles": profiles,
+    });
+    let ss_path = dir.join(format!("{stem}.speedscope.json"));
+    std::fs::write(&ss_path, serde_json::to_vec(&doc).map_err(std::io::Error::other)?)?;
+    Ok((folded_path, ss_path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The streaming full decode agrees with the in-memory decode on every recorded fixture:
+    /// counts, stats, folded stacks, GCs and exceptions.
+    #[test]
+    fn full_decode_streams_what_decode_keeps() {
+        let dir = tracelab_fixtures::fixture("nettrace");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("nettrace") {
+                continue;
+            }
+            seen += 1;
+            let bytes = std::fs::read(&path).unwrap();
+            let whole = crate::decode(&bytes[..], &DecodeOptions::default()).unwrap();
+            let f = full(&bytes[..]).unwrap();
+            let name = path.display();
+            assert_eq!(f.decoded.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(),
+                whole.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(), "{name}: counts");
+            assert_eq!(f.decoded.stats.events, whole.stats.events, "{name}");
+            assert_eq!(f.samples, SampleCounts::of(&whole), "{name}: samples");
+            assert_eq!(f.samples.folded(&f.decoded), whole.folded(), "{name}: folded");
+            assert_eq!(f.fields, whole.events.iter().map(|e| e.fields.len() as u64).sum::<u64>(), "{name}: fields");
+            let gcs = whole.events.iter().filter(|e| e.name == "GCStart").count() as u64;
+            assert_eq!(f.gc_starts, gcs, "{name}: GCStart");
+            let thrown = whole.events.iter().filter(|e| e.name == "ExceptionThrown").count() as u64;
+            assert_eq!(f.exceptions.values().sum::<u64>(), thrown, "{name}: exceptions");
+            assert_eq!(summary_of(&f.decoded, &f.samples, "t"), summary(&whole, "t"), "{name}: summary");
+        }
+        assert!(seen >= 5, "expected the recorded nettrace fixtures in {}", dir.display());
+    }
 }

@@ -24,7 +24,7 @@ mod varint;
 pub mod inspect;
 pub mod ipc;
 
-pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind, decode};
+pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};

@@ -384,6 +384,12 @@ impl<R: Read> NettraceReader<R> {
 
     /// The next event, or `None` at the end of the stream.
     pub fn next_event(&mut self) -> Result<Option<EventRef<'_>>> {
+        self.next_event_where(|_| true)
+    }
+
+    /// The next event `keep` accepts (`keep` sees every event, in order), or `None` at the end of
+    /// the stream. Skipped events are counted in [`Stats`] too.
+    pub fn next_event_where(&mut self, mut keep: impl FnMut(&EventRef<'_>) -> bool) -> Result<Option<EventRef<'_>>> {
         loop {
             if self.block_kind == BlockKind::Events && self.block_pos < self.block.len() {
                 let start = self.block_pos;
@@ -397,22 +403,10 @@ impl<R: Read> NettraceReader<R> {
                 self.block_pos = payload_start + payload_len;
                 self.stats.events += 1;
                 self.account_sequence();
-                let s = self.state;
-                let stack = self.stack(s.stack_id);
-                return Ok(Some(EventRef {
-                    metadata: &self.metadata[meta_index],
-                    thread_id: s.thread_id,
-                    capture_thread_id: s.capture_thread_id,
-                    processor: s.processor,
-                    sequence: s.sequence,
-                    timestamp: s.timestamp,
-                    activity_id: s.activity_id,
-                    related_activity_id: s.related_activity_id,
-                    stack,
-                    stack_id: s.stack_id,
-                    payload: &self.block[payload_start..payload_start + payload_len],
-                    payload_offset: self.block_offset + payload_start as u64,
-                }));
+                if keep(&self.event_at(meta_index, payload_start, payload_len)) {
+                    return Ok(Some(self.event_at(meta_index, payload_start, payload_len)));
+                }
+                continue;
             }
             self.block_kind = BlockKind::None;
             if self.finished || !self.next_object()? {
@@ -420,6 +414,25 @@ impl<R: Read> NettraceReader<R> {
                 self.stats.bytes = self.input.offset();
                 return Ok(None);
             }
+        }
+    }
+
+    /// The event whose header is in `state` and whose payload is at `payload_start`.
+    fn event_at(&self, meta_index: usize, payload_start: usize, payload_len: usize) -> EventRef<'_> {
+        let s = &self.state;
+        EventRef {
+            metadata: &self.metadata[meta_index],
+            thread_id: s.thread_id,
+            capture_thread_id: s.capture_thread_id,
+            processor: s.processor,
+            sequence: s.sequence,
+            timestamp: s.timestamp,
+            activity_id: s.activity_id,
+            related_activity_id: s.related_activity_id,
+            stack: self.stack(s.stack_id),
+            stack_id: s.stack_id,
+            payload: &self.block[payload_start..payload_start + payload_len],
+            payload_offset: self.block_offset + payload_start as u64,
         }
     }
 

@@ -70,10 +70,45 @@ pub struct ChildRun {
     pub status: std::process::ExitStatus,
 }
 
-/// Runs `cmd` to its end and measures it with `wait4` (that child's own rusage, not every
-/// child's maximum as `RUSAGE_CHILDREN` gives). Its output goes where `cmd` sends it.
+/// GNU time: reports a command's own peak RSS (see [`measured`]).
+const GNU_TIME: &str = "/usr/bin/time";
+
+/// Where [`measured`] commands write their peak RSS (benchmarks run one child at a time).
+fn rss_file() -> std::path::PathBuf {
+    crate::project_root().join(".build").join("bench").join(format!("peak-rss-{}.txt", std::process::id()))
+}
+
+/// `cmd` (program, arguments, environment, folder; set its stdio afterwards) run under GNU time,
+/// so [`run_measured`] gets the command's own peak RSS. `wait4`'s `ru_maxrss` cannot give it: a
+/// child starts as a copy of this process, and Linux folds that copy's high-water mark into the
+/// child's at exec, so every child of a 120 MB benchmark process "peaked" at 120 MB. GNU time's
+/// child starts from a copy of GNU time (≈ 2 MB). For a shell pipeline it is its largest process.
+pub fn measured(cmd: &Command) -> Command {
+    let mut wrapped = Command::new(GNU_TIME);
+    wrapped.args(["-f", "%M", "-o"]).arg(rss_file()).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
+/// Runs `cmd` to its end: wall time, exit status and, for a [`measured`] command, its peak RSS
+/// (else `wait4`'s, which includes this process's size: see [`measured`]). Its output goes where
+/// `cmd` sends it.
 pub fn run_measured(cmd: &mut Command) -> Result<ChildRun> {
     use std::os::unix::process::ExitStatusExt;
+    let wrapped = cmd.get_program() == GNU_TIME;
+    if wrapped {
+        if let Some(dir) = rss_file().parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
     let start = std::time::Instant::now();
     let child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
     let pid = child.id() as libc::pid_t;
@@ -88,7 +123,14 @@ pub fn run_measured(cmd: &mut Command) -> Result<ChildRun> {
         bail!("wait4 on {cmd:?} failed: {}", std::io::Error::last_os_error());
     }
     drop(child);
-    Ok(ChildRun { wall, max_rss_kib: usage.ru_maxrss.max(0) as u64, status: std::process::ExitStatus::from_raw(status) })
+    let mut max_rss_kib = usage.ru_maxrss.max(0) as u64;
+    if wrapped {
+        // GNU time's last line is %M (a failed command's status line comes before it).
+        let text = std::fs::read_to_string(rss_file()).unwrap_or_default();
+        let _ = std::fs::remove_file(rss_file());
+        max_rss_kib = text.lines().filter_map(|l| l.trim().parse().ok()).next_back().context("GNU time wrote no peak RSS")?;
+    }
+    Ok(ChildRun { wall, max_rss_kib, status: std::process::ExitStatus::from_raw(status) })
 }
 
 /// The 1-, 5- and 15-minute load averages, printed beside results: a busy machine explains a
@@ -111,6 +153,130 @@ pub fn cargo_build_release(args: &[&str]) -> Result<()> {
         bail!("`cargo build --release {}` failed: {status}", args.join(" "));
     }
     Ok(())
+}
+
+/// One side of a benchmark: what each interleaved round measured and the peak RSS of its
+/// processes, for the common table.
+#[derive(Clone, Debug)]
+pub struct Side {
+    pub label: String,
+    pub values: Vec<f64>,
+    pub rss_kib: Vec<u64>,
+}
+
+impl Side {
+    pub fn new(label: impl Into<String>) -> Side {
+        Side { label: label.into(), values: Vec::new(), rss_kib: Vec::new() }
+    }
+    pub fn push(&mut self, value: f64, rss_kib: u64) {
+        self.values.push(value);
+        self.rss_kib.push(rss_kib);
+    }
+    pub fn summary(&self) -> Summary<f64> {
+        summary(&self.values).unwrap_or(Summary { min: 0.0, median: 0.0, max: 0.0 })
+    }
+    /// The largest peak RSS of any round, MB.
+    pub fn peak_rss_mb(&self) -> f64 {
+        self.rss_kib.iter().copied().max().unwrap_or(0) as f64 / 1024.0
+    }
+}
+
+/// Prints sides as rows: min / median / max of `unit` and peak RSS.
+pub fn print_table(sides: &[&Side], unit: &str) {
+    let width = sides.iter().map(|s| s.label.chars().count()).max().unwrap_or(10).max(10);
+    println!("  {:<width$} {:>12} {:>12} {:>12} {:>10}", "", format!("min {unit}"), "median", "max", "peak RSS");
+    for s in sides {
+        let m = s.summary();
+        println!("  {:<width$} {:>12.1} {:>12.1} {:>12.1} {:>7.0} MB", s.label, m.min, m.median, m.max, s.peak_rss_mb());
+    }
+}
+
+/// The ratio of two sides as "median N× (range A×–B×)", `faster` the one with the larger value
+/// when `higher_is_better` (rates), the smaller otherwise (times).
+pub fn ratio(ours: &Side, peer: &Side, higher_is_better: bool) -> (f64, String) {
+    let (o, p) = (ours.summary(), peer.summary());
+    let (median, low, high) = if higher_is_better {
+        (o.median / p.median, o.min / p.max, o.max / p.min)
+    } else {
+        (p.median / o.median, p.min / o.max, p.max / o.min)
+    };
+    (median, format!("median {median:.1}x (range {low:.1}x to {high:.1}x)"))
+}
+
+/// A difference between our output and the peer's that is expected, with its reason: the
+/// committed list is `harness/data/bench-known-differences.toml`.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct KnownDifference {
+    /// The benchmark (`perf`, `nettrace`, `ctf`, `unwind`).
+    pub bench: String,
+    /// The difference's kind, as the benchmark's comparison names it.
+    pub kind: String,
+    /// A substring of the difference's key (a stack, an event key); empty matches every key.
+    #[serde(default)]
+    pub key: String,
+    pub reason: String,
+}
+
+pub const KNOWN_DIFFERENCES_PATH: &str = "harness/data/bench-known-differences.toml";
+const KNOWN_DIFFERENCES: &str = include_str!("../../data/bench-known-differences.toml");
+
+/// The committed known differences of one benchmark.
+pub fn known_differences(bench: &str) -> Vec<KnownDifference> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        difference: Vec<KnownDifference>,
+    }
+    let file: File = toml::from_str(KNOWN_DIFFERENCES).expect("harness/data/bench-known-differences.toml parses (a unit test checks it)");
+    file.difference.into_iter().filter(|d| d.bench == bench).collect()
+}
+
+/// One way our output and the peer's differ: its kind, its key and what each side has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference {
+    pub kind: String,
+    pub key: String,
+    pub ours: String,
+    pub peer: String,
+}
+
+impl Difference {
+    pub fn new(kind: &str, key: impl Into<String>, ours: impl ToString, peer: impl ToString) -> Difference {
+        Difference { kind: kind.into(), key: key.into(), ours: ours.to_string(), peer: peer.to_string() }
+    }
+}
+
+/// Prints how the outputs compare (`compared` items; the differences by kind, known or not) and
+/// fails when a difference is in no entry of the committed list.
+pub fn report_differences(bench: &str, compared: &str, differences: &[Difference]) -> Result<()> {
+    let known = known_differences(bench);
+    let mut unknown = Vec::new();
+    let mut by_kind: std::collections::BTreeMap<&str, (usize, Option<&KnownDifference>)> = Default::default();
+    for d in differences {
+        let k = known.iter().find(|k| k.kind == d.kind && d.key.contains(&k.key));
+        let e = by_kind.entry(&d.kind).or_insert((0, k));
+        e.0 += 1;
+        if k.is_none() {
+            unknown.push(d);
+        }
+    }
+    println!("output comparison: {compared}; {} differences", differences.len());
+    for (kind, (n, k)) in &by_kind {
+        match k {
+            Some(k) => println!("  {n:>7}  {kind} (known: {})", k.reason),
+            None => println!("  {n:>7}  {kind}"),
+        }
+    }
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    for d in unknown.iter().take(20) {
+        println!("  NOT KNOWN {}: {}\n      ours: {}\n      peer: {}", d.kind, d.key, d.ours, d.peer);
+    }
+    bail!(
+        "{} differences from the peer's output are not in {KNOWN_DIFFERENCES_PATH} (first ones above): \
+         fix the decoder, or add the difference there with its reason",
+        unknown.len()
+    )
 }
 
 /// Refuses zero timed runs up front: every benchmark reports a median.
@@ -141,6 +307,31 @@ mod tests {
         let after = children_usage();
         assert!(after.cpu_seconds >= before.cpu_seconds);
         assert!(after.max_rss_kib > 0, "a finished child has a peak RSS");
+    }
+
+    #[test]
+    fn known_differences_parse_and_have_reasons() {
+        for bench in ["perf", "nettrace", "ctf", "unwind"] {
+            for d in known_differences(bench) {
+                assert!(!d.reason.trim().is_empty() && !d.kind.is_empty(), "{d:?}");
+            }
+        }
+        let diffs = [Difference::new("no such kind", "k", 1, 2)];
+        assert!(report_differences("perf", "test", &diffs).is_err(), "an unlisted difference fails");
+        assert!(report_differences("perf", "test", &[]).is_ok());
+    }
+
+    #[test]
+    fn measured_children_report_their_own_peak_rss() {
+        if !std::path::Path::new(GNU_TIME).is_file() {
+            return crate::testing::skip("bench::tests::measured_children_report_their_own_peak_rss", "no /usr/bin/time (Debian: time)");
+        }
+        // 64 MB held by this process must not show up in a small child's peak.
+        let ballast = vec![1u8; 64 << 20];
+        let run = run_measured(measured(Command::new("true").env("X", "1")).stdout(std::process::Stdio::null())).unwrap();
+        std::hint::black_box(&ballast);
+        assert!(run.status.success());
+        assert!(run.max_rss_kib > 0 && run.max_rss_kib < 32 << 10, "peak RSS of `true`: {} KiB", run.max_rss_kib);
     }
 
     #[test]

@@ -1,183 +1,395 @@
-//! `cargo xtask bench perf`: perf.data → folded stacks, tracelab against
-//! `perf script | inferno-collapse-perf`, on the same recording in one run.
+//! `cargo xtask bench perf [--input NAME…] [--runs N] [--record]`: perf.data → folded stacks,
+//! tracelab against `perf script | inferno-collapse-perf` and against `samply import`, on
+//! recordings that look like real use, each side a child process.
 //!
-//! The recording (FixtureApp `cpu N` under `perf record -g -F HZ`, its perf map beside it) is made
-//! once and cached in target/bench/perf/; `rerecord` makes it again. Ours runs as the release build
-//! of harness's `perf-fold` example ([`fold_main`]), a process per run like the peer pipeline.
+//! Inputs (recorded on first use or with `--record` into `.build/bench/perf/NAME/`, git-ignored,
+//! each with the app's perf map and pid): `framework-3s`, `framework-30s`, `framework-150s` — the
+//! framework workload (System.Text.Json, Regex, LINQ: deep stacks in precompiled framework code) on
+//! the host under `perf record -F 999 -g` (≈ 3.5 k / 38 k / 170 k samples) — and `web`, the
+//! web-routes ASP.NET Core API under the loopback load generator for 30 s.
+//!
+//! Per input: a warm-up run of every side, then interleaved rounds (tracelab, inferno, samply;
+//! A B C A B C …); min/median/max wall time, peak RSS per side (wait4), the ratios, the load; then
+//! one cold run of each (page cache dropped, tracelab's symbol cache empty; needs root). Then the
+//! outputs are compared stack by stack with the inferno pipeline's (perf script without periods,
+//! so both count samples) and each differing frame is classified: we name more, perf names more,
+//! we disagree; a difference not in harness/data/bench-known-differences.toml fails the bench.
+//! samply does less work than either: its import names JIT frames (perf maps) and leaves native
+//! and ReadyToRun frames as addresses for its viewer to symbolize later; only its sample total is
+//! compared.
 
+use std::collections::BTreeMap;
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{ChildRun, cargo_build_release, load_average, run_measured, summary};
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::collect::perf::detect_perf_binary;
 use crate::fold::fold_perf_file;
+use crate::model::merge_code_version;
 use crate::symbolize::DecodeContext;
-use crate::testing::fixture_app;
 use perfdata::PerfRecording;
+
+/// The recorded inputs: name, what runs, seconds.
+pub const INPUTS: &[(&str, &str, u32)] =
+    &[("framework-3s", "framework", 3), ("framework-30s", "framework", 30), ("framework-150s", "framework", 150), ("web", "web-routes", 30)];
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Seconds the app burns CPU while recorded (on a shared machine it gets less than a CPU).
-    pub seconds: u32,
-    /// Sampling frequency.
+    /// Inputs by name (default: all of [`INPUTS`]).
+    pub inputs: Vec<String>,
+    /// Sampling frequency of the recordings.
     pub frequency: u32,
-    /// Timed runs per tool (the median is reported).
+    /// Interleaved rounds.
     pub runs: usize,
     /// Record again even if a cached recording exists.
     pub rerecord: bool,
 }
 
+/// The goals of issue 21 on the largest framework input.
+const GOAL_INFERNO: f64 = 20.0;
+const GOAL_SAMPLY: f64 = 3.0;
+const GOAL_COLD: f64 = 10.0;
+
 pub fn run(opts: &Options) -> Result<()> {
     super::check_runs(opts.runs)?;
-    let dir = crate::project_root().join("target").join("bench").join("perf");
+    let chosen: Vec<&(&str, &str, u32)> = if opts.inputs.is_empty() {
+        INPUTS.iter().collect()
+    } else {
+        opts.inputs
+            .iter()
+            .map(|n| {
+                INPUTS.iter().find(|i| i.0 == n).with_context(|| {
+                    format!("no perf bench input `{n}`: one of {}", INPUTS.iter().map(|i| i.0).collect::<Vec<_>>().join(", "))
+                })
+            })
+            .collect::<Result<_>>()?
+    };
     let perf = detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
-    let data = dir.join("perf.data");
-    if opts.rerecord || !data.is_file() || !dir.join("pid.txt").is_file() {
-        record(&perf, &dir, opts)?;
+    // Record first: the recordings need only perf and .NET.
+    for (name, app, seconds) in &chosen {
+        let dir = crate::project_root().join(".build").join("bench").join("perf").join(name);
+        if opts.rerecord || !dir.join("perf.data").is_file() || !dir.join("pid.txt").is_file() {
+            record(&perf, &dir, app, *seconds, opts.frequency)?;
+        }
     }
-    let pid: u32 = std::fs::read_to_string(dir.join("pid.txt"))?.trim().parse()?;
-    // perf script finds JIT names only in /tmp/perf-PID.map.
-    let tmp_map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-    if !tmp_map.is_file() {
-        std::fs::copy(dir.join(format!("perf-{pid}.map")), &tmp_map)?;
+    if let crate::prereq::Outcome::Missing = crate::prereq::run(&crate::prereq::Plan::for_perf_bench(), false)? {
+        bail!("the perf benchmark's peer tools are missing (commands above; as root `cargo xtask bench perf` installs them)");
     }
     let collapse = ensure_inferno()?;
-
-    // Ours runs as the release build of harness's `perf-fold` example, a process per run like
-    // the peer pipeline: read perf.data, load symbol sources, symbolize, fold, write.
+    let samply = crate::environment::which("samply")
+        .or_else(|| Some(cargo_bin("samply")).filter(|p| p.is_file()))
+        .context("samply is not installed: `cargo install samply --locked`")?;
     cargo_build_release(&["-p", "harness", "--example", "perf-fold"])?;
     let exe = crate::project_root().join("target/release/examples/perf-fold");
-    let ours_out = dir.join("ours.folded");
+    let tools = Tools { perf, collapse, samply, exe };
+    let mut failures = Vec::new();
+    for (name, app, seconds) in chosen {
+        let dir = crate::project_root().join(".build").join("bench").join("perf").join(name);
+        println!("== {name} ({app}, {seconds} s)");
+        if let Err(e) = bench_one(opts, &tools, &dir, *name == "framework-150s") {
+            println!("FAILED: {e:#}");
+            failures.push(format!("{name}: {e:#}"));
+        }
+        println!();
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
+    }
+    Ok(())
+}
+
+struct Tools {
+    perf: PathBuf,
+    collapse: PathBuf,
+    samply: PathBuf,
+    exe: PathBuf,
+}
+
+/// Removes a copied perf map from /tmp when the bench ends (perf script and samply find JIT
+/// names only in /tmp/perf-PID.map).
+struct TmpMap(Option<PathBuf>);
+
+impl Drop for TmpMap {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn drop_page_cache() -> Result<()> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").context("dropping the page cache needs root (echo 3 > /proc/sys/vm/drop_caches)")
+}
+
+fn bench_one(opts: &Options, tools: &Tools, dir: &Path, goals: bool) -> Result<()> {
+    let data = dir.join("perf.data");
+    let pid: u32 = std::fs::read_to_string(dir.join("pid.txt"))?.trim().parse()?;
+    let tmp_map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let _cleanup = if tmp_map.exists() {
+        TmpMap(None)
+    } else {
+        std::fs::copy(dir.join(format!("perf-{pid}.map")), &tmp_map)?;
+        TmpMap(Some(tmp_map))
+    };
     let samples = PerfRecording::read(&data)?.samples.len();
-    // The first run starts with an empty symbol cache (tracelab keeps the running kernel's
-    // kallsyms on disk, as perf keeps its own in ~/.debug): it is reported on its own, and the
-    // warm figures are medians of the runs after the first (shared/DESIGN.md §4), for both tools.
-    let cache = dir.join("symbol-cache");
-    let _ = std::fs::remove_dir_all(&cache);
+    let ours_out = dir.join("ours.folded");
     let peer_out = dir.join("peer.folded");
-    let script = format!(
-        "{} script -i {} 2>/dev/null | {} > {}",
-        perf.display(),
-        data.display(),
-        collapse.display(),
-        peer_out.display()
-    );
-    let run_ours = || -> Result<(ChildRun, String)> {
+    let samply_out = dir.join("samply.json");
+    let cache = dir.join("symbol-cache");
+    let script = format!("{} script -i {} 2>/dev/null | {} > {}", tools.perf.display(), data.display(), tools.collapse.display(), peer_out.display());
+    let run_ours = || -> Result<(super::ChildRun, String)> {
+        let stderr = dir.join("ours.stderr");
         let run = run_measured(
-            Command::new(&exe)
-                .arg(&data)
-                .arg(pid.to_string())
-                .arg(&ours_out)
-                .env("TRACELAB_CACHE_DIR", &cache)
+            measured(Command::new(&tools.exe).arg(&data).arg(pid.to_string()).arg(&ours_out).env("TRACELAB_CACHE_DIR", &cache))
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.join("ours.stderr"))?),
+                .stderr(std::fs::File::create(&stderr)?),
         )?;
-        let stages = std::fs::read_to_string(dir.join("ours.stderr")).unwrap_or_default().trim().to_string();
+        let stages = std::fs::read_to_string(&stderr).unwrap_or_default().trim().to_string();
         if !run.status.success() {
-            bail!("{} failed: {stages}", exe.display());
+            bail!("{} failed: {stages}", tools.exe.display());
         }
         Ok((run, stages))
     };
-    let run_peer = || -> Result<ChildRun> {
-        let run = run_measured(Command::new("sh").arg("-c").arg(&script))?;
+    let run_peer = || -> Result<super::ChildRun> {
+        let run = run_measured(&mut measured(Command::new("sh").arg("-c").arg(&script)))?;
         if !run.status.success() {
             bail!("`{script}` failed: {}", run.status);
         }
         Ok(run)
     };
-    // The first run of each side is a warm-up (tracelab's starts with an empty symbol cache,
-    // perf's fills the page cache): reported on its own, kept out of the statistics. Then
-    // rounds alternate A B A B …, so a change in the machine's load falls on both sides alike.
+    let run_samply = || -> Result<super::ChildRun> {
+        let run = run_measured(
+            measured(Command::new(&tools.samply).arg("import").arg(&data).args(["--save-only", "-o"]).arg(&samply_out))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )?;
+        if !run.status.success() {
+            bail!("samply import failed: {}", run.status);
+        }
+        Ok(run)
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let load_before = load_average();
-    let (ours_cold, first_stages) = run_ours()?;
-    let peer_cold = run_peer()?;
-    let mut ours: Vec<ChildRun> = Vec::new();
-    let mut peer: Vec<ChildRun> = Vec::new();
+    let _ = std::fs::remove_dir_all(&cache);
+    let (_, first_stages) = run_ours()?;
+    run_peer()?;
+    run_samply()?;
+    let mut ours = Side::new("tracelab decode+symbolize+fold");
+    let mut peer = Side::new("perf script | inferno-collapse-perf");
+    let mut sam = Side::new("samply import --save-only");
     let mut last_stages = String::new();
     for _ in 0..opts.runs {
-        let (run, stages) = run_ours()?;
-        ours.push(run);
+        let (r, stages) = run_ours()?;
+        ours.push(ms(r.wall), r.max_rss_kib);
         last_stages = stages;
-        peer.push(run_peer()?);
+        let r = run_peer()?;
+        peer.push(ms(r.wall), r.max_rss_kib);
+        let r = run_samply()?;
+        sam.push(ms(r.wall), r.max_rss_kib);
     }
     let load_after = load_average();
-
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let walls = |runs: &[ChildRun]| runs.iter().map(|r| ms(r.wall)).collect::<Vec<f64>>();
-    let rss = |runs: &[ChildRun]| runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0) / 1024;
-    let (o, p) = (summary(&walls(&ours)).unwrap(), summary(&walls(&peer)).unwrap());
-    println!("recording: {} ({samples} samples, {} MB)", data.display(), std::fs::metadata(&data)?.len() / 1_000_000);
-    println!("{} interleaved rounds (tracelab, peer) after one warm-up run of each:", opts.runs);
-    println!("  {:<38} {:>9} {:>9} {:>9} {:>10}", "", "min ms", "median", "max", "peak RSS");
-    println!("  {:<38} {:>9.1} {:>9.1} {:>9.1} {:>7} MB", "tracelab decode+symbolize+fold", o.min, o.median, o.max, rss(&ours));
+    println!("recording: {} ({samples} samples, {:.1} MB)", data.display(), std::fs::metadata(&data)?.len() as f64 / 1e6);
+    println!("{} interleaved rounds (tracelab, inferno, samply) after a warm-up run of each:", opts.runs);
+    print_table(&[&ours, &peer, &sam], "ms");
+    println!("  (a pipeline's RSS is its largest process's, perf or inferno-collapse-perf, not their sum)");
+    let (r_inferno, t_inferno) = ratio(&ours, &peer, false);
+    let (r_samply, t_samply) = ratio(&ours, &sam, false);
+    let goal = |r: f64, g: f64| if !goals { String::new() } else if r >= g { format!(" (goal >= {g}x: met)") } else { format!(" (goal >= {g}x: NOT MET)") };
+    println!("ratio inferno pipeline / tracelab: {t_inferno}{}", goal(r_inferno, GOAL_INFERNO));
+    println!("ratio samply import / tracelab:    {t_samply}{}", goal(r_samply, GOAL_SAMPLY));
     println!(
-        "  {:<38} {:>9.1} {:>9.1} {:>9.1} {:>7} MB",
-        "perf script | inferno-collapse-perf",
-        p.min,
-        p.median,
-        p.max,
-        rss(&peer)
-    );
-    println!("  (the peer's RSS is its largest process, perf or inferno-collapse-perf, not their sum)");
-    println!(
-        "ratio (peer / tracelab): median {:.1}x, range {:.1}x (tracelab's max vs peer's min) to {:.1}x (goal >= 25x)",
-        p.median / o.median,
-        p.min / o.max,
-        p.max / o.min
-    );
-    println!(
-        "warm-up runs (tracelab with an empty symbol cache): tracelab {:.1} ms, peer {:.1} ms, ratio {:.1}x",
-        ms(ours_cold.wall),
-        ms(peer_cold.wall),
-        peer_cold.wall.as_secs_f64() / ours_cold.wall.as_secs_f64()
+        "  (samply's import does less work: it names JIT frames from perf maps only; native, kernel and ReadyToRun frames stay addresses its viewer symbolizes later. tracelab names them all.)"
     );
     println!("tracelab stages, warm-up run: {first_stages}");
     println!("tracelab stages, last run:    {last_stages}");
+    // Cold: page cache dropped before each side, tracelab's symbol cache empty.
+    match drop_page_cache() {
+        Ok(()) => {
+            let _ = std::fs::remove_dir_all(&cache);
+            let (o, _) = run_ours()?;
+            drop_page_cache()?;
+            let p = run_peer()?;
+            drop_page_cache()?;
+            let s = run_samply()?;
+            let cold = p.wall.as_secs_f64() / o.wall.as_secs_f64();
+            println!(
+                "cold (page cache dropped, tracelab's caches empty): tracelab {:.1} ms, inferno pipeline {:.1} ms ({cold:.1}x{}), samply {:.1} ms ({:.1}x)",
+                ms(o.wall),
+                ms(p.wall),
+                if goals { if cold >= GOAL_COLD { ", goal >= 10x: met" } else { ", goal >= 10x: NOT MET" } } else { "" },
+                ms(s.wall),
+                s.wall.as_secs_f64() / o.wall.as_secs_f64()
+            );
+        }
+        Err(e) => println!("cold: not measured ({e:#})"),
+    }
     println!("load average: {load_before} before, {load_after} after");
-    println!("folded outputs: {} and {}", ours_out.display(), peer_out.display());
-    compare_outputs(&ours_out, &peer_out)?;
+    compare_outputs(tools, &data, &ours_out, &samply_out, samples as u64)
+}
+
+fn cargo_bin(name: &str) -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"));
+    home.join("bin").join(name)
+}
+
+/// A folded file as (frames root first, count).
+fn read_folded(path: &Path) -> Result<Vec<(Vec<String>, u64)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.split(';').map(String::from).collect(), n.parse().ok()?))
+        })
+        .collect())
+}
+
+/// One frame as both sides can be compared: code versions merged (`[OptimizedTier1]`), parameter
+/// lists cut (inferno cuts them), perf's `[unknown]` / `[module]` and ours `[unknown] (dso)` all
+/// unnamed (`None`).
+fn canonical(frame: &str) -> Option<String> {
+    // inferno writes a frame perf could not name as its module in brackets (`[libcoreclr.so]`).
+    let module_only = frame.starts_with('[') && frame.ends_with(']') && !frame.contains(' ');
+    if frame.starts_with("[unknown]") || module_only {
+        return None;
+    }
+    // inferno tidies names: a parameter list is cut (`Framework::Main(string[])` → `Framework::Main`).
+    let name = merge_code_version(frame);
+    let name = match name.find('(') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    };
+    Some(name.to_string())
+}
+
+/// Stack-by-stack comparison with `perf script | inferno-collapse-perf` (perf script without the
+/// period field, so inferno counts samples as we do). inferno's root frame is the command name:
+/// dropped. Equal stacks match; each left-over stack of ours is paired with the peer's left-over
+/// stack of the same depth that differs in the fewest named frames, and each differing frame is
+/// a difference: `we name more` (perf: unknown), `perf names more` (ours: unknown) or `we disagree`.
+fn compare_outputs(tools: &Tools, data: &Path, ours_path: &Path, samply_json: &Path, samples: u64) -> Result<()> {
+    let dir = data.parent().unwrap_or(Path::new("."));
+    let counted = dir.join("peer-samples.folded");
+    let script = format!(
+        "{} script -F comm,pid,tid,time,event,ip,sym,dso -i {} 2>/dev/null | {} > {}",
+        tools.perf.display(),
+        data.display(),
+        tools.collapse.display(),
+        counted.display()
+    );
+    let status = Command::new("sh").arg("-c").arg(&script).status()?;
+    if !status.success() {
+        bail!("`{script}` failed: {status}");
+    }
+    type Stack = Vec<Option<String>>;
+    let mut ours: BTreeMap<Stack, u64> = BTreeMap::new();
+    for (frames, n) in read_folded(ours_path)? {
+        *ours.entry(frames.iter().map(|f| canonical(f)).collect()).or_default() += n;
+    }
+    let mut peer: BTreeMap<Stack, u64> = BTreeMap::new();
+    for (frames, n) in read_folded(&counted)? {
+        *peer.entry(frames.iter().skip(1).map(|f| canonical(f)).collect()).or_default() += n;
+    }
+    let (ours_total, peer_total): (u64, u64) = (ours.values().sum(), peer.values().sum());
+    let mut diffs = Vec::new();
+    if ours_total != peer_total {
+        diffs.push(Difference::new("sample total", "all samples", ours_total, peer_total));
+    }
+    let stacks = ours.len().max(peer.len());
+    // Equal stacks: the smaller count matches; what is left over of either is paired below.
+    let keys: Vec<Stack> = ours.keys().cloned().collect();
+    for k in keys {
+        if let Some(p) = peer.get_mut(&k) {
+            let o = ours.get_mut(&k).unwrap();
+            let m = (*o).min(*p);
+            *o -= m;
+            *p -= m;
+        }
+    }
+    ours.retain(|_, n| *n > 0);
+    peer.retain(|_, n| *n > 0);
+    let mut by_depth: BTreeMap<usize, Vec<(Stack, u64)>> = BTreeMap::new();
+    for (k, n) in peer {
+        by_depth.entry(k.len()).or_default().push((k, n));
+    }
+    let show = |s: &Stack| s.iter().map(|f| f.as_deref().unwrap_or("[unknown]")).collect::<Vec<_>>().join(";");
+    for (stack, mut n) in ours {
+        while n > 0 {
+            let candidates = by_depth.get_mut(&stack.len());
+            let best = candidates.and_then(|c| {
+                // A peer stack that differs only where one side is unnamed is the match; a frame
+                // both sides name differently weighs far more than one only one side names.
+                let score = |p: &Stack| -> usize {
+                    p.iter()
+                        .zip(&stack)
+                        .map(|(a, b)| match (a, b) {
+                            (Some(x), Some(y)) if x != y => 1000,
+                            _ if a != b => 1,
+                            _ => 0,
+                        })
+                        .sum()
+                };
+                let i = (0..c.len()).filter(|&i| c[i].1 > 0).min_by_key(|&i| score(&c[i].0))?;
+                Some((i, c))
+            });
+            let Some((i, c)) = best else {
+                diffs.push(Difference::new("stack only in ours", show(&stack), n, 0));
+                break;
+            };
+            let m = n.min(c[i].1);
+            c[i].1 -= m;
+            n -= m;
+            for (o, p) in stack.iter().zip(&c[i].0) {
+                match (o, p) {
+                    (Some(o), None) => diffs.push(Difference::new("we name more", o.as_str(), m, "[unknown]")),
+                    (None, Some(p)) => diffs.push(Difference::new("perf names more", p.as_str(), "[unknown]", m)),
+                    (Some(o), Some(p)) if o != p => diffs.push(Difference::new("we disagree", format!("{o} | {p}"), o, p)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    for (k, n) in by_depth.into_values().flatten().filter(|(_, n)| *n > 0) {
+        diffs.push(Difference::new("stack only in perf's", show(&k), 0, n));
+    }
+    // Differences are counted per distinct frame (a frame differs in many stacks).
+    let mut merged: BTreeMap<(String, String), Difference> = BTreeMap::new();
+    for d in diffs {
+        merged.entry((d.kind.clone(), d.key.clone())).or_insert(d);
+    }
+    let diffs: Vec<Difference> = merged.into_values().collect();
+    let samply_total = samply_samples(samply_json).unwrap_or(0);
+    println!("samply: {samply_total} samples in its profile (recording: {samples})");
+    report_differences("perf", &format!("{stacks} stacks of {peer_total} samples against {}", counted.display()), &diffs)?;
+    let _ = std::fs::remove_file(&counted);
     Ok(())
 }
 
-/// Total samples and the CpuHot share of CpuHot + CpuCold leaves in both outputs, as a check
-/// that both sides folded the same thing.
-fn compare_outputs(ours: &Path, peer: &Path) -> Result<()> {
-    let summary = |path: &Path| -> Result<(u64, u64, u64)> {
-        let text = std::fs::read_to_string(path)?;
-        let (mut total, mut hot, mut cold) = (0, 0, 0);
-        for line in text.lines() {
-            let Some((stack, count)) = line.rsplit_once(' ') else { continue };
-            let count: u64 = count.parse().unwrap_or(0);
-            total += count;
-            let leaf = stack.rsplit(';').next().unwrap_or("");
-            if leaf.contains("Fixture.Phases::CpuHot") {
-                hot += count;
-            } else if leaf.contains("Fixture.Phases::CpuCold") {
-                cold += count;
-            }
-        }
-        Ok((total, hot, cold))
-    };
-    for (who, path) in [("tracelab", ours), ("peer", peer)] {
-        let (total, hot, cold) = summary(path)?;
-        let share = if hot + cold > 0 { 100.0 * hot as f64 / (hot + cold) as f64 } else { 0.0 };
-        // inferno-collapse-perf counts perf's periods (ns of cpu-clock), we count samples.
-        println!("{who:>9}: total weight {total}, CpuHot {hot} / CpuCold {cold} = {share:.1} % hot");
-    }
-    Ok(())
+/// Samples in a Firefox Profiler processed profile as `samply import` saves it.
+fn samply_samples(path: &Path) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_reader(std::io::BufReader::new(std::fs::File::open(path).ok()?)).ok()?;
+    Some(
+        v["threads"]
+            .as_array()?
+            .iter()
+            .map(|t| t["samples"]["length"].as_u64().or_else(|| t["samples"]["stack"].as_array().map(|a| a.len() as u64)).unwrap_or(0))
+            .sum(),
+    )
 }
 
 fn ensure_inferno() -> Result<PathBuf> {
     if let Some(p) = crate::environment::which("inferno-collapse-perf") {
         return Ok(p);
     }
-    let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-    });
-    let installed = home.join("bin").join("inferno-collapse-perf");
+    let installed = cargo_bin("inferno-collapse-perf");
     if installed.is_file() {
         return Ok(installed);
     }
@@ -189,47 +401,98 @@ fn ensure_inferno() -> Result<PathBuf> {
     Ok(installed)
 }
 
-fn record(perf: &Path, dir: &Path, opts: &Options) -> Result<()> {
+fn record(perf: &Path, dir: &Path, app: &str, seconds: u32, frequency: u32) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
-    let app_dir = crate::project_root().join("target").join("bench").join("fixture-app");
-    let dll = fixture_app::build(&dotnet, &app_dir)?;
+    let built = crate::workload::build_named(&dotnet, app, false)?;
     let data = dir.join("perf.data");
-    println!("recording FixtureApp `cpu {}` at {} Hz into {} …", opts.seconds, opts.frequency, data.display());
-    let out = Command::new(perf)
-        .args(["record", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
-        .arg(opts.frequency.to_string())
+    let partial = dir.join("perf.data.partial");
+    let web = app == "web-routes";
+    println!("recording {app} for {seconds} s at {frequency} Hz{} into {} …", if web { " under loopback load" } else { "" }, data.display());
+    let mut cmd = Command::new(perf);
+    cmd.args(["record", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
+        .arg(frequency.to_string())
         .arg("-o")
-        .arg(&data)
+        .arg(&partial)
         .arg("--")
         .arg(&dotnet.dotnet)
-        .arg(&dll)
-        .args(["cpu", &opts.seconds.to_string()])
+        .arg(&built.dll)
         .env("DOTNET_ROOT", &dotnet.root)
         .env("DOTNET_PerfMapEnabled", "1")
         .env("DOTNET_EnableWriteXorExecute", "0")
-        .output()
-        .context("cannot run perf record")?;
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if web {
+        // Serves until the load ends and `GET /stop`; --seconds only bounds a run gone wrong.
+        cmd.args(["--seconds", &(seconds + 60).to_string(), "--port", "0", "--cpu-ms", "20", "--blocked-ms", "20"]);
+    } else {
+        cmd.args(["--seconds", &seconds.to_string()]);
+    }
+    let mut child = cmd.spawn().context("cannot run perf record")?;
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    if web {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut url = None;
+        while Instant::now() < deadline {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => {
+                    if let Some(u) = line.strip_prefix("TRACELAB LISTENING ") {
+                        url = Some(u.trim().to_string());
+                    }
+                    if line.starts_with("TRACELAB READY") {
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => break,
+            }
+        }
+        let Some(url) = url else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("web-routes printed no `TRACELAB LISTENING` line within 120 s");
+        };
+        let host_port = crate::run::load::loopback_host_port(&url)?;
+        let mut config = loadgen::Config::new(&host_port, vec!["/cpu".parse()?, "/blocked".parse()?])?;
+        config.connections_per_route = 4;
+        config.duration = Duration::from_secs(u64::from(seconds));
+        let report = loadgen::run(&config).context("the load generator failed")?;
+        println!("load: {}", serde_json::to_string(&report)?);
+        let mut stop = loadgen::Config::new(&host_port, vec!["/stop".parse()?])?;
+        stop.max_requests_per_route = Some(1);
+        stop.duration = Duration::from_secs(5);
+        let _ = loadgen::run(&stop);
+    }
+    let out = child.wait_with_output()?;
+    let _ = reader.join();
     if !out.status.success() {
+        let _ = std::fs::remove_file(&partial);
         bail!(
             "perf record failed ({}): {}",
             out.status,
             crate::collect::perf::explain_perf_failure(&String::from_utf8_lossy(&out.stderr))
         );
     }
-    let rec = PerfRecording::read(&data)?;
+    let rec = PerfRecording::read(&partial)?;
     let mut counts = std::collections::HashMap::<u32, usize>::new();
     for s in &rec.samples {
         *counts.entry(s.pid).or_default() += 1;
     }
     let (pid, n) = counts.into_iter().max_by_key(|(_, n)| *n).context("the recording has no samples")?;
-    if n < 30_000 {
-        println!("note: only {n} samples (goal ≥ 30 000): raise --seconds or --frequency");
-    }
     let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-    std::fs::copy(&map, dir.join(format!("perf-{pid}.map")))
-        .with_context(|| format!("the app wrote no {}", map.display()))?;
+    std::fs::copy(&map, dir.join(format!("perf-{pid}.map"))).with_context(|| format!("the app wrote no {}", map.display()))?;
+    // The app's own perf map and perfinfo files are ours to remove: nothing left in /tmp.
+    let _ = std::fs::remove_file(&map);
+    let _ = std::fs::remove_file(format!("/tmp/perfinfo-{pid}.map"));
     std::fs::write(dir.join("pid.txt"), pid.to_string())?;
+    std::fs::rename(&partial, &data)?;
+    println!("recorded {} samples of the app ({} in all)", n, rec.samples.len());
     Ok(())
 }
 

@@ -1,15 +1,18 @@
 //! `cargo xtask bench unwind`: unwinding perf's sampled user stacks (`--call-graph dwarf`),
-//! tracelab's unwinder against `perf script` (perf's own DWARF unwinding) on the same recording,
-//! in one run: samples per second of each, the ratio, and how many of the .NET app's
-//! switch-outs each one follows into managed code.
+//! tracelab's unwinder (the release build of harness's `unwind-fixture` example, [`unwind_main`])
+//! against `perf script` (perf's own DWARF unwinding) on the same recording, each a child
+//! process, in interleaved rounds after a warm-up run of each: min/median/max, peak RSS, the
+//! ratio, the load. Then sample by sample (by time): which of the .NET app's switch-outs each
+//! side follows into managed code; a sample only one side reaches is a difference, failing the
+//! bench unless listed in harness/data/bench-known-differences.toml.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::median;
+use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::model::DsoClass;
 use crate::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
 
@@ -44,6 +47,27 @@ pub fn fixture_options(fixtures: &Path, dotnet: &crate::dotnet::Dotnet) -> Unwin
     }
 }
 
+/// `unwind-fixture [OUT]`: unwinds the off-CPU fixture (what [`run`] times) and writes, one a
+/// line, the time (µs) of each of the app's switch-outs that reaches managed code; prints the
+/// sample counts on stderr.
+pub fn unwind_main(args: &[String]) -> Result<()> {
+    let fixtures = crate::shared_dir().join("fixtures/perf");
+    let data = fixtures.join("perf-offcpu-dwarf.data");
+    let dotnet = crate::dotnet::Dotnet::locate_with(&crate::dotnet::Search::from_env())?;
+    let u = unwind_perf_data_with(&data, &mut StackUnwinder::new(fixture_options(&fixtures, &dotnet)))?;
+    let app: Vec<_> = u.samples.iter().filter(|s| s.pid == APP_PID && s.sched_switch.is_some()).collect();
+    let managed: Vec<u64> = app
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f.class == DsoClass::Jit && f.name.as_deref().is_some_and(|n| !n.starts_with("stub "))))
+        .map(|s| s.time_ns / 1000)
+        .collect();
+    if let Some(out) = args.first() {
+        std::fs::write(out, managed.iter().map(|t| format!("{t}\n")).collect::<String>())?;
+    }
+    eprintln!("{} samples, {} of the app, {} reaching managed code", u.samples.len(), app.len(), managed.len());
+    Ok(())
+}
+
 pub fn run(opts: &Options) -> Result<()> {
     super::check_runs(opts.runs)?;
     let fixtures = crate::shared_dir().join("fixtures/perf");
@@ -52,59 +76,92 @@ pub fn run(opts: &Options) -> Result<()> {
         bail!("{} is missing (../shared/fixtures)", data.display());
     }
     let perf = crate::collect::perf::detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
-    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
+    crate::dotnet::Dotnet::locate_or_install()?;
     let map = fixtures.join(format!("perf-offcpu-dwarf.perf-{APP_PID}.map"));
-    // perf script finds JIT names only in /tmp/perf-PID.map.
+    // perf script finds JIT names only in /tmp/perf-PID.map: copied there for the bench, removed after.
     let tmp_map = PathBuf::from(format!("/tmp/perf-{APP_PID}.map"));
-    if !tmp_map.is_file() {
+    let copied = !tmp_map.is_file();
+    if copied {
         std::fs::copy(&map, &tmp_map).with_context(|| format!("could not copy {} to /tmp", map.display()))?;
     }
-    let unwind_opts = || fixture_options(&fixtures, &dotnet);
-
-    // Ours, cold (a new unwinder per run: images read again, as perf script reads them).
-    let mut ours = Vec::new();
-    let mut last = None;
-    for _ in 0..opts.runs {
-        let t = Instant::now();
-        let u = unwind_perf_data_with(&data, &mut StackUnwinder::new(unwind_opts()))?;
-        ours.push(t.elapsed());
-        last = Some(u);
+    let result = bench(opts, &perf, &data);
+    if copied {
+        let _ = std::fs::remove_file(&tmp_map);
     }
-    let unwound = last.unwrap();
-    let samples = unwound.samples.len();
-    let app: Vec<_> = unwound.samples.iter().filter(|s| s.pid == APP_PID && s.sched_switch.is_some()).collect();
-    let ours_managed = app
-        .iter()
-        .filter(|s| s.frames.iter().any(|f| f.class == DsoClass::Jit && f.name.as_deref().is_some_and(|n| !n.starts_with("stub "))))
-        .count();
+    result
+}
 
-    // perf script with the same fields perf's fixture answer uses.
-    let mut theirs = Vec::new();
-    let mut script = String::new();
-    for _ in 0..opts.runs {
-        let t = Instant::now();
-        let out = Command::new(&perf)
-            .args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"])
-            .arg(&data)
-            .output()
-            .with_context(|| format!("could not run {}", perf.display()))?;
-        theirs.push(t.elapsed());
-        if !out.status.success() {
-            bail!("perf script failed: {}", String::from_utf8_lossy(&out.stderr));
+fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
+    cargo_build_release(&["-p", "harness", "--example", "unwind-fixture"])?;
+    let exe = crate::project_root().join("target/release/examples/unwind-fixture");
+    let dir = crate::project_root().join(".build/bench/unwind");
+    std::fs::create_dir_all(&dir)?;
+    let ours_out = dir.join("ours-managed.txt");
+    let script_out = dir.join("perf-script.txt");
+    let run_ours = || -> Result<(super::ChildRun, String)> {
+        let err = dir.join("ours.stderr");
+        let r = run_measured(measured(Command::new(&exe).arg(&ours_out)).stdout(Stdio::null()).stderr(std::fs::File::create(&err)?))?;
+        let text = std::fs::read_to_string(&err).unwrap_or_default().trim().to_string();
+        if !r.status.success() {
+            bail!("{} failed: {text}", exe.display());
         }
-        script = String::from_utf8_lossy(&out.stdout).into_owned();
+        Ok((r, text))
+    };
+    let run_perf = || -> Result<super::ChildRun> {
+        let r = run_measured(
+            measured(Command::new(perf).args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"]).arg(data))
+                .stdout(std::fs::File::create(&script_out)?)
+                .stderr(Stdio::null()),
+        )?;
+        if !r.status.success() {
+            bail!("perf script failed: {}", r.status);
+        }
+        Ok(r)
+    };
+    let load_before = load_average();
+    let (_, counts) = run_ours()?;
+    run_perf()?;
+    let mut ours = Side::new("tracelab unwinder (release)");
+    let mut peer = Side::new("perf script (DWARF unwinding)");
+    let ms = |r: &super::ChildRun| r.wall.as_secs_f64() * 1e3;
+    for _ in 0..opts.runs {
+        let (r, _) = run_ours()?;
+        ours.push(ms(&r), r.max_rss_kib);
+        let r = run_perf()?;
+        peer.push(ms(&r), r.max_rss_kib);
     }
-    let perf_app = script.split("\n\n").filter(|b| b.contains(&format!(" {APP_PID}/"))).count();
-    let perf_managed = script
-        .split("\n\n")
-        .filter(|b| b.contains(&format!(" {APP_PID}/")) && b.contains(&format!("perf-{APP_PID}.map")))
-        .count();
-
-    let (o, t) = (median(&ours), median(&theirs));
-    let rate = |d: Duration| samples as f64 / d.as_secs_f64();
-    println!("unwind: {} ({samples} samples, {} of the .NET app)", data.display(), app.len());
-    println!("  tracelab     {:>9.1} ms  {:>10.0} samples/s  app switch-outs reaching managed code: {ours_managed}", o.as_secs_f64() * 1e3, rate(o));
-    println!("  perf script  {:>9.1} ms  {:>10.0} samples/s  app switch-outs reaching managed code: {perf_managed} (of {perf_app})", t.as_secs_f64() * 1e3, rate(t));
-    println!("  ratio (perf script time / tracelab time): {:.2}x", t.as_secs_f64() / o.as_secs_f64());
-    Ok(())
+    let load_after = load_average();
+    println!("unwind: {} ({counts})", data.display());
+    println!("{} interleaved rounds after a warm-up run of each:", opts.runs);
+    print_table(&[&ours, &peer], "ms");
+    let (_, text) = ratio(&ours, &peer, false);
+    println!("ratio perf script / tracelab: {text}");
+    println!("load average: {load_before} before, {load_after} after");
+    // Sample by sample: the app's switch-outs each side follows into managed code (perf: its
+    // callchain has a frame from the app's perf map).
+    let script = std::fs::read_to_string(&script_out)?;
+    let mut perf_managed = BTreeSet::new();
+    let mut perf_app = 0;
+    for block in script.split("\n\n").filter(|b| b.contains(&format!(" {APP_PID}/"))) {
+        perf_app += 1;
+        if !block.contains(&format!("perf-{APP_PID}.map")) {
+            continue;
+        }
+        // `comm pid/tid time: event:` — the time is seconds with µs.
+        let time = block.split_whitespace().find(|w| w.ends_with(':') && w.contains('.')).and_then(|w| w.trim_end_matches(':').parse::<f64>().ok());
+        if let Some(t) = time {
+            perf_managed.insert((t * 1e6).round() as u64);
+        }
+    }
+    let ours_managed: BTreeSet<u64> = std::fs::read_to_string(&ours_out)?.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    println!("the app's switch-outs reaching managed code: tracelab {}, perf script {} (of {perf_app})", ours_managed.len(), perf_managed.len());
+    let mut diffs = Vec::new();
+    for t in ours_managed.difference(&perf_managed) {
+        diffs.push(Difference::new("only we reach managed code", format!("sample at {t} µs"), "managed", "not"));
+    }
+    for t in perf_managed.difference(&ours_managed) {
+        diffs.push(Difference::new("only perf reaches managed code", format!("sample at {t} µs"), "not", "managed"));
+    }
+    let _ = std::fs::remove_file(&script_out);
+    report_differences("unwind", &format!("{perf_app} samples of the app, by time"), &diffs)
 }
