@@ -349,8 +349,9 @@ fn beyond_manifest(text: &str, path: &Path) -> Result<BTreeMap<(String, String),
 }
 
 /// The LTTng table: one row per tracepoint the runtime's provider declares (the committed
-/// recording), with the id, keywords and level of its event from the manifest (the exact
-/// symbol, else the newest version of the same event) or from [`BEYOND_MANIFEST`].
+/// recording), with the id, keywords and level of its event from [`BEYOND_MANIFEST`] (events the
+/// manifest lacks, and its corrections), else from the manifest (the exact symbol, else the
+/// newest version of the same event).
 fn lttng_events(root: &Element, recording: &[provider::Tracepoint], beyond: &BTreeMap<(String, String), EventFacts>) -> Result<String> {
     // (LTTng provider, symbol) and (LTTng provider, name without version) → facts.
     let mut by_symbol: BTreeMap<(String, String), EventFacts> = BTreeMap::new();
@@ -388,10 +389,12 @@ fn lttng_events(root: &Element, recording: &[provider::Tracepoint], beyond: &BTr
     for tp in recording {
         let (name, version) = crate::collect::lttng::split_version(&tp.symbol);
         let key = (tp.provider.clone(), name.to_string());
-        let facts = by_symbol
-            .get(&(tp.provider.clone(), tp.symbol.clone()))
-            .or_else(|| by_name.get(&key).map(|(_, f)| f))
-            .or_else(|| beyond.get(&key));
+        // The file beside the recording also corrects the manifest where the runtime moved an
+        // event to another keyword (GCGenerationRange), so it is asked first.
+        let facts = beyond
+            .get(&key)
+            .or_else(|| by_symbol.get(&(tp.provider.clone(), tp.symbol.clone())))
+            .or_else(|| by_name.get(&key).map(|(_, f)| f));
         if facts.is_none() && !tp.provider.ends_with("MonoProfiler") {
             unknown.push(tp.full_name());
         }
@@ -453,5 +456,39 @@ mod tests {
         let t = templates_of(&root).unwrap();
         assert_eq!(t["T"], (vec![("A".to_string(), "U32")], false));
         assert_eq!(t["U"], (vec![("C".to_string(), "I64")], true));
+    }
+}
+
+#[cfg(test)]
+mod layouts {
+    use super::*;
+
+    /// Every runtime event the EventPipe decoder has a complete layout for (the generated
+    /// manifest table and its hand-kept additions) names its fields as the .NET 10 runtime's LTTng
+    /// provider declares the same event and version: one description of the runtime's events
+    /// cross-checks the other.
+    #[test]
+    fn eventpipe_layouts_match_what_the_runtime_declares() {
+        let recording = provider::committed().unwrap();
+        let mut checked = 0;
+        let mut mismatched = vec![];
+        for tp in recording.iter().filter(|t| t.provider == "DotNETRuntime") {
+            let row = crate::collect::lttng::events::EVENTS.iter().find(|r| r.1 == tp.symbol).unwrap();
+            let (Some(id), version) = (row.4, row.3) else { continue };
+            let Some((name, fields)) = eventpipe::runtime_event_layout("Microsoft-Windows-DotNETRuntime", id, version) else { continue };
+            // LTTng spells a counted array as `length` + `__data__`: no fixed layout to compare.
+            if tp.fields.iter().any(|f| f.0 == "__data__") {
+                continue;
+            }
+            let declared: Vec<&str> = tp.fields.iter().map(|f| f.0.as_str()).collect();
+            checked += 1;
+            // The defunct `MethodDCEndV2` kind of symbol: EventPipe names it without the `V2`.
+            let same_name = name == row.2 || row.2.trim_end_matches(|c: char| c.is_ascii_digit()).strip_suffix('V') == Some(name);
+            if !same_name || fields != declared {
+                mismatched.push(format!("{} (id {id} v{version}): EventPipe decodes {name} {fields:?}, the runtime declares {declared:?}", tp.symbol));
+            }
+        }
+        assert!(checked > 100, "only {checked} layouts compared");
+        assert!(mismatched.is_empty(), "{} of {checked} layouts differ:\n{}", mismatched.len(), mismatched.join("\n"));
     }
 }

@@ -23,7 +23,7 @@ pub mod preflight;
 pub mod provider;
 pub mod session;
 
-mod events;
+pub(crate) mod events;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
