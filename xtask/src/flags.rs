@@ -53,7 +53,7 @@ pub enum Task {
         #[command(subcommand)]
         what: Ci,
     },
-    /// Regenerate the tables made from the runtime's event manifest (eventpipe's manifest.rs, LTTng's events.rs).
+    /// Regenerate the event tables (eventpipe's manifest.rs from the runtime's manifest, LTTng's events.rs from what its provider declares).
     Codegen(Codegen),
     /// Fuzz one decoder (libFuzzer via cargo-fuzz on nightly) from its committed seed corpus for N seconds; prints executions per second and exits 1 with the crashing input's path on a crash.
     Fuzz(Fuzz),
@@ -138,6 +138,9 @@ pub struct Codegen {
     /// Only compare the committed files with what the generator writes; exit 2 and name them when they differ.
     #[arg(long)]
     pub check: bool,
+    /// First record again what the runtime's LTTng provider declares (`lttng list -u -f` in the bullseye image) into harness/data/runtime-events/lttng-provider.txt.
+    #[arg(long, conflicts_with = "check")]
+    pub record: bool,
 }
 
 #[derive(Args, Debug)]

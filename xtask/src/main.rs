@@ -54,7 +54,7 @@ fn main() -> ExitCode {
             Task::Report(f) => done(report::run(&sh, f)),
             Task::Open(f) => done(open::run(&sh, f)),
             Task::Ci { what } => done(ci::run(&sh, what)),
-            Task::Codegen(f) => done(codegen::run(&sh, f.check)),
+            Task::Codegen(f) => done(codegen::run(&sh, f.check, f.record)),
             Task::Soak(f) => soak::run(&sh, f),
             Task::Fuzz(f) => fuzz::run(f),
             Task::Init(f) => done(init::run(f)),

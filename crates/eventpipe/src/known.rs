@@ -1,7 +1,10 @@
 //! Runtime events newer than the manifest the generated table comes from (exception
 //! catch/finally events, tiered compilation, assembly loader, later versions of GC and
 //! contention events), written from the runtime's current ClrEtwAll.man and checked against
-//! real .NET 8 and 10 traces (tests/fixtures.rs decodes every payload of the fixtures).
+//! real .NET 8 and 10 traces (tests/fixtures.rs decodes every payload of the fixtures). Names and
+//! field order are what the .NET 10 runtime's LTTng provider declares for the same event
+//! (harness/data/runtime-events/lttng-provider.txt; a harness test compares every layout here
+//! with it), so both transports name an event and its fields alike.
 
 use crate::manifest::{self, Template};
 use crate::payload::FieldType::*;
@@ -40,6 +43,15 @@ static GC_ALLOCATION_TICK_V4: Template = Template {
 };
 static CONTENTION_START_V2: Template = Template {
     fields: &[("ContentionFlags", U8), ("ClrInstanceID", U16), ("LockID", Ptr), ("AssociatedObjectID", Ptr), ("LockOwnerThreadID", U64)],
+    complete: true,
+};
+static CONTENTION_LOCK_CREATED: Template =
+    Template { fields: &[("LockID", Ptr), ("AssociatedObjectID", Ptr), ("ClrInstanceID", U16)], complete: true };
+static METHOD_JIT_MEMORY_ALLOCATED_FOR_CODE: Template = Template {
+    fields: &[
+        ("MethodID", U64), ("ModuleID", U64), ("JitHotCodeRequestSize", U64), ("JitRODataRequestSize", U64),
+        ("AllocatedSizeForJitCode", U64), ("JitAllocFlag", U32), ("ClrInstanceID", U16),
+    ],
     complete: true,
 };
 static CONTENTION_STOP_V1: Template =
@@ -87,8 +99,9 @@ static RUNTIME_EVENTS: &[(u32, u32, &str, Option<&Template>)] = &[
     (39, 0, "GCDynamicEvent", Some(&GC_DYNAMIC)),
     (58, 0, "YieldProcessorMeasurement", Some(&YIELD_MEASUREMENT)),
     (81, 2, "ContentionStart", Some(&CONTENTION_START_V2)),
+    (90, 0, "ContentionLockCreated", Some(&CONTENTION_LOCK_CREATED)),
     (91, 1, "ContentionStop", Some(&CONTENTION_STOP_V1)),
-    (146, 0, "MethodMemoryAllocatedForJitCode", None),
+    (146, 0, "MethodJitMemoryAllocatedForCode", Some(&METHOD_JIT_MEMORY_ALLOCATED_FOR_CODE)),
     (202, 0, "GCMarkWithType", Some(&GC_MARK_WITH_TYPE)),
     (204, 0, "GCPerHeapHistory", None),
     (205, 0, "GCGlobalHeapHistory", None),
@@ -128,4 +141,13 @@ pub(crate) fn lookup(provider: &str, id: u32, version: u32) -> Option<(&'static 
         return Some(("GCSettingsRundown", None));
     }
     here(true).or_else(|| manifest::lookup(provider, id, version)).or_else(|| here(false))
+}
+
+/// The name and field names of a runtime event's payload, as this crate decodes it: `None` for
+/// an event it has no complete layout for. What a reader cross-checks against another
+/// description of the runtime's events (the LTTng provider's declaration).
+pub fn runtime_event_layout(provider: &str, id: u32, version: u32) -> Option<(&'static str, Vec<&'static str>)> {
+    let (name, template) = lookup(provider, id, version)?;
+    let t = template.filter(|t| t.complete)?;
+    Some((name, t.fields.iter().map(|f| f.0).collect()))
 }

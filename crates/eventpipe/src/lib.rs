@@ -28,6 +28,7 @@ pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
+pub use known::runtime_event_layout;
 pub use payload::{Value, decode_payload, guid_string};
 pub use speedscope::to_speedscope;
 pub use symbols::{Method, MethodMap, Module};

@@ -318,7 +318,7 @@ pub fn count_events(collection: &Collection, event: &str, provider: Option<&str>
         .count() as u64
 }
 
-fn strip_version(name: &str) -> &str {
+pub(crate) fn strip_version(name: &str) -> &str {
     match name.rfind("_V") {
         Some(i) if name[i + 2..].chars().all(|c| c.is_ascii_digit()) && i + 2 < name.len() => &name[..i],
         _ => name,

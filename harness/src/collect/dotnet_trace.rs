@@ -6,6 +6,13 @@
 //! Options: `profile` (comma list of dotnet-trace 10 profiles: `dotnet-common`,
 //! `dotnet-sampled-thread-time`, `gc-verbose`, `gc-collect`, `database`), `providers` (list or
 //! comma string of `Name:0xKeywords:Level`), `rundown` (bool, default true).
+//!
+//! One meaning for profile + providers in both EventPipe collectors: dotnet-trace lets
+//! `--providers` replace what `--profile` enables for the same provider (a scenario with
+//! `profile = "gc-collect"` and a runtime provider got no GCStart), while our own client merges
+//! them. So a profile is expanded into its providers ([`profile_providers`], dotnet-trace 10's own
+//! definitions) and merged with the scenario's (keywords OR-ed, highest level), and dotnet-trace
+//! always gets one explicit `--providers` list.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -26,9 +33,24 @@ use crate::run::{RunningApp, Target};
 /// `collect-linux`, which needs kernel user_events).
 pub const PROFILES: [&str; 5] = ["dotnet-common", "dotnet-sampled-thread-time", "gc-verbose", "gc-collect", "database"];
 
+/// The providers of a dotnet-trace 10 profile, as dotnet-trace 10.0.750501 defines them (read from
+/// its `ListProfilesCommandHandler.TraceProfiles` by reflection; `dotnet-trace list-profiles`
+/// prints dotnet-common's as `--providers "Microsoft-Windows-DotNETRuntime:0x100003801D:4"`).
+/// `database` carries EventSource filter arguments with newlines and is not expanded.
+pub fn profile_providers(profile: &str) -> Option<&'static [&'static str]> {
+    Some(match profile {
+        "dotnet-common" => &["Microsoft-Windows-DotNETRuntime:0x100003801D:4"],
+        "dotnet-sampled-thread-time" => &["Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4"],
+        "gc-verbose" => &["Microsoft-Windows-DotNETRuntime:0x8003:5"],
+        "gc-collect" => &["Microsoft-Windows-DotNETRuntime:0x1:4", "Microsoft-Windows-DotNETRuntimePrivate:0x1:4"],
+        _ => return None,
+    })
+}
+
 pub struct DotnetTrace {
     name: String,
     profiles: Vec<String>,
+    /// What dotnet-trace gets: the profiles' providers merged with the scenario's, `Name:0xK:L`.
     providers: Vec<String>,
     rundown: bool,
     child: Option<Child>,
@@ -89,13 +111,35 @@ impl DotnetTrace {
                 bail!("collector `{name}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}", PROFILES.join(", "));
             }
         }
-        let providers = items(&options.providers);
-        for p in &providers {
-            p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{name}`"))?;
-        }
-        if profiles.is_empty() && providers.is_empty() {
+        let given = items(&options.providers);
+        if profiles.is_empty() && given.is_empty() {
             bail!("collector `{name}` enables nothing: give `profile` and/or `providers`");
         }
+        let mut parsed = Vec::new();
+        let mut unexpanded = Vec::new();
+        for p in &profiles {
+            match profile_providers(p) {
+                Some(list) => parsed.extend(list.iter().map(|s| s.parse::<eventpipe::ipc::Provider>().expect("a valid built-in provider"))),
+                None => unexpanded.push(p.clone()),
+            }
+        }
+        if !unexpanded.is_empty() && (profiles.len() > 1 || !given.is_empty()) {
+            bail!(
+                "collector `{name}`: dotnet-trace's `database` profile carries EventSource filter arguments tracelab does not expand; \
+                 give it alone (`profile = \"database\"`), or spell its providers in `providers`"
+            );
+        }
+        for p in &given {
+            parsed.push(p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{name}`"))?);
+        }
+        let providers = super::eventpipe::merge_providers(parsed)
+            .into_iter()
+            .map(|p| {
+                let base = format!("{}:{:#X}:{}", p.name, p.keywords, p.level).replace(":0X", ":0x");
+                if p.arguments.is_empty() { base } else { format!("{base}:{}", p.arguments) }
+            })
+            .collect();
+        let profiles = unexpanded;
         Ok(DotnetTrace {
             name: name.to_string(),
             profiles,
@@ -247,9 +291,30 @@ mod tests {
     fn options_are_checked() {
         let spec: DotnetTraceOptions = toml::from_str("profile = \"gc-verbose,dotnet-common\"").unwrap();
         let c = DotnetTrace::new("dotnet-trace", &spec).unwrap();
-        assert_eq!(c.profiles, ["gc-verbose", "dotnet-common"]);
+        // Expanded and merged into one provider list; no `--profile` is passed.
+        assert!(c.profiles.is_empty());
+        assert_eq!(c.providers, ["Microsoft-Windows-DotNETRuntime:0x100003801F:5"]);
         let spec: DotnetTraceOptions = toml::from_str("profile = \"cpu-sampling\"").unwrap();
         let err = DotnetTrace::new("dotnet-trace", &spec).err().unwrap();
         assert!(format!("{err:#}").contains("no profile `cpu-sampling`"), "{err:#}");
+        let spec: DotnetTraceOptions = toml::from_str("profile = \"database\"\nproviders = [\"X:0x1:4\"]").unwrap();
+        assert!(format!("{:#}", DotnetTrace::new("dotnet-trace", &spec).err().unwrap()).contains("give it alone"));
+        let spec: DotnetTraceOptions = toml::from_str("profile = \"database\"").unwrap();
+        assert_eq!(DotnetTrace::new("dotnet-trace", &spec).unwrap().profiles, ["database"]);
+    }
+
+    /// The issue's case: a runtime provider beside `gc-collect` used to replace the profile's GC
+    /// keyword in dotnet-trace (GCStart measured 0); merged, GCStart survives.
+    #[test]
+    fn a_provider_beside_a_profile_keeps_the_profile_keywords() {
+        let spec: DotnetTraceOptions =
+            toml::from_str("profile = \"gc-collect\"\nproviders = [\"Microsoft-Windows-DotNETRuntime:0x8000:4\"]").unwrap();
+        let c = DotnetTrace::new("dotnet-trace", &spec).unwrap();
+        assert_eq!(c.providers, ["Microsoft-Windows-DotNETRuntime:0x8001:4", "Microsoft-Windows-DotNETRuntimePrivate:0x1:4"]);
+        assert!(c.profiles.is_empty());
+        // Every built-in expansion parses, and the profiles we list are the ones expanded.
+        for p in PROFILES.iter().filter(|p| **p != "database") {
+            assert!(profile_providers(p).is_some(), "{p}");
+        }
     }
 }

@@ -284,3 +284,33 @@ fn lttng_killed_run_leaves_no_session_or_daemon() {
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
 }
+
+/// The committed LTTng event table is what the runtime's provider in the bullseye image declares:
+/// the same tracepoints with the same fields, compared name by name (not a count).
+#[test]
+fn lttng_provider_declares_the_committed_table() {
+    let test = "lttng::lttng_provider_declares_the_committed_table";
+    if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available]) {
+        return;
+    }
+    let docker = harness::docker::Docker::connect().expect("docker");
+    harness::image::ensure(&docker, "bullseye").expect("the bullseye runtime image");
+    let text = harness::collect::lttng::provider::record("bullseye").expect("listing the provider's tracepoints in bullseye");
+    let live = harness::collect::lttng::provider::parse_recording(&text, Path::new("(live listing)")).unwrap();
+    let committed = harness::collect::lttng::provider::committed().unwrap();
+    let differences = harness::collect::lttng::provider::differences(&committed, &live);
+    assert!(
+        differences.is_empty(),
+        "{} differs from what the runtime's LTTng provider declares in bullseye:\n  {}\nrecord again and regenerate with `cargo xtask codegen --record`",
+        harness::collect::lttng::provider::RECORDING,
+        differences.join("\n  ")
+    );
+    // The versions .NET 10 fires are there, and the generated table carries every one.
+    for tp in ["DotNETRuntime:ContentionStart_V2", "DotNETRuntime:ContentionStop_V1", "DotNETRuntime:GCHeapStats_V2"] {
+        assert!(live.iter().any(|t| t.full_name() == tp), "{tp} not declared");
+    }
+    let profile = harness::collect::lttng::tracepoints(&harness::collect::lttng::Profile::Default, &[]);
+    for tp in ["DotNETRuntime:ContentionStart_V2", "DotNETRuntime:ContentionStop_V1", "DotNETRuntime:ContentionStart_V1"] {
+        assert!(profile.iter().any(|t| t == tp), "the default profile lacks {tp}");
+    }
+}

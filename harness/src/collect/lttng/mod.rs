@@ -2,7 +2,7 @@
 //! perfcollect records them, decoded from CTF into the model.
 //!
 //! Scenario options: `profile` = `default` | `gc-collect-only` | `gc-only` | `gc-with-heap`
-//! (perfcollect's profiles; `default` when absent) and `events` = extra tracepoint names
+//! (perfcollect's profiles; `default` when absent; a comma list unites them) and `events` = extra tracepoint names
 //! (`["DotNETRuntime:GCStart_V2"]`); with `profile = "custom"` only `events` is enabled.
 //!
 //! Start: [`preflight`] proves the provider can load (else the run is SKIPPED with the soname
@@ -20,9 +20,10 @@
 //! fixture (crates/ctf/tests/fixture.rs).
 
 pub mod preflight;
+pub mod provider;
 pub mod session;
 
-mod events;
+pub(crate) mod events;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -72,6 +73,8 @@ const KW_NGEN: u64 = 0x20;
 const KW_CONTENTION: u64 = 0x4000;
 const KW_EXCEPTION: u64 = 0x8000;
 const KW_THREADING: u64 = 0x10000;
+/// Tiered compilation (perfcollect's default "compilation" events).
+const KW_COMPILATION: u64 = 0x10_0000_0000;
 const KW_GC_HEAP_SURVIVAL_AND_MOVEMENT: u64 = 0x40_0000;
 /// GCPrivateKeyword of the private provider.
 const KW_PRIVATE_GC: u64 = 0x1;
@@ -98,12 +101,15 @@ const GC_COLLECT_ONLY: &[&str] = &[
     "GCGlobalHeapHistory",
 ];
 
-/// The tracepoint names a profile enables, `provider:symbol`, in manifest order.
+/// The tracepoint names a profile enables, `provider:symbol`, in the table's order: every
+/// tracepoint the runtime's provider declares whose event belongs to one of the profile's
+/// meanings (a keyword group of the runtime, or GC collections by name) — every version of it,
+/// since the provider fires only the newest and an older name alone records nothing.
 pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
     let collect_only = |sym: &str| GC_COLLECT_ONLY.contains(&base_name(sym));
     let mut out: Vec<String> = events::EVENTS
         .iter()
-        .filter(|(provider, sym, _, _, kw, _)| match (profile, *provider) {
+        .filter(|(provider, sym, _, _, _, kw, _, _)| match (profile, *provider) {
             (Profile::Custom, _) => false,
             (Profile::GcCollectOnly, "DotNETRuntime") => kw & KW_GC != 0 && collect_only(sym),
             (Profile::GcOnly, "DotNETRuntime") => kw & KW_GC != 0,
@@ -111,7 +117,7 @@ pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
             (Profile::GcWithHeap, "DotNETRuntime") => kw & (KW_GC | KW_GC_HEAP_SURVIVAL_AND_MOVEMENT) != 0,
             (Profile::GcWithHeap, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0,
             (Profile::Default, "DotNETRuntime") => {
-                kw & (KW_THREADING | KW_EXCEPTION | KW_CONTENTION | KW_JIT | KW_NGEN | KW_LOADER) != 0
+                kw & (KW_THREADING | KW_EXCEPTION | KW_CONTENTION | KW_JIT | KW_NGEN | KW_LOADER | KW_COMPILATION) != 0
                     || (kw & KW_GC != 0 && collect_only(sym))
             }
             (Profile::Default, "DotNETRuntimeRundown") => kw & KW_RUNDOWN_LOADER_JIT != 0,
@@ -146,7 +152,7 @@ pub fn split_version(symbol: &str) -> (&str, Option<u32>) {
 
 pub struct LttngCollector {
     name: String,
-    profile: Profile,
+    profiles: Vec<Profile>,
     tracepoints: Vec<String>,
     session: Option<Session>,
     /// The trace folder on the host.
@@ -163,7 +169,7 @@ pub const DEFAULT_CAPABILITIES: &[&str] = &[];
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LttngOptions {
-    /// `default` | `gc-collect-only` | `gc-only` | `gc-with-heap` | `custom`.
+    /// `default` | `gc-collect-only` | `gc-only` | `gc-with-heap` | `custom`, or a comma list of them.
     #[serde(default)]
     pub profile: Option<String>,
     /// Tracepoints added to the profile's (`DotNETRuntime:GCStart_V2`).
@@ -182,18 +188,34 @@ pub fn from_spec(name: &str, options: &LttngOptions) -> Result<Box<dyn Collector
 
 impl LttngCollector {
     pub fn new(name: &str, options: &LttngOptions) -> Result<Self> {
-        let profile = Profile::parse(options.profile.as_deref().unwrap_or("default"))?;
+        // A comma list unites profiles (`default,gc-only`: perfcollect's default and every GC event).
+        let profiles = options
+            .profile
+            .as_deref()
+            .unwrap_or("default")
+            .split(',')
+            .map(|p| Profile::parse(p.trim()))
+            .collect::<Result<Vec<_>>>()
+            .with_context(|| format!("collector `{name}`"))?;
         let extra = options.events.clone();
-        if profile == Profile::Custom && extra.is_empty() {
+        if profiles.contains(&Profile::Custom) && extra.is_empty() {
             bail!("collector `{name}`: profile = \"custom\" needs `events = [\"DotNETRuntime:GCStart_V2\", …]`");
         }
         if let Some(bad) = extra.iter().find(|e| !e.contains(':')) {
             bail!("collector `{name}`: event `{bad}` is not a tracepoint name (`DotNETRuntime:GCStart_V2`)");
         }
+        let mut all: Vec<String> = Vec::new();
+        for p in &profiles {
+            for t in tracepoints(p, &extra) {
+                if !all.contains(&t) {
+                    all.push(t);
+                }
+            }
+        }
         Ok(LttngCollector {
             name: name.to_string(),
-            tracepoints: tracepoints(&profile, &extra),
-            profile,
+            tracepoints: all,
+            profiles,
             session: None,
             out_host: None,
             target_pid: 0,
@@ -202,8 +224,8 @@ impl LttngCollector {
         })
     }
 
-    pub fn profile(&self) -> &Profile {
-        &self.profile
+    pub fn profiles(&self) -> &[Profile] {
+        &self.profiles
     }
 
     pub fn tracepoints(&self) -> &[String] {
@@ -300,8 +322,8 @@ impl Collector for LttngCollector {
 pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
     let mut collection = Collection::new("lttng");
     let traces = ctf::Trace::find(dir).with_context(|| "the LTTng session recorded nothing — did the app register its provider?")?;
-    let ids: HashMap<(&str, &str), (u32, u32)> =
-        events::EVENTS.iter().map(|(p, s, id, v, ..)| ((*p, *s), (*id, *v))).collect();
+    let ids: HashMap<(&str, &str), (Option<u32>, u32)> =
+        events::EVENTS.iter().map(|(p, s, _, v, id, ..)| ((*p, *s), (*id, *v))).collect();
     let mut bytes = 0u64;
     for t in traces {
         let trace = ctf::Trace::open(&t)?;
@@ -331,7 +353,7 @@ pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
             collection.events.push(Event {
                 provider: provider.to_string(),
                 name: name.to_string(),
-                id: known.map(|k| k.0),
+                id: known.and_then(|k| k.0),
                 version: suffix_version.or(known.map(|k| k.1)).or(Some(0)),
                 time_ns: clock.map(|c| c.ns(ev.cycles)).unwrap_or(ev.cycles),
                 pid: vpid.unwrap_or(0),
@@ -477,6 +499,22 @@ mod tests {
             assert!(default.contains(&t.to_string()), "{t}");
         }
         assert!(!default.iter().any(|t| t.contains("GCAllocationTick")));
+        // Every version the provider declares, the ones .NET 10 fires included (enabling an older
+        // name alone records nothing).
+        for t in [
+            "DotNETRuntime:ContentionStart_V1",
+            "DotNETRuntime:ContentionStart_V2",
+            "DotNETRuntime:ContentionStop",
+            "DotNETRuntime:ContentionStop_V1",
+            "DotNETRuntime:ContentionLockCreated",
+            "DotNETRuntime:GCHeapStats_V2",
+            "DotNETRuntime:ExceptionCatchStart",
+            "DotNETRuntime:TieredCompilationBackgroundJitStart",
+        ] {
+            assert!(default.contains(&t.to_string()), "{t}");
+        }
+        assert!(collect_only.contains(&"DotNETRuntime:GCHeapStats_V2".to_string()));
+        assert!(gc_only.contains(&"DotNETRuntime:GCAllocationTick_V4".to_string()));
         let custom = tracepoints(&Profile::Custom, &["DotNETRuntime:GCStart_V2".into()]);
         assert_eq!(custom, vec!["DotNETRuntime:GCStart_V2"]);
     }
@@ -487,5 +525,11 @@ mod tests {
         assert!(LttngCollector::new("lttng", &spec).is_err());
         let spec: LttngOptions = toml::from_str("profile = \"custom\"").unwrap();
         assert!(LttngCollector::new("lttng", &spec).is_err());
+        let spec: LttngOptions = toml::from_str("profile = \"default, gc-only\"").unwrap();
+        let both = LttngCollector::new("lttng", &spec).unwrap();
+        assert!(both.tracepoints().iter().any(|t| t == "DotNETRuntime:GCAllocationTick_V4"));
+        assert!(both.tracepoints().iter().any(|t| t == "DotNETRuntime:ContentionStart_V2"));
+        let spec: LttngOptions = toml::from_str("profile = \"default,everything\"").unwrap();
+        assert!(format!("{:#}", LttngCollector::new("lttng", &spec).err().unwrap()).contains("unknown LTTng profile `everything`"));
     }
 }
