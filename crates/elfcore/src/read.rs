@@ -150,11 +150,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-/// Checks that `len` bytes at `offset` lie inside a file of `file_len` bytes.
-fn inside(offset: u64, len: u64, file_len: u64, what: &str) -> Result<()> {
+/// Checks that `len` bytes at `offset` lie inside a file of `file_len` bytes; the error names
+/// `field_at`, where the file says where they are (a header field), since `offset` itself may lie
+/// anywhere.
+fn inside(offset: u64, len: u64, file_len: u64, what: &str, field_at: u64) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= file_len => Ok(()),
-        _ => Err(Error::at(offset, format!("{what} ({len} bytes) runs past the end of the file ({file_len} bytes): the core is truncated or the size is corrupt"))),
+        _ => Err(Error::at(
+            field_at,
+            format!("{what} ({len} bytes at offset {offset}) runs past the end of the file ({file_len} bytes): the core is truncated or the header is corrupt"),
+        )),
     }
 }
 
@@ -185,7 +190,7 @@ fn parse_with(file_len: u64, read_at: &mut dyn FnMut(u64, usize) -> std::io::Res
         return Err(Error::at(54, format!("program header size {phentsize}, expected {PHDR_LEN}")).into());
     }
     if phnum == u64::from(PN_XNUM) {
-        inside(shoff, SHDR_LEN as u64, file_len, "section header 0 (which holds the program header count)")?;
+        inside(shoff, SHDR_LEN as u64, file_len, "section header 0 (which holds the program header count)", 40)?;
         let s0 = read_at(shoff, SHDR_LEN).map_err(Parse::Io)?;
         phnum = u64::from(u32_at(&s0, 44));
     }
@@ -193,7 +198,7 @@ fn parse_with(file_len: u64, read_at: &mut dyn FnMut(u64, usize) -> std::io::Res
         return Err(Error::at(56, "no program headers: a core file has at least its note segment").into());
     }
     let table_len = phnum * PHDR_LEN as u64;
-    inside(phoff, table_len, file_len, &format!("the program header table ({phnum} entries)"))?;
+    inside(phoff, table_len, file_len, &format!("the program header table ({phnum} entries)"), 32)?;
     let table = read_at(phoff, table_len as usize).map_err(Parse::Io)?;
     let mut core = CoreFile { machine, file_len, ..CoreFile::default() };
     for i in 0..phnum as usize {
@@ -201,7 +206,7 @@ fn parse_with(file_len: u64, read_at: &mut dyn FnMut(u64, usize) -> std::io::Res
         let at = phoff + (i * PHDR_LEN) as u64;
         let seg = Segment { kind: u32_at(p, 0), offset: u64_at(p, 8), vaddr: u64_at(p, 16), file_size: u64_at(p, 32), mem_size: u64_at(p, 40) };
         if seg.kind == PT_LOAD || seg.kind == PT_NOTE {
-            inside(seg.offset, seg.file_size, file_len, &format!("segment {i} (program header at {at})"))?;
+            inside(seg.offset, seg.file_size, file_len, &format!("segment {i}"), at + 8)?;
         }
         if seg.kind == PT_LOAD && seg.file_size > seg.mem_size {
             return Err(Error::at(at + 32, format!("segment {i} holds {} bytes in the file but {} in memory", seg.file_size, seg.mem_size)).into());

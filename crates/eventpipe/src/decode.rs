@@ -38,6 +38,8 @@ pub struct DecodedEvent {
     pub thread_id: u64,
     /// Index into [`Decoded::stacks`], or `None`.
     pub stack: Option<u32>,
+    /// Where the payload starts in the stream (for errors about its fields).
+    pub payload_offset: u64,
     pub fields: Fields,
 }
 
@@ -171,6 +173,7 @@ pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
                 time_ns,
                 thread_id: ev.thread_id,
                 stack: intern(ev.stack),
+                payload_offset: ev.payload_offset,
                 fields,
             });
         }

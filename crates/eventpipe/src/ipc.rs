@@ -783,7 +783,7 @@ mod tests {
     #[test]
     fn dump_payload_and_error_reply_layout() {
         let p = dump_payload(Path::new("/d"), DumpType::Heap, DUMP_FLAG_LOGGING);
-        let mut expected = 2u32.to_le_bytes().to_vec();
+        let mut expected = 3u32.to_le_bytes().to_vec();
         expected.extend_from_slice(&[b'/', 0, b'd', 0, 0, 0]);
         expected.extend_from_slice(&2u32.to_le_bytes());
         expected.extend_from_slice(&1u32.to_le_bytes());
