@@ -63,7 +63,7 @@ public static class Counters
         SampleHeapMb();
     }
 
-    static long SampleHeapMb() => GC.GetTotalMemory(false) / 1_000_000;
+    static double SampleHeapMb() => GC.GetTotalMemory(false) / 1e6;
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Run(WorkloadContext ctx)
@@ -84,7 +84,7 @@ public static class Counters
         workers.Add(new Thread(() => exceptions = Throw(ctx, seconds, exceptionsPerS)) { Name = "throw", IsBackground = true });
         foreach (var t in workers) t.Start();
 
-        var heap = new List<long>();
+        var heap = new List<double>();
         long queueMin = long.MaxValue, queueMax = long.MinValue;
         while (ctx.Clock.Elapsed.TotalSeconds < seconds)
         {
@@ -104,7 +104,7 @@ public static class Counters
             // As the runtime's cpu-usage: process CPU time over wall time, over all processors.
             ["cpu_usage_pct"] = cpu / wall / Environment.ProcessorCount * 100,
             ["processor_count"] = Environment.ProcessorCount,
-            // As gc-heap-size: GC.GetTotalMemory(false) in whole MB (10^6 bytes).
+            // As gc-heap-size: GC.GetTotalMemory(false) in MB of 10^6 bytes (not rounded: .NET 10 divides as a double).
             ["gc_heap_mb"] = new JsonObject { ["min"] = heap[0], ["median"] = heap[heap.Count / 2], ["max"] = heap[^1], ["samples"] = heap.Count },
             ["exceptions"] = exceptions,
             ["induced_gen0"] = induced,

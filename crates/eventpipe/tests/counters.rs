@@ -113,3 +113,21 @@ proptest! {
         }
     }
 }
+
+/// A recorded session of the runtime's counters: every counter dotnet-counters shows for
+/// System.Runtime, with the totals the app measured itself (see tests/data/README.md).
+#[test]
+fn recorded_runtime_counters() {
+    let bytes = include_bytes!("data/system-runtime-counters.nettrace");
+    let d = eventpipe::decode(&bytes[..], &eventpipe::DecodeOptions::default()).unwrap();
+    let series = eventpipe::counter_series(&d.events).unwrap();
+    let get = |name: &str| series.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no counter {name}"));
+    for name in ["cpu-usage", "working-set", "gc-heap-size", "gen-0-gc-count", "exception-count", "alloc-rate", "threadpool-queue-length", "threadpool-thread-count", "time-in-gc"] {
+        assert_eq!(get(name).samples.len(), 7, "{name}");
+    }
+    assert_eq!((get("exception-count").kind, get("exception-count").total()), (CounterKind::Sum, 599.0));
+    assert_eq!(get("gen-0-gc-count").total(), 59.0);
+    assert_eq!(get("alloc-rate").total(), 240_963_344.0);
+    assert_eq!((get("threadpool-queue-length").kind, get("threadpool-queue-length").median()), (CounterKind::Mean, 5.0));
+    assert!((get("cpu-usage").median() - 23.43).abs() < 0.01, "{}", get("cpu-usage").median());
+}
