@@ -440,7 +440,8 @@ fn run_app(
         _ => target.wait_app(&mut app, Duration::from_secs(scenario.timeout_s)),
     };
     match &exit {
-        Ok(0) => spinner.done("finished"),
+        Ok(0) if !scenario.expect_crash => spinner.done("finished"),
+        Ok(code) if scenario.expect_crash && *code == SIGABRT_EXIT => spinner.done("crashed, as expected (SIGABRT)"),
         Ok(code) if stop_first => spinner.done(&format!("stopped (exit code {code})")),
         _ => spinner.failed(),
     }
@@ -461,7 +462,14 @@ fn run_app(
     state.load.insert("app.exit_code".into(), code as f64);
     // An app stopped by the signal it was asked to stop with ends with that signal's code.
     let by_our_signal = stop_first && matches!((&stop, code), (Stop::Sigterm, 143 | -1) | (Stop::Sigint, 130 | -1));
-    if code != 0 && !by_our_signal {
+    if scenario.expect_crash {
+        if code != SIGABRT_EXIT {
+            bail!(
+                "the app was expected to die of an unhandled exception (SIGABRT, exit code {SIGABRT_EXIT}) but exited with code {code}; last lines:\n{}",
+                app.last_lines(15)
+            );
+        }
+    } else if code != 0 && !by_our_signal {
         bail!("the app exited with code {code}; last lines:\n{}", app.last_lines(15));
     }
     state.truth = match protocol {
@@ -517,6 +525,10 @@ fn run_app(
     app.keep_runtime_files(&artifacts)?;
     Ok(())
 }
+
+/// How a process the runtime aborted on an unhandled exception exits (128 + SIGABRT), as a
+/// shell reports it and as the host target reports a death by signal.
+const SIGABRT_EXIT: i32 = 134;
 
 /// Seconds a run of an app as it is measures when neither `seconds` nor `[load]` says.
 const DEFAULT_WINDOW_S: f64 = 5.0;

@@ -273,7 +273,12 @@ pub fn disown_process(pid: u32) {
 
 /// The files a .NET process (or perf's JIT support) leaves in `tmp` when it is killed.
 pub fn runtime_files(pid: u32, tmp: &Path) -> Vec<PathBuf> {
-    let exact = [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")];
+    let exact = [
+        format!("perf-{pid}.map"),
+        format!("perfinfo-{pid}.map"),
+        format!("jit-{pid}.dump"),
+        crate::collect::dump::crash_dump_file(pid),
+    ];
     // `dotnet-diagnostic-PID-DISAMBIGUATION-socket`, `clr-debug-pipe-PID-DISAMBIGUATION-in|out`.
     let socket_prefix = format!("dotnet-diagnostic-{pid}-");
     let pipe_prefix = format!("clr-debug-pipe-{pid}-");

@@ -269,7 +269,8 @@ impl Needs {
                 CollectorKind::PerfCpu | CollectorKind::PerfOffcpu => needs.add(PERF),
                 CollectorKind::Lttng => needs.add(LTTNG),
                 // EventPipe is our own client; dotnet-trace comes from the offline NuGet feed.
-                CollectorKind::EventPipe | CollectorKind::DotnetTrace => {}
+                // Dumps: our client, and the runtime's own createdump.
+                CollectorKind::EventPipe | CollectorKind::DotnetTrace | CollectorKind::Dump => {}
             }
         }
         if kinds.contains(&CollectorKind::PerfOffcpu) {

@@ -18,7 +18,9 @@ use crate::flags::Fuzz;
 const TARGETS: &[(&str, &str, &str, usize)] = &[
     ("ctf-stream", "ctf", "stream", 65536),
     ("ctf-metadata", "ctf", "metadata", 16384),
+    ("elfcore-core-file", "elfcore", "core_file", 65536),
     ("eventpipe-decode-stream", "eventpipe", "decode_stream", 16384),
+    ("eventpipe-counters", "eventpipe", "counters", 16384),
     ("perfdata-decode", "perfdata", "decode", 65536),
     ("r2r-parse-image", "r2r", "parse_image", 65536),
 ];

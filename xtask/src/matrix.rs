@@ -63,6 +63,8 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: boo
     // Only a run over every cell of the default suite may replace the committed table (its test
     // checks coverage; container runs default to that suite).
     let full = collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
+    // Some collectors over every set of the default suite: their rows are replaced.
+    let rows = !collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
     let mut options = matrix::caps::MatrixOptions { suite, ..Default::default() };
     if !collectors.is_empty() {
         options.collectors = collectors.iter().map(|c| CollectorKind::parse(c)).collect::<Result<_>>()?;
@@ -74,7 +76,7 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: boo
         let cells = options.collectors.iter().flat_map(|k| options.cap_sets.iter().map(move |c| format!("{k} / {c}")));
         return print_cells(cells.collect());
     }
-    matrix::caps::run_and_print(&options, full)
+    matrix::caps::run_and_print(&options, full || rows)
 }
 
 fn run_kernels(kernels: Vec<String>, scenarios: Vec<String>, list: bool) -> Result<()> {

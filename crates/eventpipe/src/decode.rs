@@ -39,6 +39,8 @@ pub struct DecodedEvent {
     pub thread_id: u64,
     /// Index into [`Decoded::stacks`], or `None`.
     pub stack: Option<u32>,
+    /// Where the payload starts in the stream (for errors about its fields).
+    pub payload_offset: u64,
     pub fields: Fields,
 }
 
@@ -309,6 +311,7 @@ pub fn decode<R: Read>(input: R, options: &DecodeOptions) -> Result<Decoded> {
                 time_ns: e.time_ns,
                 thread_id: e.thread_id,
                 stack: e.stack,
+                payload_offset: e.payload_offset,
                 fields: e.fields,
             }),
         }

@@ -9,6 +9,9 @@
 //! - [`ReverseListener`]: startup tracing. With `DOTNET_DiagnosticPorts=PATH,connect,suspend` the
 //!   runtime connects to us and waits: start the session on the first connection, then send
 //!   ResumeRuntime on the next one ([`ReverseListener::start_suspended_session`]).
+//! - [`DiagnosticsClient::write_dump`]: the Dump command set (GenerateCoreDump3…1): the runtime
+//!   starts its `createdump` next to itself, in the app's own namespaces, and answers when the
+//!   file is written.
 //! - [`EventPipeSession::drain_to`]: copies the nettrace stream to a writer on a thread. Draining
 //!   concurrently matters: a client that stops reading makes StopTracing and the app's exit hang.
 
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 14] = b"DOTNET_IPC_V1\0";
 const HEADER_LEN: usize = 20;
+const COMMAND_SET_DUMP: u8 = 0x01;
 const COMMAND_SET_EVENTPIPE: u8 = 0x02;
 const COMMAND_SET_PROCESS: u8 = 0x04;
 const COMMAND_SET_SERVER: u8 = 0xFF;
@@ -39,6 +43,8 @@ pub const E_UNKNOWN_MAGIC: u32 = 0x8013_1386;
 
 /// How long to wait for a command's reply before calling the runtime unresponsive.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
+/// A full dump of a large process takes a while: the runtime answers when createdump is done.
+const DUMP_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IpcError {
@@ -57,6 +63,8 @@ pub enum IpcError {
     Protocol { command: &'static str, path: PathBuf, what: String },
     #[error("invalid provider `{spec}`: {why} (expected Name[:0xKeywords[:Level[:key=value;…]]])")]
     BadProvider { spec: String, why: String },
+    #[error("the runtime could not write the dump {}: HRESULT {hresult:#010x}{}{}", path.display(), hresult_meaning(*hresult), if message.is_empty() { String::new() } else { format!(": {message}") })]
+    DumpFailed { path: PathBuf, hresult: u32, message: String },
     #[error("no runtime connected to {} within {timeout:?}: was the app started with DOTNET_DiagnosticPorts={},connect,suspend?", path.display(), path.display())]
     NoConnection { path: PathBuf, timeout: Duration },
 }
@@ -144,6 +152,41 @@ impl Default for SessionConfig {
         SessionConfig { providers: Vec::new(), buffer_mb: 256, rundown: true, stackwalk: true }
     }
 }
+
+/// What a dump holds (the runtime's `DumpType`, as dotnet-dump's `--type` names it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DumpType {
+    /// Stacks, modules and thread state (`Normal`).
+    Mini = 1,
+    /// Mini plus the GC heaps (`WithHeap`, dotnet-dump's default).
+    Heap = 2,
+    /// Mini with personal data removed (`Triage`).
+    Triage = 3,
+    /// The whole address space (`Full`).
+    Full = 4,
+}
+
+impl DumpType {
+    pub const ALL: [DumpType; 4] = [DumpType::Mini, DumpType::Heap, DumpType::Triage, DumpType::Full];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DumpType::Mini => "mini",
+            DumpType::Heap => "heap",
+            DumpType::Triage => "triage",
+            DumpType::Full => "full",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DumpType> {
+        DumpType::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// `GenerateDumpFlags` of the Dump command: createdump's own log goes to the app's stdout.
+pub const DUMP_FLAG_LOGGING: u32 = 0x01;
+pub const DUMP_FLAG_VERBOSE_LOGGING: u32 = 0x02;
+pub const DUMP_FLAG_CRASH_REPORT: u32 = 0x04;
 
 /// ProcessInfo's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -381,6 +424,25 @@ impl DiagnosticsClient {
         Err(IpcError::Refused { command: "CollectTracing (versions 5 to 2)", hresult: last.unwrap_or(0) })
     }
 
+    /// Asks the runtime to write a core dump of itself to `path` — a path as the *app* sees it
+    /// (createdump runs in the app's mount namespace). Tries GenerateCoreDump3 (whose error reply
+    /// carries createdump's message), then 2 and 1 while the runtime answers "unknown command".
+    /// Returns the command version the runtime accepted.
+    pub fn write_dump(&self, path: &Path, dump_type: DumpType, flags: u32) -> IpcResult<u8> {
+        let payload = dump_payload(path, dump_type, flags);
+        for version in [3u8, 2, 1] {
+            let mut s = self.connect()?;
+            s.set_read_timeout(Some(DUMP_REPLY_TIMEOUT)).ok();
+            send(&mut s, &message(COMMAND_SET_DUMP, version, &payload), "GenerateCoreDump", &self.path)?;
+            match read_dump_reply(&mut s, &self.path)? {
+                Ok(()) => return Ok(version),
+                Err((E_UNKNOWN_COMMAND, _)) if version > 1 => continue,
+                Err((hresult, message)) => return Err(IpcError::DumpFailed { path: path.into(), hresult, message }),
+            }
+        }
+        unreachable!("version 1 always returns")
+    }
+
     /// Stops a session (sent on a new connection; the session's own stream then ends with EOF).
     pub fn stop_tracing(&self, session_id: u64) -> IpcResult<()> {
         let mut s = self.connect()?;
@@ -438,6 +500,58 @@ fn start_session_on(s: &mut UnixStream, path: &Path, config: &SessionConfig, ver
         Ok(_) => return Err(IpcError::Protocol { command: "CollectTracing", path: path.into(), what: "reply without a session id".into() }),
         Err(h) => Err(h),
     })
+}
+
+/// GenerateCoreDump payload: dump name (UTF-16), u32 dump type, u32 flags (the same for 1…3).
+fn dump_payload(path: &Path, dump_type: DumpType, flags: u32) -> Vec<u8> {
+    let mut p = Vec::new();
+    put_string(&mut p, &path.to_string_lossy());
+    p.extend_from_slice(&(dump_type as u32).to_le_bytes());
+    p.extend_from_slice(&flags.to_le_bytes());
+    p
+}
+
+/// A dump reply: OK, or an error HRESULT with GenerateCoreDump3's message (u32 HRESULT, then a
+/// UTF-16 string; older commands send the HRESULT alone).
+fn read_dump_reply(s: &mut UnixStream, path: &Path) -> IpcResult<std::result::Result<(), (u32, String)>> {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => IpcError::Protocol {
+            command: "GenerateCoreDump",
+            path: path.into(),
+            what: format!("no answer within {DUMP_REPLY_TIMEOUT:?}"),
+        },
+        std::io::ErrorKind::UnexpectedEof => IpcError::Protocol {
+            command: "GenerateCoreDump",
+            path: path.into(),
+            what: "the runtime closed the connection without answering (did the process exit?)".into(),
+        },
+        _ => IpcError::Io { what: "reading the reply to GenerateCoreDump".into(), path: path.into(), source: e },
+    })?;
+    let bad = |what: String| IpcError::Protocol { command: "GenerateCoreDump", path: path.into(), what };
+    if &h[..14] != MAGIC || h[16] != COMMAND_SET_SERVER {
+        return Err(bad(format!("reply header {:02x?}", &h[..18])));
+    }
+    let size = u16::from_le_bytes([h[14], h[15]]) as usize;
+    let mut payload = vec![0u8; size.saturating_sub(HEADER_LEN)];
+    s.read_exact(&mut payload).map_err(io_err("reading the reply to GenerateCoreDump", path))?;
+    match h[17] {
+        RESPONSE_OK => Ok(Ok(())),
+        RESPONSE_ERROR => {
+            let hresult = payload.get(0..4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()));
+            Ok(Err((hresult, dump_error_message(&payload))))
+        }
+        other => Err(bad(format!("reply id {other:#04x}"))),
+    }
+}
+
+/// The message of a GenerateCoreDump3 error reply (after the HRESULT: u32 length, UTF-16); empty
+/// when absent or garbled.
+fn dump_error_message(payload: &[u8]) -> String {
+    let Some(n) = payload.get(4..8).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize) else { return String::new() };
+    let Some(bytes) = payload.get(8..8 + n.saturating_mul(2)) else { return String::new() };
+    let units: Vec<u16> = bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).take_while(|u| *u != 0).collect();
+    String::from_utf16_lossy(&units).trim().to_string()
 }
 
 /// An established session; its connection carries the nettrace stream.
@@ -664,6 +778,25 @@ mod tests {
         let m = message(COMMAND_SET_EVENTPIPE, 3, &p);
         assert_eq!(&m[..14], MAGIC);
         assert_eq!(u16::from_le_bytes([m[14], m[15]]) as usize, m.len());
+    }
+
+    #[test]
+    fn dump_payload_and_error_reply_layout() {
+        let p = dump_payload(Path::new("/d"), DumpType::Heap, DUMP_FLAG_LOGGING);
+        let mut expected = 3u32.to_le_bytes().to_vec();
+        expected.extend_from_slice(&[b'/', 0, b'd', 0, 0, 0]);
+        expected.extend_from_slice(&2u32.to_le_bytes());
+        expected.extend_from_slice(&1u32.to_le_bytes());
+        assert_eq!(p, expected);
+        let mut reply = 0x8000_4005u32.to_le_bytes().to_vec();
+        reply.extend_from_slice(&4u32.to_le_bytes());
+        reply.extend_from_slice(&[b'n', 0, b'o', 0, b'!', 0, 0, 0]);
+        assert_eq!(dump_error_message(&reply), "no!");
+        assert_eq!(dump_error_message(&reply[..4]), "");
+        assert_eq!(dump_error_message(&reply[..10]), "");
+        for t in DumpType::ALL {
+            assert_eq!(DumpType::parse(t.as_str()), Some(t));
+        }
     }
 
     #[test]

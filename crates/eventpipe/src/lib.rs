@@ -5,11 +5,13 @@
 //! - [`decode()`]: a whole trace into events with decoded fields (runtime events by the runtime's
 //!   manifest, EventSource events by their metadata), SampleProfiler samples with managed stacks
 //!   resolved through method load and rundown events, counts and lost events.
+//! - [`counter_series`]: EventCounters (what dotnet-counters shows) from decoded events.
 //! - [`ipc`]: a diagnostics IPC client: socket discovery, ProcessInfo, CollectTracing2…5,
 //!   StopTracing, ResumeRuntime and reverse-connect startup tracing.
 
 // Modules are private: the public surface is the re-exports below, chosen (as samply's
 // fxprof-processed-profile does), so a reuser depends on types, not on this crate's file layout.
+mod counters;
 mod decode;
 mod error;
 mod fxhash;
@@ -24,6 +26,7 @@ mod varint;
 pub mod inspect;
 pub mod ipc;
 
+pub use counters::{COUNTER_EVENT, CounterKind, CounterSample, CounterSeries, RUNTIME_COUNTERS, counter_sample, counter_series, interval_argument};
 pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;

@@ -531,7 +531,11 @@ pub(crate) mod testing {
 
     /// Judges `check` against a run's metrics alone.
     pub fn evaluate_on_metrics(check: &dyn Judge, metrics: &BTreeMap<String, f64>) -> Check {
-        let truth = serde_json::json!({});
+        evaluate_on_metrics_and_truth(check, metrics, serde_json::json!({}))
+    }
+
+    /// Judges `check` against a run's metrics and truth.
+    pub fn evaluate_on_metrics_and_truth(check: &dyn Judge, metrics: &BTreeMap<String, f64>, truth: serde_json::Value) -> Check {
         evaluate(None, None, check, &Evidence { collections: &[], truth: &truth, truths: &BTreeMap::new(), metrics })
     }
 }

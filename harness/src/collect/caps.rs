@@ -102,6 +102,21 @@ impl Matrix {
         self
     }
 
+    /// This table with the rows of the collectors `newer` probed replaced by `newer`'s cells
+    /// (a run over some collectors' every capability set; the other rows stay as measured).
+    pub fn with_rows_of(&self, newer: &Matrix) -> Matrix {
+        let probed: std::collections::BTreeSet<&str> = newer.probes.iter().map(|p| p.collector.as_str()).collect();
+        let mut probes: Vec<Probe> = self.probes.iter().filter(|p| !probed.contains(p.collector.as_str())).cloned().collect();
+        probes.extend(newer.probes.iter().cloned());
+        let order = |p: &Probe| {
+            let kind = CollectorKind::ALL.iter().position(|k| k.as_str() == p.collector).unwrap_or(usize::MAX);
+            (kind, CAP_SETS.iter().position(|(name, _)| *name == p.caps).unwrap_or(usize::MAX))
+        };
+        probes.sort_by_key(order);
+        // The header stays the committed one: the rows of other collectors were measured then.
+        Matrix { least: BTreeMap::new(), probes, ..self.clone() }.with_least()
+    }
+
     pub fn get(&self, collector: &str, caps: &str) -> Option<&Probe> {
         self.probes.iter().find(|p| p.collector == collector && p.caps == caps)
     }
@@ -271,6 +286,17 @@ pub(crate) mod tests {
 
     /// The committed table has the schema, every collector kind × every capability set, a
     /// least set per kind that agrees with its cells, and the error of every failing cell.
+    #[test]
+    fn a_rows_run_replaces_only_its_collectors_rows() {
+        let old = matrix(vec![probe("perf-cpu", "SYS_ADMIN", true), probe("dump", "none", false), probe("lttng", "none", true)]);
+        let newer = matrix(vec![probe("dump", "none", true)]);
+        let merged = old.with_rows_of(&newer);
+        let cells: Vec<(&str, &str, bool)> = merged.probes.iter().map(|p| (p.collector.as_str(), p.caps.as_str(), p.works)).collect();
+        assert_eq!(cells, [("perf-cpu", "SYS_ADMIN", true), ("lttng", "none", true), ("dump", "none", true)]);
+        assert_eq!(merged.least["dump"], "none");
+        assert_eq!(merged.least["perf-cpu"], "SYS_ADMIN");
+    }
+
     #[test]
     fn committed_table_covers_every_collector_and_capability_set() {
         let t = Matrix::committed();

@@ -14,6 +14,12 @@
 //!   sees the app's first managed code. Host targets only (the socket lives in the host's /tmp).
 //! - `rundown` (bool, default true): method/module rundown at the end, which names precompiled
 //!   (ReadyToRun) frames and jitted ones whose load events were not enabled.
+//! - `counter_interval_s` (whole seconds, default 1): the interval of the `counters` profile,
+//!   which enables the runtime's EventCounters (`System.Runtime` with
+//!   `EventCounterIntervalSec=N`, as dotnet-counters does). Every counter in a trace becomes the
+//!   metrics `counter.NAME.median|min|max|samples`, and for a sum counter (a rate: exceptions,
+//!   GCs, bytes allocated per interval) also `counter.NAME.total` (its growth over the session)
+//!   and `counter.NAME.rate` (total over the seconds covered).
 //!
 //! Frames are named `Namespace.Type::Method(params)` (the perf-map spelling without its
 //! `[module]` prefix and code-version tag), `dso` is the module (`System.Private.CoreLib`), class
@@ -51,10 +57,17 @@ pub fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
         "gc" => vec![Provider::new(RUNTIME, 0x1, 5)],
         "exceptions" => vec![Provider::new(RUNTIME, 0x8000, 4)],
         "contention" => vec![Provider::new(RUNTIME, 0x4000, 4)],
+        // dotnet-counters' default: every counter of the runtime's EventSource.
+        "counters" => vec![Provider {
+            name: eventpipe::RUNTIME_COUNTERS.into(),
+            keywords: 0xffff_ffff,
+            level: 5,
+            arguments: eventpipe::interval_argument(1),
+        }],
         "cpu-sampling" => bail!(
             "`cpu-sampling` is dotnet-trace's name for kernel sampling (collect-linux); our EventPipe profile is `thread-time`"
         ),
-        other => bail!("unknown eventpipe profile `{other}`: expected thread-time, gc, exceptions or contention"),
+        other => bail!("unknown eventpipe profile `{other}`: expected thread-time, gc, exceptions, contention or counters"),
     })
 }
 
@@ -95,6 +108,10 @@ pub struct EventPipeOptions {
     /// Start the app suspended on our own diagnostics port, so the session sees its start-up.
     #[serde(default)]
     pub startup: bool,
+    /// Seconds between two EventCounters reports of the `counters` profile (whole seconds: the
+    /// runtime's counter poller truncates the interval to them).
+    #[serde(default)]
+    pub counter_interval_s: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -122,7 +139,7 @@ pub struct EventPipeCollector {
 
 /// The capability probe: GC events, which the gc-heavy probe app raises at once.
 pub fn probe_options() -> EventPipeOptions {
-    EventPipeOptions { profile: Some("gc".into()), providers: None, rundown: true, startup: false }
+    EventPipeOptions { profile: Some("gc".into()), providers: None, rundown: true, startup: false, counter_interval_s: None }
 }
 
 pub fn from_spec(name: &str, options: &EventPipeOptions) -> Result<Box<dyn Collector>> {
@@ -135,6 +152,15 @@ impl EventPipeCollector {
         let profiles = options.profile.as_deref().unwrap_or("");
         for profile in profiles.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             providers.extend(profile_providers(profile)?);
+        }
+        if let Some(interval) = options.counter_interval_s {
+            let Some(counters) = providers.iter_mut().find(|p| p.name == eventpipe::RUNTIME_COUNTERS) else {
+                bail!("collector `{name}`: `counter_interval_s` goes with `profile = \"counters\"`");
+            };
+            if !(1..=3600).contains(&interval) {
+                bail!("collector `{name}`: `counter_interval_s` is 1–3600 whole seconds, got {interval}");
+            }
+            counters.arguments = eventpipe::interval_argument(interval);
         }
         for p in items(&options.providers) {
             providers.push(p.parse::<Provider>().with_context(|| format!("collector `{name}`"))?);
@@ -340,7 +366,26 @@ pub fn decode_nettrace(path: &Path, collector: &str) -> Result<Collection> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let decoded = eventpipe::decode(std::io::BufReader::new(file), &eventpipe::DecodeOptions::default())
         .with_context(|| format!("decoding {}", path.display()))?;
-    Ok(to_collection(decoded, collector))
+    let counters = eventpipe::counter_series(&decoded.events).with_context(|| format!("reading the counters in {}", path.display()))?;
+    let mut coll = to_collection(decoded, collector);
+    add_counter_metrics(&mut coll.metrics, &counters);
+    Ok(coll)
+}
+
+/// `counter.NAME.median|min|max|samples` of every counter, plus `total` and `rate` of a sum
+/// counter (see the module docs).
+pub fn add_counter_metrics(m: &mut std::collections::BTreeMap<String, f64>, counters: &[eventpipe::CounterSeries]) {
+    for c in counters {
+        let key = |stat: &str| format!("counter.{}.{stat}", c.name);
+        m.insert(key("median"), c.median());
+        m.insert(key("min"), c.min());
+        m.insert(key("max"), c.max());
+        m.insert(key("samples"), c.samples.len() as f64);
+        if c.kind == eventpipe::CounterKind::Sum {
+            m.insert(key("total"), c.total());
+            m.insert(key("rate"), c.total() / c.seconds());
+        }
+    }
 }
 
 /// Turns a decoded trace into the model (see the module docs for the frame naming).

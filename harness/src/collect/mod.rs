@@ -8,6 +8,7 @@ pub mod offcpu;
 pub mod eventpipe;
 pub mod dotnet_trace;
 pub mod lttng;
+pub mod dump;
 #[cfg(test)]
 pub(crate) mod perf_fixtures;
 #[cfg(test)]
@@ -76,5 +77,6 @@ pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
         CollectorOptions::EventPipe(o) => eventpipe::from_spec(name, o)?,
         CollectorOptions::DotnetTrace(o) => dotnet_trace::from_spec(name, o)?,
         CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,
+        CollectorOptions::Dump(o) => dump::from_spec(name, o)?,
     })
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{dotnet_trace, eventpipe, lttng, offcpu, perf};
+use super::{dotnet_trace, dump, eventpipe, lttng, offcpu, perf};
 
 /// One collector of a scenario: the common keys plus the kind with its options.
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +41,8 @@ pub enum CollectorOptions {
     DotnetTrace(dotnet_trace::DotnetTraceOptions),
     #[serde(rename = "lttng")]
     Lttng(lttng::LttngOptions),
+    #[serde(rename = "dump")]
+    Dump(dump::DumpOptions),
 }
 
 /// A collector kind without its options: what results, manifests and the capability table name.
@@ -51,16 +53,18 @@ pub enum CollectorKind {
     EventPipe,
     DotnetTrace,
     Lttng,
+    Dump,
 }
 
 impl CollectorKind {
     /// Every kind, in the order tables list them.
-    pub const ALL: [CollectorKind; 5] = [
+    pub const ALL: [CollectorKind; 6] = [
         CollectorKind::PerfCpu,
         CollectorKind::PerfOffcpu,
         CollectorKind::Lttng,
         CollectorKind::EventPipe,
         CollectorKind::DotnetTrace,
+        CollectorKind::Dump,
     ];
 
     /// The scenario's `kind` string, also the collector's default name in results.
@@ -71,6 +75,7 @@ impl CollectorKind {
             CollectorKind::EventPipe => "eventpipe",
             CollectorKind::DotnetTrace => "dotnet-trace",
             CollectorKind::Lttng => "lttng",
+            CollectorKind::Dump => "dump",
         }
     }
 
@@ -92,6 +97,7 @@ impl CollectorKind {
             CollectorKind::EventPipe => CollectorOptions::EventPipe(eventpipe::probe_options()),
             CollectorKind::DotnetTrace => CollectorOptions::DotnetTrace(dotnet_trace::probe_options()),
             CollectorKind::Lttng => CollectorOptions::Lttng(lttng::probe_options()),
+            CollectorKind::Dump => CollectorOptions::Dump(dump::probe_options()),
         })
     }
 
@@ -104,6 +110,7 @@ impl CollectorKind {
             CollectorKind::EventPipe => eventpipe::DEFAULT_CAPABILITIES,
             CollectorKind::DotnetTrace => dotnet_trace::DEFAULT_CAPABILITIES,
             CollectorKind::Lttng => lttng::DEFAULT_CAPABILITIES,
+            CollectorKind::Dump => dump::DEFAULT_CAPABILITIES,
         }
     }
 }
@@ -122,6 +129,7 @@ impl CollectorOptions {
             CollectorOptions::EventPipe(_) => CollectorKind::EventPipe,
             CollectorOptions::DotnetTrace(_) => CollectorKind::DotnetTrace,
             CollectorOptions::Lttng(_) => CollectorKind::Lttng,
+            CollectorOptions::Dump(_) => CollectorKind::Dump,
         }
     }
 }

@@ -165,7 +165,8 @@ pub fn run_default() -> Result<PathBuf> {
 }
 
 /// `cargo xtask matrix caps`: probes, prints each cell as it ends and the table, writes the result
-/// folder, and rewrites the committed table when `rewrite_table` (a full run of the default suite).
+/// folder, and rewrites the committed table when `rewrite_table` (a run of the default suite over
+/// every capability set: all collectors, or the rows of the collectors it probed).
 pub fn run_and_print(options: &MatrixOptions, rewrite_table: bool) -> Result<()> {
     let table = run_matrix(options, &mut |p| {
         let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
@@ -175,7 +176,10 @@ pub fn run_and_print(options: &MatrixOptions, rewrite_table: bool) -> Result<()>
     println!("\n{}", table.markdown());
     println!("written to {}", dir.display());
     if rewrite_table {
-        println!("committed table rewritten: {}", write_table(&table)?.display());
+        // A run over some collectors' every set replaces their rows only.
+        let whole = CollectorKind::ALL.iter().all(|k| options.collectors.contains(k));
+        let merged = if whole { table } else { Matrix::committed().with_rows_of(&table) };
+        println!("committed table rewritten: {}", write_table(&merged)?.display());
     }
     Ok(())
 }

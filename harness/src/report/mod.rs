@@ -136,6 +136,7 @@ pub fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
             "thread time: SampleProfiler samples every managed thread, running or blocked"
         }
         CollectorKind::Lttng => "runtime events (no stacks)",
+        CollectorKind::Dump => "core dumps: the threads and mapped files each dump lists (no samples)",
     }
 }
 

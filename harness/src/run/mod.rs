@@ -426,7 +426,9 @@ impl Target for HostTarget {
         loop {
             if let Some(status) = child.try_wait()? {
                 app.drain_output();
-                return Ok(status.code().unwrap_or(-1));
+                // A death by signal reads as a shell reports it (128 + signal), as in a container.
+                use std::os::unix::process::ExitStatusExt as _;
+                return Ok(status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1));
             }
             if Instant::now() >= deadline {
                 let _ = child.kill();

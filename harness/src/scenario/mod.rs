@@ -93,6 +93,11 @@ pub struct Scenario {
     /// Hard limit for the app's run, seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: u64,
+    /// The app is meant to die of an unhandled exception (the runtime aborts it: SIGABRT, exit
+    /// code 134): that exit is then its success, and any other exit a failure (e.g. the crash
+    /// case of a `dump` collector with `trigger = "crash"`).
+    #[serde(default)]
+    pub expect_crash: bool,
     #[serde(rename = "collector", default)]
     pub collectors: Vec<CollectorSpec>,
     #[serde(rename = "expect", default)]
@@ -181,6 +186,7 @@ impl Scenario {
             image: None,
             capabilities: None,
             timeout_s: default_timeout(),
+            expect_crash: false,
             collectors: Vec::new(),
             expectations: Vec::new(),
             notes: Vec::new(),
@@ -302,6 +308,12 @@ impl Scenario {
         for (i, c) in self.collectors.iter().enumerate() {
             // Each collector's own option checks (ranges, profiles, event names), at load.
             crate::collect::from_spec(c).map_err(|e| at(path!("collector", i), e))?;
+            if let crate::collect::CollectorOptions::Dump(d) = &c.options
+                && d.trigger == crate::collect::dump::Trigger::Crash
+                && !self.expect_crash
+            {
+                return Err(at(path!("collector", i), anyhow!("a `dump` collector with `trigger = \"crash\"` waits for the app to crash: set `expect_crash = true` at the top of the scenario")));
+            }
             if !names.insert(c.name().to_string()) {
                 return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
             }

@@ -156,3 +156,15 @@ fn on_vs_off_cpu_host_with_each_collectors_view() {
         assert!(c.values["ratio"] >= 0.99 && c.values["frames"] >= 1000.0, "{name}: {}", c.measured);
     }
 }
+
+// Dumps through our IPC client (mini, heap, full: ~10 s a run) and the runtime's crash dump
+// (~4 s), and the runtime's counters (~10 s), on each target.
+passes!(dumps_host, "dumps", host);
+passes!(dumps_container, "dumps", Container);
+passes!(dumps_sidecar, "dumps", Sidecar);
+passes!(dumps_crash_host, "dumps-crash", host);
+passes!(dumps_crash_container, "dumps-crash", Container);
+passes!(dumps_crash_sidecar, "dumps-crash", Sidecar);
+passes!(counters_host, "counters", host);
+passes!(counters_container, "counters", Container);
+passes!(counters_sidecar, "counters", Sidecar);
