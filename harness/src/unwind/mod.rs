@@ -115,6 +115,9 @@ pub struct UnwoundSample {
     pub sched_switch: Option<SchedSwitch>,
     /// User stack bytes perf captured (dyn size), for the cost report.
     pub user_stack_bytes: u64,
+    /// The raw tracepoint record of a tracepoint sample other than sched_switch (whose fields
+    /// are in `sched_switch`), empty otherwise: read its fields with [`Unwound::formats`].
+    pub raw: Vec<u8>,
 }
 
 /// A PERF_RECORD_SWITCH (`--switch-events`): the monitored thread went off (`out`) or came
@@ -142,6 +145,51 @@ pub struct Unwound {
     /// Mapped files that could not be read (their frames stay unnamed and unwind by frame
     /// pointer), with why.
     pub missing_images: BTreeMap<String, String>,
+    /// Field layouts (name → (offset, size)) of the recorded tracepoints, by event name as in
+    /// `event_names`, from the format perf saved in HEADER_TRACING_DATA.
+    pub formats: BTreeMap<String, TracepointFormat>,
+}
+
+/// A tracepoint's fields: name → (offset, size) in the raw record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TracepointFormat {
+    pub fields: BTreeMap<String, (usize, usize)>,
+}
+
+impl TracepointFormat {
+    /// Reads the `format:` block of tracepoint `name` (without its system) from perf's saved
+    /// tracing data.
+    pub fn from_tracing_data(data: &[u8], name: &str) -> Option<TracepointFormat> {
+        let needle = format!("name: {name}\n");
+        let at = data.windows(needle.len()).position(|w| w == needle.as_bytes())?;
+        let rest = &data[at..data.len().min(at + 8192)];
+        let text = String::from_utf8_lossy(rest);
+        let text = text.split("print fmt").next()?;
+        let mut fields = BTreeMap::new();
+        for line in text.lines().filter(|l| l.trim_start().starts_with("field:")) {
+            let num = |key: &str| -> Option<usize> { line.split(key).nth(1)?.split(';').next()?.trim().parse().ok() };
+            let decl = line.trim_start().trim_start_matches("field:").split(';').next().unwrap_or("");
+            // `char comm[16]`, `pid_t pid`, `const char * filename`: the name is the last word
+            // before any array bound.
+            let name = decl.split('[').next().unwrap_or(decl).trim().rsplit([' ', '*']).next().unwrap_or("");
+            let (false, Some(off), Some(size)) = (name.is_empty(), num("offset:"), num("size:")) else { continue };
+            fields.insert(name.to_string(), (off, size));
+        }
+        (!fields.is_empty()).then_some(TracepointFormat { fields })
+    }
+
+    /// An unsigned little-endian field of a raw record (sizes 1, 2, 4, 8).
+    pub fn read_u64(&self, raw: &[u8], field: &str) -> Option<u64> {
+        let (off, size) = *self.fields.get(field)?;
+        let b = raw.get(off..off.checked_add(size)?)?;
+        Some(match size {
+            1 => b[0] as u64,
+            2 => u16::from_le_bytes(b.try_into().ok()?) as u64,
+            4 => u32::from_le_bytes(b.try_into().ok()?) as u64,
+            8 => u64::from_le_bytes(b.try_into().ok()?),
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone)]
@@ -321,6 +369,8 @@ impl<'a> StackUnwinder<'a> {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.mappings.clear();
             p.dirty = true;
+            // The new program has no JIT code: the parent's perf map (inherited at fork) is void.
+            p.perf_map = Some(Arc::new(RangeNames::default()));
         }
     }
 
@@ -330,6 +380,11 @@ impl<'a> StackUnwinder<'a> {
             return;
         }
         let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
+        // A forked (or vforked) child runs its parent's JIT code until it execs: the parent's
+        // perf map names it (Process.Start's child reaches execve through managed frames).
+        if let Some(map) = self.opts.perf_maps.get(&parent).cloned() {
+            self.opts.perf_maps.entry(pid).or_insert(map);
+        }
         self.processes.insert(pid, Process { mappings, dirty: true, ..Default::default() });
     }
 
@@ -569,8 +624,20 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
         .unwrap_or(SchedSwitchLayout::DEFAULT);
     let switch_attr: BTreeSet<usize> =
         event_names.iter().enumerate().filter(|(_, n)| n.ends_with("sched_switch")).map(|(i, _)| i).collect();
+    let formats: BTreeMap<String, TracepointFormat> = perf_file
+        .feature_section_data(linux_perf_data::Feature::TRACING_DATA)
+        .map(|data| {
+            event_names
+                .iter()
+                .filter_map(|n| {
+                    let short = n.rsplit(':').next()?;
+                    Some((n.clone(), TracepointFormat::from_tracing_data(data, short)?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
 
-    let mut out = Unwound { event_names, first_time_ns: u64::MAX, ..Default::default() };
+    let mut out = Unwound { event_names, formats, first_time_ns: u64::MAX, ..Default::default() };
     loop {
         let record = match record_iter.next_record(&mut perf_file) {
             Ok(Some(r)) => r,
@@ -630,6 +697,10 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                 } else {
                     None
                 };
+                let raw = match (&sched_switch, &s.raw) {
+                    (None, Some(r)) => r.as_slice().to_vec(),
+                    _ => Vec::new(),
+                };
                 let (frames, user_frames, end, user_stack_bytes) = unwinder.sample_frames(&s);
                 out.samples.push(UnwoundSample {
                     event: attr_index,
@@ -643,6 +714,7 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                     end,
                     sched_switch,
                     user_stack_bytes,
+                    raw,
                 });
             }
             _ => {}
