@@ -9,7 +9,8 @@
 //   PipeRoundTrips   writes and reads --round-trips small messages through an anonymous pipe
 //                    (write(2) in WritePipe, read(2) in ReadPipe; not counted exactly: the
 //                    runtime itself reads and writes too)
-// The methods run one after the other on thread `events-0`, --rounds times in the measured phase;
+// The methods run one after the other on thread `events-0`, --rounds times in the measured phase,
+// pausing --pause-ms after each call (a tracer copying a stack per call keeps up);
 // each is also called once in the warm-up, so first-use work (assembly loads opening files, the
 // child-reaping thread) stays out of the counts.
 using System.Diagnostics;
@@ -25,7 +26,7 @@ public static class SystemEvents
 {
     sealed class Setup
     {
-        public int Files, Connections, Children, RoundTrips, Rounds;
+        public int Files, Connections, Children, RoundTrips, Rounds, PauseMs;
         public string Dir = "";
         public string Child = "/bin/true";
         public TcpListener Listener = null!;
@@ -48,6 +49,7 @@ public static class SystemEvents
             Children = ctx.Options.GetInt("children", 5),
             RoundTrips = ctx.Options.GetInt("round-trips", 200),
             Rounds = ctx.Options.GetInt("rounds", 3),
+            PauseMs = ctx.Options.GetInt("pause-ms", 1),
             Child = ctx.Options.GetString("child") ?? "/bin/true",
         };
         if (s.Files < 0 || s.Connections < 0 || s.Children < 0 || s.RoundTrips < 0 || s.Rounds <= 0)
@@ -111,7 +113,8 @@ public static class SystemEvents
     {
         for (var i = 0; i < n; i++)
         {
-            using var f = new FileStream(Path.Combine(s.Dir, $"f{i}"), FileMode.Open, FileAccess.Read, FileShare.Read, 1, FileOptions.None);
+            using (new FileStream(Path.Combine(s.Dir, $"f{i}"), FileMode.Open, FileAccess.Read, FileShare.Read, 1, FileOptions.None)) { }
+            Pause(s);
         }
         return n;
     }
@@ -124,6 +127,7 @@ public static class SystemEvents
         {
             using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
             socket.Connect(new IPEndPoint(IPAddress.Loopback, port));
+            Pause(s);
         }
         return n;
     }
@@ -152,6 +156,7 @@ public static class SystemEvents
                 ?? throw new InvalidOperationException($"Process.Start({s.Child}) started nothing");
             p.WaitForExit();
             if (p.ExitCode != 0) throw new InvalidOperationException($"{s.Child} exited with {p.ExitCode}");
+            Pause(s);
         }
         return n;
     }
@@ -164,8 +169,14 @@ public static class SystemEvents
         {
             WritePipe(s.PipeWriter, buffer);
             ReadPipe(s.PipeReader, buffer);
+            Pause(s);
         }
         return n;
+    }
+
+    static void Pause(Setup s)
+    {
+        if (s.PauseMs > 0) Thread.Sleep(s.PauseMs);
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]

@@ -94,6 +94,11 @@ impl Judge for StackCountCheck {
         if let Some(t) = truth_value {
             check = check.value("truth", t);
         }
+        // A lost record may be a missed call: a count that falls short with losses decides nothing.
+        if c.lost_events > 0 && check.verdict == super::Verdict::Fail && truth_value.is_some_and(|t| (hit as f64) < t) {
+            let reason = format!("the collector lost {} records, any of which may be a missed call", c.lost_events);
+            check = super::sufficiency::inconclusive(check, reason);
+        }
         Ok(check)
     }
 }
@@ -124,7 +129,10 @@ mod tests {
         assert!(ok.measured.contains("3 of 4") && ok.measured.contains("W::Load() ×1"), "{}", ok.measured);
         assert_eq!(evaluate_on(&check(Some("n"), None), &[c.clone()], serde_json::json!({"n": 4})).verdict, Verdict::Fail);
         assert_eq!(evaluate_on(&check(Some("n"), Some(1)), &[c.clone()], serde_json::json!({"n": 4})).verdict, Verdict::Pass);
-        assert_eq!(evaluate_on(&check(Some("n"), None), &[c], serde_json::json!({"n": 0})).verdict, Verdict::Fail);
+        assert_eq!(evaluate_on(&check(Some("n"), None), &[c.clone()], serde_json::json!({"n": 0})).verdict, Verdict::Fail);
+        c.lost_events = 2;
+        assert_eq!(evaluate_on(&check(Some("n"), None), &[c.clone()], serde_json::json!({"n": 4})).verdict, Verdict::Inconclusive);
+        assert_eq!(evaluate_on(&check(Some("n"), None), &[c], serde_json::json!({"n": 2})).verdict, Verdict::Fail, "more than truth is wrong whatever was lost");
     }
 
     #[test]

@@ -496,6 +496,12 @@ impl<'a> StackUnwinder<'a> {
         }
     }
 
+    /// Whether `ip` of process `pid` is in glibc's vfork (whose return address is in %rdi).
+    fn in_vfork(&mut self, pid: u32, ip: u64) -> bool {
+        let name = self.user_frame(pid, ip, false).name;
+        matches!(name.as_deref(), Some("__libc_vfork" | "vfork" | "__vfork"))
+    }
+
     pub fn kernel_frame(&self, addr: u64) -> Frame {
         let name = self.opts.kallsyms.as_ref().and_then(|k| k.lookup(addr)).map(str::to_string);
         Frame { name, dso: Some("[kernel.kallsyms]".into()), class: DsoClass::Kernel, addr }
@@ -530,6 +536,7 @@ impl<'a> StackUnwinder<'a> {
                 r.get(reader::constants::PERF_REG_X86_BP)?,
             ))
         });
+        let rdi = s.user_regs.as_ref().and_then(|r| r.get(reader::constants::PERF_REG_X86_DI));
         let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
             let bytes = data.as_slice();
             let n = (*dyn_size as usize).min(bytes.len());
@@ -537,7 +544,20 @@ impl<'a> StackUnwinder<'a> {
         });
         let (user, end, stack_len) = match (regs, stack) {
             (Some((ip, sp, bp)), Some(stack)) if self.wants(pid) && ip != 0 => {
-                let (user, end) = self.unwind_user(pid, ip, sp, bp, &stack);
+                let (user, end) = match rdi.filter(|_| self.in_vfork(pid, ip)) {
+                    // glibc's vfork pops its return address into %rdi before the system call
+                    // (the child must not overwrite it on the shared stack); its CFI says so, but
+                    // the unwinder follows only ip/sp/bp: continue from %rdi with the same sp.
+                    Some(ret) => {
+                        let (mut rest, end) = self.unwind_user(pid, ret, sp, bp, &stack);
+                        if let Some(first) = rest.first_mut() {
+                            first.1 = true;
+                        }
+                        rest.insert(0, (ip, false));
+                        (rest, end)
+                    }
+                    None => self.unwind_user(pid, ip, sp, bp, &stack),
+                };
                 (user, end, stack.len() as u64)
             }
             _ => {
