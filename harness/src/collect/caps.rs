@@ -102,6 +102,18 @@ impl Matrix {
         self
     }
 
+    /// This table with the rows of the collectors `probed` measured replaced by (or added as)
+    /// those cells; other collectors' rows and the header stay as they were: a run over some
+    /// collectors updates their rows without re-probing every other collector.
+    pub fn with_rows_of(&self, probed: &Matrix) -> Matrix {
+        let replaced: std::collections::BTreeSet<&str> = probed.probes.iter().map(|p| p.collector.as_str()).collect();
+        let mut out = self.clone();
+        out.probes.retain(|p| !replaced.contains(p.collector.as_str()));
+        out.probes.extend(probed.probes.iter().cloned());
+        out.least.retain(|k, _| !replaced.contains(k.as_str()));
+        out.with_least()
+    }
+
     pub fn get(&self, collector: &str, caps: &str) -> Option<&Probe> {
         self.probes.iter().find(|p| p.collector == collector && p.caps == caps)
     }
@@ -245,6 +257,17 @@ pub(crate) mod tests {
     }
 
 
+
+    #[test]
+    fn rows_of_a_partial_run_replace_only_their_collectors() {
+        let committed = matrix(vec![probe("lttng", "none", true), probe("perf-cpu", "none", false), probe("perf-cpu", "SYS_ADMIN", true)]);
+        let partial = matrix(vec![probe("perf-cpu", "none", true), probe("perf-syscalls", "SYS_ADMIN", true)]);
+        let merged = committed.with_rows_of(&partial);
+        assert_eq!(merged.probes.len(), 3);
+        assert_eq!(merged.least["perf-cpu"], "none");
+        assert_eq!(merged.least["perf-syscalls"], "SYS_ADMIN");
+        assert_eq!(merged.least["lttng"], "none");
+    }
 
     #[test]
     fn unknown_cap_set_is_named() {

@@ -12,6 +12,8 @@ pub mod eventpipe;
 pub mod dotnet_trace;
 pub mod lttng;
 #[cfg(test)]
+mod malformed;
+#[cfg(test)]
 mod perf_fixtures;
 #[cfg(test)]
 mod perf_script_names;

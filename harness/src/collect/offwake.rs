@@ -207,17 +207,22 @@ impl Collector for OffWakeCollector {
         } else {
             None
         };
-        let wakeups = join_wakeups(&app, wakers.as_ref(), &app_pids)?;
+        let wakeups = join_wakeups(&app, wakers.as_ref(), &app_pids)
+            .map_err(|e| e.context(format!("{} (with {})", app_data.display(), wakers_data.display())))?;
         let tsv = ctx.artifacts.join(format!("{}.wakeups.tsv", self.name));
         std::fs::write(&tsv, wakeups_tsv(&wakeups)).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tsv.display()))?;
         let mut collection = offwake_collection(&self.name, &app, &wakeups, &app_pids);
         let m = &mut collection.metrics;
         m.insert("perf_data_bytes".into(), std::fs::metadata(&app_data).map(|m| m.len()).unwrap_or(0) as f64);
+        let mut recorded = app.samples.len() + app.switches.len();
         if let Some(w) = &wakers {
             m.insert("wakers_perf_data_bytes".into(), std::fs::metadata(&wakers_data).map(|m| m.len()).unwrap_or(0) as f64);
             m.insert("wakers_system_wide_events".into(), w.samples.len() as f64);
+            recorded += w.samples.len();
             collection.lost_events += w.lost;
         }
+        // Every record written (the cost): app switch-outs and wakings, switch-ins, system-wide wakings.
+        collection.metrics.insert("events_recorded".into(), recorded as f64);
         Ok(collection)
     }
 

@@ -187,6 +187,7 @@ pub fn syscalls_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u3
     }
     unwind::completeness_of_unwound(unwound.samples.iter()).add_metrics(&mut collection.metrics);
     collection.metrics.insert("samples_total".into(), collection.samples.len() as f64);
+    collection.metrics.insert("events_recorded".into(), unwound.samples.len() as f64);
     collection.metrics.insert("images_unreadable".into(), unwound.missing_images.len() as f64);
     collection
 }
