@@ -448,17 +448,48 @@ impl<'a> StackUnwinder<'a> {
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let mut frames = Vec::new();
-        let mut iter = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), &mut self.cache, &mut read_stack);
+        let process = self.processes.get(&pid).expect("unwinder exists, so the process does");
+        let in_pe = |addr: u64| {
+            process.modules.iter().any(|(r, image, _)| r.contains(&addr) && matches!(image.format, ImageFormat::Pe))
+        };
+        let perf_map = process.perf_map.clone();
+        let plausible = |addr: u64| {
+            process.mapping(addr).is_some_and(|m| m.exec) || perf_map.as_ref().is_some_and(|m| m.lookup(addr).is_some())
+        };
+        let mut frames = vec![(ip, false)];
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = framehop::FrameAddress::from_instruction_pointer(ip);
         let end = loop {
             if frames.len() >= max {
                 break StackEnd::TooDeep;
             }
-            match iter.next() {
-                Ok(Some(f)) => frames.push((f.address(), f.is_return_address())),
-                Ok(None) => break StackEnd::Root,
+            let before = regs.clone();
+            let step = unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read_stack);
+            let lookup = address.address_for_lookup();
+            let ret = match step {
+                // A ReadyToRun method whose unwind info leads nowhere (a P/Invoke with an inlined
+                // transition frame, Process.Start's ForkAndExecProcess, gives a zero or unmapped
+                // return address): its frame is rbp-based like the JIT's, so step by frame pointer.
+                Ok(r) if in_pe(lookup) && r.is_none_or(|a| !plausible(a)) => {
+                    let bp = before.bp();
+                    match (read_stack(bp.wrapping_add(8)), read_stack(bp)) {
+                        (Ok(ret), Ok(next_bp)) if bp > before.sp() && plausible(ret) => {
+                            regs = UnwindRegsX86_64::new(ret, bp + 16, next_bp);
+                            Some(ret)
+                        }
+                        _ => r,
+                    }
+                }
+                Ok(r) => r,
                 Err(e) => break StackEnd::Truncated(e.to_string()),
+            };
+            let Some(ret) = ret else { break StackEnd::Root };
+            if regs.sp() <= before.sp() && frames.len() > 1 {
+                break StackEnd::Truncated("the stack pointer did not move up".into());
             }
+            let Some(next) = framehop::FrameAddress::from_return_address(ret) else { break StackEnd::Root };
+            frames.push((ret, true));
+            address = next;
         };
         (frames, end)
     }
