@@ -71,7 +71,7 @@ impl CallGraph {
         bail!("call_graph `{s}`: expected \"dwarf,BYTES\" (e.g. dwarf,16384) or \"fp\"")
     }
 
-    fn perf_arg(&self) -> String {
+    pub fn perf_arg(&self) -> String {
         match self {
             CallGraph::Dwarf(n) => format!("dwarf,{n}"),
             CallGraph::FramePointer => "fp".into(),
@@ -173,17 +173,12 @@ impl Collector for OffCpuCollector {
     }
 
     fn app_env(&self) -> Vec<(String, String)> {
-        vec![
-            ("DOTNET_PerfMapEnabled".into(), "1".into()),
-            ("DOTNET_EnableWriteXorExecute".into(), "0".into()),
-        ]
+        perf_record::perf_map_env()
     }
 
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         perf_record::ensure_tracefs(target, app, "sched:sched_switch", &mut self.commands)?;
-        if app.container_id.is_some() {
-            self.target_root = std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok();
-        }
+        self.target_root = perf_record::open_target_root(app);
         let host_output = artifacts.join(&self.data_file);
         let mut argv: Vec<String> = vec![
             perf_record::perf_binary(self.perf_binary.as_deref(), app)?,

@@ -48,6 +48,19 @@ pub fn perf_binary(configured: Option<&str>, app: &RunningApp) -> Result<String>
     })
 }
 
+/// The app environment the perf collectors that walk managed stacks need: the JIT's perf map,
+/// and W^X off (with it on, JIT code runs from a memfd alias no perf map describes).
+pub fn perf_map_env() -> Vec<(String, String)> {
+    vec![("DOTNET_PerfMapEnabled".into(), "1".into()), ("DOTNET_EnableWriteXorExecute".into(), "0".into())]
+}
+
+/// The app's root directory held open from the start (containers only): its files (libc, the
+/// runtime) stay readable through it after the app and its container are gone.
+pub fn open_target_root(app: &RunningApp) -> Option<std::fs::File> {
+    app.container_id.as_ref()?;
+    std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok()
+}
+
 /// Where the tools of `app`'s target see a file the engine put in the artifacts folder: the
 /// engine makes that folder the app's work dir, which containers see at `work_dir_in_target`.
 pub fn target_view(host: &Path, app: &RunningApp) -> PathBuf {

@@ -102,17 +102,12 @@ impl Collector for SyscallsCollector {
     }
 
     fn app_env(&self) -> Vec<(String, String)> {
-        vec![
-            ("DOTNET_PerfMapEnabled".into(), "1".into()),
-            ("DOTNET_EnableWriteXorExecute".into(), "0".into()),
-        ]
+        perf_record::perf_map_env()
     }
 
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         perf_record::ensure_tracefs(target, app, "syscalls:sys_enter_*", &mut self.commands)?;
-        if app.container_id.is_some() {
-            self.target_root = std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok();
-        }
+        self.target_root = perf_record::open_target_root(app);
         let out = self.data(artifacts);
         let mut argv: Vec<String> =
             vec![perf_record::perf_binary(self.options.perf_binary.as_deref(), app)?, "record".into(), "-k".into(), "1".into()];
@@ -121,10 +116,7 @@ impl Collector for SyscallsCollector {
         }
         argv.extend([
             "--call-graph".into(),
-            match &self.call_graph {
-                CallGraph::Dwarf(n) => format!("dwarf,{n}"),
-                CallGraph::FramePointer => "fp".into(),
-            },
+            self.call_graph.perf_arg(),
         ]);
         if let Some(pages) = self.options.mmap_pages.or_else(|| offcpu::default_mmap_pages(app)) {
             argv.extend(["-m".into(), pages.to_string()]);
