@@ -266,18 +266,25 @@ impl Needs {
         // a host target needs them on the host.
         for kind in kinds.iter().filter(|_| target == TargetKind::Host) {
             match kind {
-                CollectorKind::PerfCpu | CollectorKind::PerfOffcpu => needs.add(PERF),
+                CollectorKind::PerfCpu | CollectorKind::PerfOffcpu | CollectorKind::PerfOffwake | CollectorKind::PerfSyscalls => {
+                    needs.add(PERF)
+                }
                 CollectorKind::Lttng => needs.add(LTTNG),
                 // EventPipe is our own client; dotnet-trace comes from the offline NuGet feed.
                 // Dumps: our client, and the runtime's own createdump.
                 CollectorKind::EventPipe | CollectorKind::DotnetTrace | CollectorKind::Dump => {}
             }
         }
-        if kinds.contains(&CollectorKind::PerfOffcpu) {
-            needs.tracefs = Some("perf-offcpu records sched:sched_switch from tracefs");
+        let tracepoint_kinds = [CollectorKind::PerfOffcpu, CollectorKind::PerfOffwake, CollectorKind::PerfSyscalls];
+        if let Some(kind) = tracepoint_kinds.iter().find(|k| kinds.contains(k)) {
+            needs.tracefs = Some(match kind {
+                CollectorKind::PerfOffcpu => "perf-offcpu records sched:sched_switch from tracefs",
+                CollectorKind::PerfOffwake => "perf-offwake records sched:sched_switch and sched:sched_waking from tracefs",
+                _ => "perf-syscalls records syscalls:sys_enter_* from tracefs",
+            });
         }
         if target != TargetKind::Host {
-            if kinds.contains(&CollectorKind::PerfOffcpu) {
+            if tracepoint_kinds.iter().any(|k| kinds.contains(k)) {
                 needs.perf_buffers = Some(OFFCPU_BUFFERS);
             }
             needs.docker = Some("the container / sidecar target runs the app in Docker");

@@ -61,10 +61,13 @@ fn print_cells(cells: Vec<String>) -> Result<()> {
 
 fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: bool) -> Result<()> {
     // Only a run over every cell of the default suite may replace the committed table (its test
-    // checks coverage; container runs default to that suite).
-    let full = collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
-    // Some collectors over every set of the default suite: their rows are replaced.
-    let rows = !collectors.is_empty() && caps.is_empty() && suite == harness::image::DEFAULT_SUITE;
+    // checks coverage; container runs default to that suite); one over every capability set of
+    // some collectors replaces their rows.
+    let update = match (suite == harness::image::DEFAULT_SUITE && caps.is_empty(), collectors.is_empty()) {
+        (true, true) => matrix::caps::TableUpdate::Whole,
+        (true, false) => matrix::caps::TableUpdate::Rows,
+        (false, _) => matrix::caps::TableUpdate::Keep,
+    };
     let mut options = matrix::caps::MatrixOptions { suite, ..Default::default() };
     if !collectors.is_empty() {
         options.collectors = collectors.iter().map(|c| CollectorKind::parse(c)).collect::<Result<_>>()?;
@@ -76,7 +79,7 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: boo
         let cells = options.collectors.iter().flat_map(|k| options.cap_sets.iter().map(move |c| format!("{k} / {c}")));
         return print_cells(cells.collect());
     }
-    matrix::caps::run_and_print(&options, full || rows)
+    matrix::caps::run_and_print(&options, update)
 }
 
 fn run_kernels(kernels: Vec<String>, scenarios: Vec<String>, list: bool) -> Result<()> {

@@ -17,8 +17,10 @@ mod frame;
 mod metric;
 mod resolved;
 mod share;
+mod stack_count;
 pub mod sufficiency;
 pub mod units;
+mod waker;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,8 @@ pub use frame::FrameCheck;
 pub use metric::MetricCheck;
 pub use resolved::ResolvedCheck;
 pub use share::{ShareAtLeastCheck, ShareCheck};
+pub use stack_count::StackCountCheck;
+pub use waker::WakerCheck;
 pub use sufficiency::{DataQuality, Sufficiency};
 
 use crate::model::{Collection, DsoClass, Frame, MethodName, Sample, frame_assembly, merge_code_version};

@@ -19,6 +19,9 @@ pub struct ResolvedCheck {
     /// Count leaf frames only (the default) or every frame.
     #[serde(default = "yes")]
     pub leaf_only: bool,
+    /// Only samples of this kind (a system call of `perf-syscalls`: `read`, `write` …).
+    #[serde(default)]
+    pub sample_kind: Option<String>,
 }
 
 /// (total, named) frames of `class` (`managed` adds JIT and R2R).
@@ -39,8 +42,15 @@ impl Judge for ResolvedCheck {
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let ResolvedCheck { class, min, max, leaf_only } = self;
-        let c = ev.read(collector)?;
+        let ResolvedCheck { class, min, max, leaf_only, sample_kind } = self;
+        let mut c = ev.read(collector)?;
+        let of_kind;
+        if let Some(kind) = sample_kind {
+            let mut only = crate::model::Collection::new(c.collector.clone());
+            only.samples = c.samples.iter().filter(|s| s.kind.as_deref() == Some(kind.as_str())).cloned().collect();
+            of_kind = only;
+            c = &of_kind;
+        }
         let res = resolution(c, *leaf_only);
         let (total, named) = class_ratio(&res, class)?;
         let ratio = if total > 0 { named as f64 / total as f64 } else { 0.0 };
@@ -50,7 +60,12 @@ impl Judge for ResolvedCheck {
             name,
             Some(&c.collector),
             pass,
-            format!("ratio {} over > 0 {} frames", bounds_text(*min, *max), if *leaf_only { "leaf" } else { "all" }),
+            format!(
+                "ratio {} over > 0 {} frames{}",
+                bounds_text(*min, *max),
+                if *leaf_only { "leaf" } else { "all" },
+                sample_kind.as_deref().map(|k| format!(" of `{k}` samples")).unwrap_or_default()
+            ),
             format!("{named} of {total} named ({:.1} %)", ratio * 100.0),
         )
         .value("ratio", ratio)
@@ -72,7 +87,7 @@ mod tests {
         c.samples.push(sample(vec![frame("S::M()", DsoClass::R2r)]));
         c.samples.push(sample(vec![Frame { name: None, dso: None, class: DsoClass::Jit, addr: 1 }]));
         c.samples.push(sample(vec![Frame { name: None, dso: None, class: DsoClass::Kernel, addr: 2 }]));
-        let check = |class: &str, min| ResolvedCheck { class: class.into(), min, max: None, leaf_only: true };
+        let check = |class: &str, min| ResolvedCheck { class: class.into(), min, max: None, leaf_only: true, sample_kind: None };
         let judged = evaluate_on(&check("managed", Some(0.6)), &[c.clone()], serde_json::json!({}));
         assert_eq!(judged.verdict, Verdict::Pass, "{judged:?}");
         assert_eq!((judged.name.as_str(), judged.measured.as_str()), ("resolved managed frames", "2 of 3 named (66.7 %)"));

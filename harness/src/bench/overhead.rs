@@ -34,6 +34,8 @@ pub fn default_configs() -> Vec<Config> {
         Config { name: "none".into(), collectors: vec![] },
         Config { name: "perf-cpu".into(), collectors: vec![collector("perf-cpu", &[("frequency", 999.into())])] },
         Config { name: "perf-offcpu".into(), collectors: vec![collector("perf-offcpu", &[])] },
+        Config { name: "perf-offwake".into(), collectors: vec![collector("perf-offwake", &[])] },
+        Config { name: "perf-syscalls".into(), collectors: vec![collector("perf-syscalls", &[])] },
         Config {
             name: "eventpipe".into(),
             collectors: vec![collector("eventpipe", &[("profile", "thread-time".into())])],
@@ -81,7 +83,21 @@ pub struct MeasureOptions {
 #[derive(Clone, Debug, Default)]
 pub struct Measured {
     pub throughput: BTreeMap<String, Vec<f64>>,
+    /// Records the configuration's collectors wrote per second of the measured phase.
+    pub events_per_s: BTreeMap<String, Vec<f64>>,
     pub errors: BTreeMap<String, Vec<String>>,
+}
+
+/// Records a run's collectors wrote: each collector's `events_recorded` metric where it gives
+/// one (the tracepoint collectors count every record, stacks or not), else its samples + events.
+fn events_recorded(metrics: &BTreeMap<String, f64>, collectors: &[CollectorSpec]) -> f64 {
+    collectors
+        .iter()
+        .map(|c| {
+            let get = |k: &str| metrics.get(&format!("{}.{k}", c.name())).copied();
+            get("events_recorded").unwrap_or_else(|| get("samples_total").unwrap_or(0.0) + get("events_total").unwrap_or(0.0))
+        })
+        .sum()
 }
 
 /// The workload's throughput from its truth.json: allocated MB per second of the measured phase.
@@ -123,6 +139,15 @@ pub fn measure(opts: &MeasureOptions, mut progress: impl FnMut(&str)) -> Result<
                 .ok()
                 .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
                 .and_then(|t| throughput(&t));
+            let wall_s = std::fs::read_to_string(&truth_path)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|t| crate::assert::truth_value(&t, "wall_ms").and_then(|v| v.as_f64()))
+                .map(|ms| ms / 1e3);
+            if let Some(w) = wall_s.filter(|w| *w > 0.0 && !config.collectors.is_empty()) {
+                let n = events_recorded(&outcome.manifest.metrics, &config.collectors);
+                measured.events_per_s.entry(config.name.clone()).or_default().push(n / w);
+            }
             match value {
                 Some(v) => measured.throughput.entry(config.name.clone()).or_default().push(v),
                 None => measured.errors.entry(config.name.clone()).or_default().push(
@@ -172,7 +197,9 @@ pub fn change_ci(base: &[f64], xs: &[f64]) -> (f64, f64) {
 /// A markdown table of the measurements.
 pub fn table(m: &Measured, configs: &[Config]) -> Result<String> {
     let base = m.throughput.get("none").context("the baseline (no collector) produced no measurement")?;
-    let mut out = String::from("| collector | runs | alloc MB/s (mean ± 95 % CI) | change vs none (95 % CI) |\n|---|---|---|---|\n");
+    let mut out = String::from(
+        "| collector | runs | records/s (mean) | alloc MB/s (mean ± 95 % CI) | change vs none (95 % CI) |\n|---|---|---|---|---|\n",
+    );
     for c in configs {
         match m.throughput.get(&c.name) {
             Some(xs) => {
@@ -183,10 +210,11 @@ pub fn table(m: &Measured, configs: &[Config]) -> Result<String> {
                     let (d, dci) = change_ci(base, xs);
                     format!("{d:+.1} % ± {dci:.1}")
                 };
-                out.push_str(&format!("| {} | {} | {mean:.0} ± {ci:.0} | {change} |\n", c.name, xs.len()));
+                let rate = m.events_per_s.get(&c.name).map_or("—".to_string(), |r| format!("{:.0}", mean_ci(r).0));
+                out.push_str(&format!("| {} | {} | {rate} | {mean:.0} ± {ci:.0} | {change} |\n", c.name, xs.len()));
             }
             None => out.push_str(&format!(
-                "| {} | 0 | failed: {} | — |\n",
+                "| {} | 0 | — | failed: {} | — |\n",
                 c.name,
                 m.errors.get(&c.name).and_then(|e| e.first()).map(String::as_str).unwrap_or("?")
             )),
@@ -207,5 +235,26 @@ mod tests {
         assert!((ci - 1.963).abs() < 0.01, "{ci}");
         let (d, _) = change_ci(&[100.0, 100.0, 100.0], &[90.0, 90.0, 90.0]);
         assert!((d + 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn records_per_run_prefer_the_collectors_own_count() {
+        let metrics: BTreeMap<String, f64> = [
+            ("perf-offwake.events_recorded".to_string(), 900.0),
+            ("perf-offwake.samples_total".to_string(), 40.0),
+            ("perf-cpu.samples_total".to_string(), 100.0),
+            ("perf-cpu.events_total".to_string(), 0.0),
+        ]
+        .into_iter()
+        .collect();
+        let configs = [collector("perf-offwake", &[]), collector("perf-cpu", &[])];
+        assert_eq!(events_recorded(&metrics, &configs), 1000.0);
+        let mut m = Measured::default();
+        m.throughput.insert("none".into(), vec![100.0, 101.0]);
+        m.throughput.insert("perf-offwake".into(), vec![90.0, 92.0]);
+        m.events_per_s.insert("perf-offwake".into(), vec![450.0, 550.0]);
+        let t = table(&m, &default_configs()).unwrap();
+        assert!(t.contains("| perf-offwake | 2 | 500 | 91 ±"), "{t}");
+        assert!(t.contains("| perf-syscalls | 0 | — | failed"), "{t}");
     }
 }

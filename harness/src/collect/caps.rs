@@ -262,6 +262,17 @@ pub(crate) mod tests {
 
 
     #[test]
+    fn rows_of_a_partial_run_replace_only_their_collectors() {
+        let committed = matrix(vec![probe("lttng", "none", true), probe("perf-cpu", "none", false), probe("perf-cpu", "SYS_ADMIN", true)]);
+        let partial = matrix(vec![probe("perf-cpu", "none", true), probe("perf-syscalls", "SYS_ADMIN", true)]);
+        let merged = committed.with_rows_of(&partial);
+        assert_eq!(merged.probes.len(), 3);
+        assert_eq!(merged.least["perf-cpu"], "none");
+        assert_eq!(merged.least["perf-syscalls"], "SYS_ADMIN");
+        assert_eq!(merged.least["lttng"], "none");
+    }
+
+    #[test]
     fn unknown_cap_set_is_named() {
         let e = cap_list("NET_ADMIN").unwrap_err().to_string();
         assert!(e.contains("NET_ADMIN") && e.contains("SYS_ADMIN"), "{e}");

@@ -5,10 +5,15 @@
 
 pub mod perf;
 pub mod offcpu;
+pub mod offwake;
+pub mod syscalls;
+mod perf_record;
 pub mod eventpipe;
 pub mod dotnet_trace;
 pub mod lttng;
 pub mod dump;
+#[cfg(test)]
+mod malformed;
 #[cfg(test)]
 pub(crate) mod perf_fixtures;
 #[cfg(test)]
@@ -74,6 +79,8 @@ pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
     Ok(match &spec.options {
         CollectorOptions::PerfCpu(o) => perf::from_spec(name, o)?,
         CollectorOptions::PerfOffcpu(o) => offcpu::from_spec(name, o)?,
+        CollectorOptions::PerfOffwake(o) => offwake::from_spec(name, o)?,
+        CollectorOptions::PerfSyscalls(o) => syscalls::from_spec(name, o)?,
         CollectorOptions::EventPipe(o) => eventpipe::from_spec(name, o)?,
         CollectorOptions::DotnetTrace(o) => dotnet_trace::from_spec(name, o)?,
         CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,

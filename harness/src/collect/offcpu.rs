@@ -16,13 +16,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::perf_record::{self, PerfRecord};
 use super::{Collector, DecodeContext};
 use crate::model::{Collection, Sample};
-use crate::run::{RunningApp, Target, ToolProcess};
+use crate::run::{RunningApp, Target};
 use crate::unwind::{self, UnwindOptions, Unwound, names::Kallsyms};
 
 /// `prev_state` bits of a task that is gone: its last switch-out is not a wait.
@@ -37,12 +37,9 @@ pub struct OffCpuCollector {
     /// ([`container_mmap_pages`]), because without CAP_IPC_LOCK the buffer is capped by it.
     mmap_pages: Option<u64>,
     data_file: String,
-    tool: Option<ToolProcess>,
+    recording: Option<PerfRecord>,
     host_output: Option<PathBuf>,
     commands: Vec<String>,
-    record_log: Option<PathBuf>,
-    /// perf's stderr, drained by a thread so a chatty perf never blocks on a full pipe.
-    perf_stderr: Option<std::thread::JoinHandle<String>>,
     /// The app's root directory, held open from the start: a container's files (its libc,
     /// its runtime) stay readable through it after the app and its container are gone.
     target_root: Option<std::fs::File>,
@@ -74,7 +71,7 @@ impl CallGraph {
         bail!("call_graph `{s}`: expected \"dwarf,BYTES\" (e.g. dwarf,16384) or \"fp\"")
     }
 
-    fn perf_arg(&self) -> String {
+    pub fn perf_arg(&self) -> String {
         match self {
             CallGraph::Dwarf(n) => format!("dwarf,{n}"),
             CallGraph::FramePointer => "fp".into(),
@@ -139,6 +136,15 @@ pub fn container_mmap_pages(mlock_kb: u64, cpus: u64) -> Option<u64> {
     (pages > 128).then_some(pages)
 }
 
+/// perf's ring buffer when the scenario sets none: 1024 pages on the host; in a container as
+/// many as `kernel.perf_event_mlock_kb` allows.
+pub fn default_mmap_pages(app: &RunningApp) -> Option<u64> {
+    match app.container_id {
+        None => Some(1024),
+        Some(_) => perf_mlock_kb().and_then(|kb| container_mmap_pages(kb, online_cpus())),
+    }
+}
+
 pub fn probe_options() -> OffCpuOptions {
     OffCpuOptions::default()
 }
@@ -154,45 +160,11 @@ pub fn from_spec(name: &str, options: &OffCpuOptions) -> Result<Box<dyn Collecto
         perf_binary: options.perf_binary.clone(),
         mmap_pages: options.mmap_pages,
         data_file: format!("{name}.data"),
-        tool: None,
+        recording: None,
         host_output: None,
         commands: Vec::new(),
-        record_log: None,
-        perf_stderr: None,
         target_root: None,
     }))
-}
-
-/// Where the tools of `app`'s target see a file the engine put in the artifacts folder: the
-/// engine makes that folder the app's work dir, which containers see at `work_dir_in_target`.
-fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
-    if app.container_id.is_none() {
-        return host.to_path_buf();
-    }
-    app.work_dir_in_target.join(host.file_name().unwrap_or_default())
-}
-
-impl OffCpuCollector {
-    fn ensure_tracefs(&mut self, target: &mut dyn Target, app: &RunningApp) -> Result<()> {
-        let script = "test -d /sys/kernel/tracing/events/sched || mount -t tracefs nodev /sys/kernel/tracing";
-        let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
-        self.commands.push(crate::run::quoted(&argv));
-        let mut tool = target.spawn_tool(app, &argv, &[])?;
-        let status = tool.wait(Duration::from_secs(20))?;
-        if !status.success() {
-            let mut err = String::new();
-            if let Some(mut e) = tool.child.stderr.take() {
-                use std::io::Read;
-                let _ = e.read_to_string(&mut err);
-            }
-            bail!(
-                "tracefs is not mounted at /sys/kernel/tracing and `mount -t tracefs nodev /sys/kernel/tracing` failed \
-                 ({status}): {}; sched:sched_switch needs it (in a container: --cap-add SYS_ADMIN)",
-                err.trim()
-            );
-        }
-        Ok(())
-    }
 }
 
 impl Collector for OffCpuCollector {
@@ -201,34 +173,15 @@ impl Collector for OffCpuCollector {
     }
 
     fn app_env(&self) -> Vec<(String, String)> {
-        vec![
-            ("DOTNET_PerfMapEnabled".into(), "1".into()),
-            ("DOTNET_EnableWriteXorExecute".into(), "0".into()),
-        ]
+        perf_record::perf_map_env()
     }
 
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
-        self.ensure_tracefs(target, app)?;
-        if app.container_id.is_some() {
-            self.target_root = std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok();
-        }
+        perf_record::ensure_tracefs(target, app, "sched:sched_switch", &mut self.commands)?;
+        self.target_root = perf_record::open_target_root(app);
         let host_output = artifacts.join(&self.data_file);
-        let _ = std::fs::remove_file(&host_output);
-        let output = target_view(&host_output, app);
-        let perf = match &self.perf_binary {
-            Some(p) => p.clone(),
-            None if app.container_id.is_none() => crate::collect::perf::detect_perf_binary()
-                .context("no `perf` (or `perf_X.Y`) on PATH: install linux-perf (Debian) / linux-tools")?
-                .display()
-                .to_string(),
-            None => "perf".to_string(),
-        };
-        let mmap_pages = self.mmap_pages.or(match app.container_id {
-            None => Some(1024),
-            Some(_) => perf_mlock_kb().and_then(|kb| container_mmap_pages(kb, online_cpus())),
-        });
         let mut argv: Vec<String> = vec![
-            perf,
+            perf_record::perf_binary(self.perf_binary.as_deref(), app)?,
             "record".into(),
             "-k".into(),
             "1".into(),
@@ -238,104 +191,33 @@ impl Collector for OffCpuCollector {
             "--call-graph".into(),
             self.call_graph.perf_arg(),
         ];
-        if let Some(pages) = mmap_pages {
+        if let Some(pages) = self.mmap_pages.or_else(|| default_mmap_pages(app)) {
             argv.extend(["-m".into(), pages.to_string()]);
         }
         argv.extend([
             "-p".into(),
             app.target_pid.to_string(),
             "-o".into(),
-            output.display().to_string(),
+            perf_record::target_view(&host_output, app).display().to_string(),
         ]);
         self.commands.push(crate::run::quoted(&argv));
-        let mut tool = target.spawn_tool(app, &argv, &[])?;
-        let stderr = tool.child.stderr.take();
-        let stderr_thread = stderr.map(|mut e| {
-            std::thread::spawn(move || {
-                use std::io::Read;
-                let mut all = String::new();
-                let _ = e.read_to_string(&mut all);
-                all
-            })
-        });
-        // perf writes the file header once its events are open, then synthesizes the app's
-        // existing mappings and enables the events: wait for the header, then for perf to have
-        // had the time to finish synthesizing (a few ms for a .NET process).
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = tool.child.try_wait()? {
-                let err = stderr_thread.and_then(|h| h.join().ok()).unwrap_or_default();
-                bail!(
-                    "`{}` ended before recording ({status}): {}",
-                    argv.join(" "),
-                    crate::collect::perf::explain_perf_failure(&err)
-                );
-            }
-            if std::fs::metadata(&host_output).map(|m| m.len() >= 104).unwrap_or(false) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                let _ = tool.interrupt();
-                bail!("`{}` wrote no {} within 20 s", argv.join(" "), host_output.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        self.tool = Some(tool);
-        self.perf_stderr = stderr_thread;
+        let log = artifacts.join(format!("{}.record.txt", self.name));
+        self.recording = Some(PerfRecord::start(target, app, argv, host_output.clone(), log)?);
         self.host_output = Some(host_output);
-        self.record_log = Some(artifacts.join(format!("{}.record.txt", self.name)));
         Ok(())
     }
 
     fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
-        let Some(mut tool) = self.tool.take() else { return Ok(()) };
-        // With -p, perf ends by itself when the app exits; a run cut short (or an app stopped
-        // after its collectors) needs SIGINT.
-        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 10 });
-        while tool.child.try_wait()?.is_none() {
-            if Instant::now() >= deadline {
-                tool.interrupt()?;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        match self.recording.take() {
+            Some(r) => r.stop(app),
+            None => Ok(()),
         }
-        let status = tool.wait(Duration::from_secs(60))?;
-        let log = self.perf_stderr.take().and_then(|h| h.join().ok()).unwrap_or_default();
-        if let Some(path) = &self.record_log {
-            let _ = std::fs::write(path, &log);
-        }
-        if !status.success() && !log.contains("Captured and wrote") {
-            bail!("perf record ended with {status}: {}", log.trim());
-        }
-        Ok(())
     }
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let data = self.host_output.clone().unwrap_or_else(|| ctx.artifacts.join(&self.data_file));
-        let perf_map = ctx.app_tmp_dir.join(format!("perf-{}.map", ctx.target_pid));
         let app_pids: BTreeSet<u32> = [ctx.host_pid, ctx.target_pid].into_iter().collect();
-        let root_fd = self.target_root.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-        let path_map = |p: &Path| -> Option<PathBuf> {
-            let mapped = (ctx.path_map)(p).filter(|h| h.is_file());
-            mapped.or_else(|| {
-                let rel = p.strip_prefix("/").ok()?;
-                Some(PathBuf::from(format!("/proc/self/fd/{}", root_fd?)).join(rel))
-            })
-        };
-        let mut opts = UnwindOptions {
-            pids: Some(app_pids.clone()),
-            perf_maps: app_pids.iter().map(|p| (*p, perf_map.clone())).collect(),
-            search_dirs: ctx.symbol_dirs.to_vec(),
-            path_map: &path_map,
-            kallsyms: Kallsyms::live(),
-            ..Default::default()
-        };
-        opts.max_user_frames = 256;
-        let r2r = std::cell::RefCell::new(crate::symbolize::r2r::R2rResolver::new());
-        let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
-        opts.r2r_namer = Some(&r2r_namer);
-        let unwound = unwind::unwind_perf_data(&data, opts)?;
+        let unwound = unwind_app_recording(&data, ctx, self.target_root.as_ref(), Some(&app_pids))?;
         let mut collection = offcpu_collection(&self.name, &unwound, &app_pids);
         let bytes = std::fs::metadata(&data).map(|m| m.len()).unwrap_or(0);
         collection.metrics.insert("perf_data_bytes".into(), bytes as f64);
@@ -350,10 +232,70 @@ impl Collector for OffCpuCollector {
     }
 }
 
+/// Unwinds a per-process recording of the app with our own unwinder: the app's perf map (also
+/// for its forked children, until they exec), the symbol folders, the target's files through
+/// `target_root` (the app's root directory, held open since the start: a container's files stay
+/// readable after it is gone). `pids`: unwind only these processes (None: every process).
+pub fn unwind_app_recording(data: &Path, ctx: &DecodeContext, target_root: Option<&std::fs::File>, pids: Option<&BTreeSet<u32>>) -> Result<Unwound> {
+    let perf_map = ctx.app_tmp_dir.join(format!("perf-{}.map", ctx.target_pid));
+    let app_pids: BTreeSet<u32> = [ctx.host_pid, ctx.target_pid].into_iter().collect();
+    let root_fd = target_root.map(std::os::fd::AsRawFd::as_raw_fd);
+    let path_map = |p: &Path| -> Option<PathBuf> {
+        let mapped = (ctx.path_map)(p).filter(|h| h.is_file());
+        mapped.or_else(|| {
+            let rel = p.strip_prefix("/").ok()?;
+            Some(PathBuf::from(format!("/proc/self/fd/{}", root_fd?)).join(rel))
+        })
+    };
+    let mut opts = UnwindOptions {
+        pids: pids.cloned(),
+        perf_maps: app_pids.iter().map(|p| (*p, perf_map.clone())).collect(),
+        search_dirs: ctx.symbol_dirs.to_vec(),
+        path_map: &path_map,
+        kallsyms: Kallsyms::live(),
+        ..Default::default()
+    };
+    opts.max_user_frames = 256;
+    let r2r = std::cell::RefCell::new(crate::symbolize::r2r::R2rResolver::new());
+    let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
+    opts.r2r_namer = Some(&r2r_namer);
+    unwind::unwind_perf_data(data, opts)
+}
+
 /// Off-CPU samples of the app's threads from an unwound recording: one sample per switch-out,
 /// weight = nanoseconds until the thread's next switch-in, `kind` = `blocked` (it waited:
 /// sleeping or uninterruptible) or `preempted` (runnable, the CPU was taken away).
 pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample> {
+    switch_out_intervals(unwound, app_pids)
+        .into_iter()
+        .map(|i| {
+            let s = &unwound.samples[i.sample];
+            Sample {
+                pid: s.pid,
+                // The sample's tid, not the tracepoint's prev_pid: perf translates the former into
+                // its own pid namespace (a container's tids, as the app reports them in its truth).
+                tid: s.tid,
+                time_ns: s.time_ns,
+                weight: i.end_ns - s.time_ns,
+                frames: s.frames.clone(),
+                kind: Some(if i.blocked { "blocked" } else { "preempted" }.to_string()),
+            }
+        })
+        .collect()
+}
+
+/// One switch-out of an app thread: the index of its sched_switch sample in
+/// [`Unwound::samples`], when the thread came back (its next switch-in, else its exit, else the
+/// recording's end), and whether it waited (sleeping or uninterruptible) or was preempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwitchOut {
+    pub sample: usize,
+    pub end_ns: u64,
+    pub blocked: bool,
+}
+
+/// The switch-outs of the app's threads, in recording order.
+pub fn switch_out_intervals(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<SwitchOut> {
     // Switch-in times per thread, from both sources a recording may hold.
     let mut switch_ins: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for s in &unwound.switches {
@@ -370,30 +312,19 @@ pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample
         v.sort_unstable();
     }
     let mut out = Vec::new();
-    for s in &unwound.samples {
+    for (i, s) in unwound.samples.iter().enumerate() {
         let Some(sw) = s.sched_switch else { continue };
         if !app_pids.contains(&s.pid) || sw.prev_state & TASK_DEAD_STATES != 0 {
             continue;
         }
-        // The sample's tid, not the tracepoint's prev_pid: perf translates the former into its
-        // own pid namespace (a container's tids, as the app reports them in its truth).
-        let tid = s.tid;
-        let back = switch_ins.get(&tid).and_then(|v| {
+        let back = switch_ins.get(&s.tid).and_then(|v| {
             let i = v.partition_point(|t| *t <= s.time_ns);
             v.get(i).copied()
         });
-        let end = back
-            .or_else(|| unwound.exits.get(&tid).copied().filter(|t| *t > s.time_ns))
+        let end_ns = back
+            .or_else(|| unwound.exits.get(&s.tid).copied().filter(|t| *t > s.time_ns))
             .unwrap_or(unwound.last_time_ns.max(s.time_ns));
-        let kind = if sw.prev_state & 0xff == 0 { "preempted" } else { "blocked" };
-        out.push(Sample {
-            pid: s.pid,
-            tid,
-            time_ns: s.time_ns,
-            weight: end - s.time_ns,
-            frames: s.frames.clone(),
-            kind: Some(kind.to_string()),
-        });
+        out.push(SwitchOut { sample: i, end_ns, blocked: sw.prev_state & 0xff != 0 });
     }
     out
 }
@@ -467,6 +398,7 @@ mod tests {
             end: StackEnd::NoUserStack,
             sched_switch: Some(SchedSwitch { prev_pid: tid, prev_state: state, next_pid: 0 }),
             user_stack_bytes: 0,
+            raw: Vec::new(),
         }
     }
 

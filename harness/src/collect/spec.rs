@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{dotnet_trace, dump, eventpipe, lttng, offcpu, perf};
+use super::{dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
 
 /// One collector of a scenario: the common keys plus the kind with its options.
 #[derive(Clone, Debug, Serialize)]
@@ -35,6 +35,10 @@ pub enum CollectorOptions {
     PerfCpu(perf::PerfCpuOptions),
     #[serde(rename = "perf-offcpu")]
     PerfOffcpu(offcpu::OffCpuOptions),
+    #[serde(rename = "perf-offwake")]
+    PerfOffwake(offwake::OffWakeOptions),
+    #[serde(rename = "perf-syscalls")]
+    PerfSyscalls(syscalls::SyscallsOptions),
     #[serde(rename = "eventpipe")]
     EventPipe(eventpipe::EventPipeOptions),
     #[serde(rename = "dotnet-trace")]
@@ -50,6 +54,8 @@ pub enum CollectorOptions {
 pub enum CollectorKind {
     PerfCpu,
     PerfOffcpu,
+    PerfOffwake,
+    PerfSyscalls,
     EventPipe,
     DotnetTrace,
     Lttng,
@@ -58,9 +64,11 @@ pub enum CollectorKind {
 
 impl CollectorKind {
     /// Every kind, in the order tables list them.
-    pub const ALL: [CollectorKind; 6] = [
+    pub const ALL: [CollectorKind; 8] = [
         CollectorKind::PerfCpu,
         CollectorKind::PerfOffcpu,
+        CollectorKind::PerfOffwake,
+        CollectorKind::PerfSyscalls,
         CollectorKind::Lttng,
         CollectorKind::EventPipe,
         CollectorKind::DotnetTrace,
@@ -72,6 +80,8 @@ impl CollectorKind {
         match self {
             CollectorKind::PerfCpu => "perf-cpu",
             CollectorKind::PerfOffcpu => "perf-offcpu",
+            CollectorKind::PerfOffwake => "perf-offwake",
+            CollectorKind::PerfSyscalls => "perf-syscalls",
             CollectorKind::EventPipe => "eventpipe",
             CollectorKind::DotnetTrace => "dotnet-trace",
             CollectorKind::Lttng => "lttng",
@@ -94,6 +104,8 @@ impl CollectorKind {
         CollectorSpec::new(match self {
             CollectorKind::PerfCpu => CollectorOptions::PerfCpu(perf::probe_options()),
             CollectorKind::PerfOffcpu => CollectorOptions::PerfOffcpu(offcpu::probe_options()),
+            CollectorKind::PerfOffwake => CollectorOptions::PerfOffwake(offwake::probe_options()),
+            CollectorKind::PerfSyscalls => CollectorOptions::PerfSyscalls(syscalls::probe_options()),
             CollectorKind::EventPipe => CollectorOptions::EventPipe(eventpipe::probe_options()),
             CollectorKind::DotnetTrace => CollectorOptions::DotnetTrace(dotnet_trace::probe_options()),
             CollectorKind::Lttng => CollectorOptions::Lttng(lttng::probe_options()),
@@ -107,6 +119,8 @@ impl CollectorKind {
         match self {
             CollectorKind::PerfCpu => perf::DEFAULT_CAPABILITIES,
             CollectorKind::PerfOffcpu => offcpu::DEFAULT_CAPABILITIES,
+            CollectorKind::PerfOffwake => offwake::DEFAULT_CAPABILITIES,
+            CollectorKind::PerfSyscalls => syscalls::DEFAULT_CAPABILITIES,
             CollectorKind::EventPipe => eventpipe::DEFAULT_CAPABILITIES,
             CollectorKind::DotnetTrace => dotnet_trace::DEFAULT_CAPABILITIES,
             CollectorKind::Lttng => lttng::DEFAULT_CAPABILITIES,
@@ -126,6 +140,8 @@ impl CollectorOptions {
         match self {
             CollectorOptions::PerfCpu(_) => CollectorKind::PerfCpu,
             CollectorOptions::PerfOffcpu(_) => CollectorKind::PerfOffcpu,
+            CollectorOptions::PerfOffwake(_) => CollectorKind::PerfOffwake,
+            CollectorOptions::PerfSyscalls(_) => CollectorKind::PerfSyscalls,
             CollectorOptions::EventPipe(_) => CollectorKind::EventPipe,
             CollectorOptions::DotnetTrace(_) => CollectorKind::DotnetTrace,
             CollectorOptions::Lttng(_) => CollectorKind::Lttng,

@@ -164,10 +164,20 @@ pub fn run_default() -> Result<PathBuf> {
     write(&matrix, &super::results_root())
 }
 
+/// How a run changes the committed table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableUpdate {
+    /// Leave it (another suite, or some capability sets only).
+    Keep,
+    /// Replace the rows of the probed collectors (every capability set of the default suite).
+    Rows,
+    /// Rewrite it whole (every cell of the default suite).
+    Whole,
+}
+
 /// `cargo xtask matrix caps`: probes, prints each cell as it ends and the table, writes the result
-/// folder, and rewrites the committed table when `rewrite_table` (a run of the default suite over
-/// every capability set: all collectors, or the rows of the collectors it probed).
-pub fn run_and_print(options: &MatrixOptions, rewrite_table: bool) -> Result<()> {
+/// folder, and updates the committed table as `update` says.
+pub fn run_and_print(options: &MatrixOptions, update: TableUpdate) -> Result<()> {
     let table = run_matrix(options, &mut |p| {
         let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
         println!("{:<13} {:<21} {} {what}", p.collector, p.caps, if p.works { "works" } else { "FAILS" });
@@ -175,11 +185,13 @@ pub fn run_and_print(options: &MatrixOptions, rewrite_table: bool) -> Result<()>
     let dir = write(&table, &super::results_root())?;
     println!("\n{}", table.markdown());
     println!("written to {}", dir.display());
-    if rewrite_table {
-        // A run over some collectors' every set replaces their rows only.
-        let whole = CollectorKind::ALL.iter().all(|k| options.collectors.contains(k));
-        let merged = if whole { table } else { Matrix::committed().with_rows_of(&table) };
-        println!("committed table rewritten: {}", write_table(&merged)?.display());
+    match update {
+        TableUpdate::Keep => {}
+        TableUpdate::Whole => println!("committed table rewritten: {}", write_table(&table)?.display()),
+        TableUpdate::Rows => {
+            let merged = Matrix::committed().with_rows_of(&table);
+            println!("committed table: rows of the probed collectors replaced: {}", write_table(&merged)?.display());
+        }
     }
     Ok(())
 }

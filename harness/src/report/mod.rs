@@ -132,6 +132,10 @@ pub fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
     match kind {
         CollectorKind::PerfCpu => "on-CPU time: cpu-clock samples only threads that are running",
         CollectorKind::PerfOffcpu => "off-CPU time: sched_switch, weighted by time from switch-out to switch-in",
+        CollectorKind::PerfOffwake => {
+            "blocked time with its waker: sched_switch joined to sched_waking, blocked stack ; -- ; waker stack, weighted by blocked time"
+        }
+        CollectorKind::PerfSyscalls => "system calls: every sys_enter of the chosen calls, with the stack that made it",
         CollectorKind::EventPipe | CollectorKind::DotnetTrace => {
             "thread time: SampleProfiler samples every managed thread, running or blocked"
         }

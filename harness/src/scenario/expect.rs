@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use crate::assert::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
 use crate::assert::{
     AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck,
-    FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck,
+    FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck,
 };
 
 /// An expectation. `collector` picks which collector's data it reads (default: the first).
@@ -41,6 +41,8 @@ pub enum CheckKind {
     AgreeCount(AgreeCountCheck),
     AgreeFrames(AgreeFramesCheck),
     AgreeShare(AgreeShareCheck),
+    Waker(WakerCheck),
+    StackCount(StackCountCheck),
 }
 
 impl CheckKind {
@@ -58,6 +60,8 @@ impl CheckKind {
             CheckKind::AgreeCount(c) => c,
             CheckKind::AgreeFrames(c) => c,
             CheckKind::AgreeShare(c) => c,
+            CheckKind::Waker(c) => c,
+            CheckKind::StackCount(c) => c,
         }
     }
 }

@@ -115,6 +115,9 @@ pub struct UnwoundSample {
     pub sched_switch: Option<SchedSwitch>,
     /// User stack bytes perf captured (dyn size), for the cost report.
     pub user_stack_bytes: u64,
+    /// The raw tracepoint record of a tracepoint sample other than sched_switch (whose fields
+    /// are in `sched_switch`), empty otherwise: read its fields with [`Unwound::formats`].
+    pub raw: Vec<u8>,
 }
 
 /// A PERF_RECORD_SWITCH (`--switch-events`): the monitored thread went off (`out`) or came
@@ -142,6 +145,51 @@ pub struct Unwound {
     /// Mapped files that could not be read (their frames stay unnamed and unwind by frame
     /// pointer), with why.
     pub missing_images: BTreeMap<String, String>,
+    /// Field layouts (name → (offset, size)) of the recorded tracepoints, by event name as in
+    /// `event_names`, from the format perf saved in HEADER_TRACING_DATA.
+    pub formats: BTreeMap<String, TracepointFormat>,
+}
+
+/// A tracepoint's fields: name → (offset, size) in the raw record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TracepointFormat {
+    pub fields: BTreeMap<String, (usize, usize)>,
+}
+
+impl TracepointFormat {
+    /// Reads the `format:` block of tracepoint `name` (without its system) from perf's saved
+    /// tracing data.
+    pub fn from_tracing_data(data: &[u8], name: &str) -> Option<TracepointFormat> {
+        let needle = format!("name: {name}\n");
+        let at = data.windows(needle.len()).position(|w| w == needle.as_bytes())?;
+        let rest = &data[at..data.len().min(at + 8192)];
+        let text = String::from_utf8_lossy(rest);
+        let text = text.split("print fmt").next()?;
+        let mut fields = BTreeMap::new();
+        for line in text.lines().filter(|l| l.trim_start().starts_with("field:")) {
+            let num = |key: &str| -> Option<usize> { line.split(key).nth(1)?.split(';').next()?.trim().parse().ok() };
+            let decl = line.trim_start().trim_start_matches("field:").split(';').next().unwrap_or("");
+            // `char comm[16]`, `pid_t pid`, `const char * filename`: the name is the last word
+            // before any array bound.
+            let name = decl.split('[').next().unwrap_or(decl).trim().rsplit([' ', '*']).next().unwrap_or("");
+            let (false, Some(off), Some(size)) = (name.is_empty(), num("offset:"), num("size:")) else { continue };
+            fields.insert(name.to_string(), (off, size));
+        }
+        (!fields.is_empty()).then_some(TracepointFormat { fields })
+    }
+
+    /// An unsigned little-endian field of a raw record (sizes 1, 2, 4, 8).
+    pub fn read_u64(&self, raw: &[u8], field: &str) -> Option<u64> {
+        let (off, size) = *self.fields.get(field)?;
+        let b = raw.get(off..off.checked_add(size)?)?;
+        Some(match size {
+            1 => b[0] as u64,
+            2 => u16::from_le_bytes(b.try_into().ok()?) as u64,
+            4 => u32::from_le_bytes(b.try_into().ok()?) as u64,
+            8 => u64::from_le_bytes(b.try_into().ok()?),
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone)]
@@ -321,6 +369,8 @@ impl<'a> StackUnwinder<'a> {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.mappings.clear();
             p.dirty = true;
+            // The new program has no JIT code: the parent's perf map (inherited at fork) is void.
+            p.perf_map = Some(Arc::new(RangeNames::default()));
         }
     }
 
@@ -330,6 +380,11 @@ impl<'a> StackUnwinder<'a> {
             return;
         }
         let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
+        // A forked (or vforked) child runs its parent's JIT code until it execs: the parent's
+        // perf map names it (Process.Start's child reaches execve through managed frames).
+        if let Some(map) = self.opts.perf_maps.get(&parent).cloned() {
+            self.opts.perf_maps.entry(pid).or_insert(map);
+        }
         self.processes.insert(pid, Process { mappings, dirty: true, ..Default::default() });
     }
 
@@ -393,17 +448,48 @@ impl<'a> StackUnwinder<'a> {
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let mut frames = Vec::new();
-        let mut iter = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), &mut self.cache, &mut read_stack);
+        let process = self.processes.get(&pid).expect("unwinder exists, so the process does");
+        let in_pe = |addr: u64| {
+            process.modules.iter().any(|(r, image, _)| r.contains(&addr) && matches!(image.format, ImageFormat::Pe))
+        };
+        let perf_map = process.perf_map.clone();
+        let plausible = |addr: u64| {
+            process.mapping(addr).is_some_and(|m| m.exec) || perf_map.as_ref().is_some_and(|m| m.lookup(addr).is_some())
+        };
+        let mut frames = vec![(ip, false)];
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut address = framehop::FrameAddress::from_instruction_pointer(ip);
         let end = loop {
             if frames.len() >= max {
                 break StackEnd::TooDeep;
             }
-            match iter.next() {
-                Ok(Some(f)) => frames.push((f.address(), f.is_return_address())),
-                Ok(None) => break StackEnd::Root,
+            let before = regs.clone();
+            let step = unwinder.unwind_frame(address, &mut regs, &mut self.cache, &mut read_stack);
+            let lookup = address.address_for_lookup();
+            let ret = match step {
+                // A ReadyToRun method whose unwind info leads nowhere (a P/Invoke with an inlined
+                // transition frame, Process.Start's ForkAndExecProcess, gives a zero or unmapped
+                // return address): its frame is rbp-based like the JIT's, so step by frame pointer.
+                Ok(r) if in_pe(lookup) && r.is_none_or(|a| !plausible(a)) => {
+                    let bp = before.bp();
+                    match (read_stack(bp.wrapping_add(8)), read_stack(bp)) {
+                        (Ok(ret), Ok(next_bp)) if bp > before.sp() && plausible(ret) => {
+                            regs = UnwindRegsX86_64::new(ret, bp + 16, next_bp);
+                            Some(ret)
+                        }
+                        _ => r,
+                    }
+                }
+                Ok(r) => r,
                 Err(e) => break StackEnd::Truncated(e.to_string()),
+            };
+            let Some(ret) = ret else { break StackEnd::Root };
+            if regs.sp() <= before.sp() && frames.len() > 1 {
+                break StackEnd::Truncated("the stack pointer did not move up".into());
             }
+            let Some(next) = framehop::FrameAddress::from_return_address(ret) else { break StackEnd::Root };
+            frames.push((ret, true));
+            address = next;
         };
         (frames, end)
     }
@@ -441,6 +527,12 @@ impl<'a> StackUnwinder<'a> {
         }
     }
 
+    /// Whether `ip` of process `pid` is in glibc's vfork (whose return address is in %rdi).
+    fn in_vfork(&mut self, pid: u32, ip: u64) -> bool {
+        let name = self.user_frame(pid, ip, false).name;
+        matches!(name.as_deref(), Some("__libc_vfork" | "vfork" | "__vfork"))
+    }
+
     pub fn kernel_frame(&self, addr: u64) -> Frame {
         let name = self.opts.kallsyms.as_ref().and_then(|k| k.lookup(addr)).map(str::to_string);
         Frame { name, dso: Some("[kernel.kallsyms]".into()), class: DsoClass::Kernel, addr }
@@ -475,6 +567,7 @@ impl<'a> StackUnwinder<'a> {
                 r.get(reader::constants::PERF_REG_X86_BP)?,
             ))
         });
+        let rdi = s.user_regs.as_ref().and_then(|r| r.get(reader::constants::PERF_REG_X86_DI));
         let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
             let bytes = data.as_slice();
             let n = (*dyn_size as usize).min(bytes.len());
@@ -482,7 +575,20 @@ impl<'a> StackUnwinder<'a> {
         });
         let (user, end, stack_len) = match (regs, stack) {
             (Some((ip, sp, bp)), Some(stack)) if self.wants(pid) && ip != 0 => {
-                let (user, end) = self.unwind_user(pid, ip, sp, bp, &stack);
+                let (user, end) = match rdi.filter(|_| self.in_vfork(pid, ip)) {
+                    // glibc's vfork pops its return address into %rdi before the system call
+                    // (the child must not overwrite it on the shared stack); its CFI says so, but
+                    // the unwinder follows only ip/sp/bp: continue from %rdi with the same sp.
+                    Some(ret) => {
+                        let (mut rest, end) = self.unwind_user(pid, ret, sp, bp, &stack);
+                        if let Some(first) = rest.first_mut() {
+                            first.1 = true;
+                        }
+                        rest.insert(0, (ip, false));
+                        (rest, end)
+                    }
+                    None => self.unwind_user(pid, ip, sp, bp, &stack),
+                };
                 (user, end, stack.len() as u64)
             }
             _ => {
@@ -569,8 +675,20 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
         .unwrap_or(SchedSwitchLayout::DEFAULT);
     let switch_attr: BTreeSet<usize> =
         event_names.iter().enumerate().filter(|(_, n)| n.ends_with("sched_switch")).map(|(i, _)| i).collect();
+    let formats: BTreeMap<String, TracepointFormat> = perf_file
+        .feature_section_data(linux_perf_data::Feature::TRACING_DATA)
+        .map(|data| {
+            event_names
+                .iter()
+                .filter_map(|n| {
+                    let short = n.rsplit(':').next()?;
+                    Some((n.clone(), TracepointFormat::from_tracing_data(data, short)?))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
 
-    let mut out = Unwound { event_names, first_time_ns: u64::MAX, ..Default::default() };
+    let mut out = Unwound { event_names, formats, first_time_ns: u64::MAX, ..Default::default() };
     loop {
         let record = match record_iter.next_record(&mut perf_file) {
             Ok(Some(r)) => r,
@@ -630,6 +748,10 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                 } else {
                     None
                 };
+                let raw = match (&sched_switch, &s.raw) {
+                    (None, Some(r)) => r.as_slice().to_vec(),
+                    _ => Vec::new(),
+                };
                 let (frames, user_frames, end, user_stack_bytes) = unwinder.sample_frames(&s);
                 out.samples.push(UnwoundSample {
                     event: attr_index,
@@ -643,6 +765,7 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                     end,
                     sched_switch,
                     user_stack_bytes,
+                    raw,
                 });
             }
             _ => {}

@@ -131,6 +131,9 @@ passes!(cpu_bound_container, "cpu-bound", Container);
 passes!(cpu_bound_sidecar, "cpu-bound", Sidecar);
 passes!(off_cpu_container, "off-cpu", Container);
 passes!(on_vs_off_cpu_container, "on-vs-off-cpu", Container);
+passes!(wakeups_host, "wakeups", host);
+passes!(wakeups_container, "wakeups", Container);
+passes!(system_events_host, "system-events", host);
 
 #[test]
 fn on_vs_off_cpu_host_with_each_collectors_view() {

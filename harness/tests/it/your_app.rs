@@ -446,3 +446,70 @@ fn a_missing_image_or_an_app_that_exits_before_it_is_ready_says_so() {
     let reason = o.reason.clone().unwrap_or_default();
     assert!(reason.contains("image tracelab-test/does-not-exist:1 does not exist here"), "{reason}");
 }
+
+/// The web app under load, watched by the wake-up and the system-call collectors at once, with
+/// checks that need no truth: its Thread.Sleep route is woken by the kernel's timer, a waking
+/// app thread's stack names a managed method, and the stacks of its system calls (accepting
+/// connections, reading and writing) resolve to named managed frames.
+const WEB_EVENTS_TOML: &str = r#"
+name = "web-api-events"
+workload = { dll = "bin/web-api.dll" }
+args = ["--urls", "http://127.0.0.1:0"]
+
+[load]
+routes = ["/cpu", "/blocked"]
+connections_per_route = 2
+seconds = 4
+
+[[collector]]
+kind = "perf-offwake"
+call_graph = "dwarf,8192"
+
+[[collector]]
+kind = "perf-syscalls"
+call_graph = "dwarf,8192"
+syscalls = ["accept4", "read", "write", "openat"]
+
+[[expect]]
+kind = "waker"
+name = "Thread.Sleep in BlockedRoute woken by the kernel's timer"
+collector = "perf-offwake"
+blocked = "::BlockedRoute\\b"
+waker_kind = "kernel"
+min_share = 0.9
+
+[[expect]]
+kind = "metric"
+name = "wakers from app threads name a managed method"
+metric = "perf-offwake.waker_managed_named_ratio"
+min = 0.9
+
+[[expect]]
+kind = "stack_count"
+name = "connections accepted from managed socket code"
+collector = "perf-syscalls"
+sample_kind = "accept4"
+pattern = "System\\.Net\\.Sockets\\."
+min = 1
+
+[[expect]]
+kind = "resolved"
+name = "managed frames of system-call stacks named"
+collector = "perf-syscalls"
+class = "managed"
+leaf_only = false
+min = 0.99
+"#;
+
+#[test]
+fn web_api_as_it_is_wakers_and_system_calls() {
+    if !prerequisites("your_app::web_events", &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    build_app("web-api", dir.path());
+    let toml = dir.path().join("web-events.toml");
+    std::fs::write(&toml, WEB_EVENTS_TOML).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+}
