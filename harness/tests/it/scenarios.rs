@@ -134,6 +134,13 @@ passes!(on_vs_off_cpu_container, "on-vs-off-cpu", Container);
 passes!(wakeups_host, "wakeups", host);
 passes!(wakeups_container, "wakeups", Container);
 passes!(system_events_host, "system-events", host);
+passes!(system_events_container, "system-events", Container);
+// The runtime's event surface: contention counted alike by LTTng, our EventPipe client,
+// dotnet-trace and the app (~20 s); the parity table over every event type (~15 s); the
+// runtime-events workload's parts against its truth (~10 s).
+passes!(contention_container, "contention", Container);
+passes!(event_parity_container, "event-parity", Container);
+passes!(runtime_events_host, "runtime-events", host);
 
 #[test]
 fn on_vs_off_cpu_host_with_each_collectors_view() {
