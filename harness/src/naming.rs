@@ -345,7 +345,13 @@ pub fn unnamed_dso_hints(coll: &Collection) -> Vec<String> {
             String::new()
         };
         files.push(format!("`{file}` {} of {} frames unnamed{shown}", n.frames - n.symbol, n.frames));
-        debug_files.push(format!("`{file}.dbg`"));
+        // `[vdso]` and the like are no files: no debug file names them.
+        if !file.starts_with('[') {
+            debug_files.push(format!("`{file}.dbg`"));
+        }
+    }
+    if debug_files.is_empty() && !files.is_empty() {
+        return vec![format!("`{}`: code without symbols: {}.", coll.collector, files.join("; "))];
     }
     if files.is_empty() {
         return Vec::new();

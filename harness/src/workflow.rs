@@ -53,7 +53,15 @@ impl Axes {
 
 /// The workflow text for `axes`.
 /// The targets of `cargo xtask fuzz` (xtask/src/fuzz.rs lists where each lives).
-pub const FUZZ_TARGETS: [&str; 5] = ["ctf-stream", "ctf-metadata", "eventpipe-decode-stream", "perfdata-decode", "r2r-parse-image"];
+pub const FUZZ_TARGETS: [&str; 7] = [
+    "ctf-stream",
+    "ctf-metadata",
+    "elfcore-core-file",
+    "eventpipe-decode-stream",
+    "eventpipe-counters",
+    "perfdata-decode",
+    "r2r-parse-image",
+];
 
 pub fn generate(axes: &Axes) -> String {
     let mut y = String::new();

@@ -91,10 +91,23 @@ fn write_zip(input: &TraceZipInput, path: &Path) -> Result<()> {
         zip.start_file(format!("{root}/perf.data.txt"), options)?;
         zip.write_all(perf_script_text(perf, input.run).as_bytes())?;
     }
+    // A container run's maps appear twice (its /tmp folder and the copy beside it): one entry per
+    // name, and a second file of that name with other content (another run) keeps its folder.
+    let mut written: std::collections::HashMap<String, Vec<u8>> = std::collections::HashMap::new();
     for f in &input.runtime_files {
-        let Some(name) = f.file_name() else { continue };
-        zip.start_file(format!("{root}/{}", name.to_string_lossy()), options)?;
-        zip.write_all(&std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?)?;
+        let Some(name) = f.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let entry = match written.get(&name) {
+            None => format!("{root}/{name}"),
+            Some(first) if *first == bytes => continue,
+            Some(_) => {
+                let folder = f.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                format!("{root}/{folder}/{name}")
+            }
+        };
+        zip.start_file(entry, options)?;
+        zip.write_all(&bytes)?;
+        written.entry(name).or_insert(bytes);
     }
     if let Some(dir) = input.lttng_dir {
         // perfcollect: `mkdir lttngTrace; cp -r $lttngTraceDir lttngTrace`.
@@ -166,8 +179,9 @@ mod tests {
         let re = regex::Regex::new(r"^\S.* \d+/\d+ \[\d{3}\] \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
         assert!(re.is_match(first), "{first:?}");
         assert_eq!(text.matches("cpu-clock:").count(), coll.samples.len());
-        // Code versions merged, as in the folded stacks.
-        assert!(text.contains(" int64 [FixtureApp] Fixture.Phases::CpuHot(int64) ("), "{}", &text[..2000]);
+        // One label per method, as in the folded stacks (harness::naming): code versions merged,
+        // no return type or assembly.
+        assert!(text.contains(" Fixture.Phases::CpuHot(int64) ("), "{}", &text[..2000]);
         assert!(!text.contains("CpuHot(int64)[Optimized"));
     }
 
@@ -201,5 +215,25 @@ mod tests {
         std::io::Read::read_to_string(&mut zip.by_name("run.trace/perf.data.txt").unwrap(), &mut text).unwrap();
         assert_eq!(text, "dotnet 7/7 [000] 1.500000: 1 cpu-clock: \n\n");
         assert!(!dir.path().join(".run.trace.zip.partial").exists());
+    }
+
+    #[test]
+    fn a_map_found_twice_is_one_entry_and_another_runs_map_of_that_name_keeps_its_folder() {
+        // A container run: the map in the container's /tmp folder and its copy beside it; a
+        // second run of the scenario whose app got the same pid.
+        let dir = tempfile::tempdir().unwrap();
+        let artifacts = dir.path().join("artifacts");
+        for (rel, text) in [("perf-7.map", "1000 10 W::Hot()\n"), ("container-tmp/perf-7.map", "1000 10 W::Hot()\n"), ("run-2/perf-7.map", "2000 10 W::Cold()\n")] {
+            std::fs::create_dir_all(artifacts.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(artifacts.join(rel), text).unwrap();
+        }
+        let mut coll = Collection::new("perf-cpu");
+        coll.samples.push(crate::model::Sample { pid: 7, tid: 7, time_ns: 1, weight: 1, frames: vec![], kind: None });
+        let input = TraceZipInput { name: "run", perf: Some(&coll), run: &[], lttng_dir: None, runtime_files: runtime_files(&artifacts) };
+        let path = write(&input, dir.path()).unwrap().unwrap();
+        let zip = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let mut names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["run.trace/perf-7.map", "run.trace/perf.data.txt", "run.trace/run-2/perf-7.map"]);
     }
 }

@@ -301,6 +301,8 @@ pub struct StackUnwinder<'a> {
     images: HashMap<String, Option<Arc<Image>>>,
     missing: BTreeMap<String, String>,
     cache: CacheX86_64,
+    /// Children given their parent's perf map at fork (their own exec voids it).
+    inherited_perf_maps: BTreeSet<u32>,
 }
 
 impl<'a> StackUnwinder<'a> {
@@ -311,6 +313,7 @@ impl<'a> StackUnwinder<'a> {
             images: HashMap::new(),
             missing: BTreeMap::new(),
             cache: CacheX86_64::new(),
+            inherited_perf_maps: BTreeSet::new(),
         }
     }
 
@@ -369,8 +372,12 @@ impl<'a> StackUnwinder<'a> {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.mappings.clear();
             p.dirty = true;
-            // The new program has no JIT code: the parent's perf map (inherited at fork) is void.
-            p.perf_map = Some(Arc::new(RangeNames::default()));
+            // The process's own map (the runtime writes it after this exec) is read on first use.
+            p.perf_map = None;
+        }
+        // The new program has none of the parent's JIT code: a perf map inherited at fork is void.
+        if self.inherited_perf_maps.remove(&pid) {
+            self.opts.perf_maps.remove(&pid);
         }
     }
 
@@ -382,8 +389,11 @@ impl<'a> StackUnwinder<'a> {
         let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
         // A forked (or vforked) child runs its parent's JIT code until it execs: the parent's
         // perf map names it (Process.Start's child reaches execve through managed frames).
-        if let Some(map) = self.opts.perf_maps.get(&parent).cloned() {
-            self.opts.perf_maps.entry(pid).or_insert(map);
+        if let Some(map) = self.opts.perf_maps.get(&parent).cloned()
+            && !self.opts.perf_maps.contains_key(&pid)
+        {
+            self.opts.perf_maps.insert(pid, map);
+            self.inherited_perf_maps.insert(pid);
         }
         self.processes.insert(pid, Process { mappings, dirty: true, ..Default::default() });
     }

@@ -27,7 +27,9 @@ fn describe(o: &RunOutcome) -> String {
 }
 
 /// Framework methods by inclusive sample count from a folded-stacks file (`root;…;leaf COUNT`,
-/// code versions already merged), heaviest first: an independent reading of what the run saw.
+/// frames labelled by harness::naming: `Namespace.Type::Method(params)`, no assembly), heaviest
+/// first: an independent reading of what the run saw. A label carries no assembly, so framework
+/// code is told by its namespace (System.*, Microsoft.*), which FRAMEWORK_ASSEMBLIES also matches.
 fn top_framework_methods(folded: &Path, top: usize) -> Vec<(String, u64)> {
     let assembly = regex::Regex::new(FRAMEWORK_ASSEMBLIES).unwrap();
     let text = std::fs::read_to_string(folded).unwrap_or_else(|e| panic!("{}: {e}", folded.display()));
@@ -37,7 +39,9 @@ fn top_framework_methods(folded: &Path, top: usize) -> Vec<(String, u64)> {
         let count: u64 = count.parse().unwrap();
         let mut seen = HashSet::new();
         for frame in stack.split(';') {
-            let framework = MethodName::parse(frame).and_then(|m| m.assembly).is_some_and(|a| assembly.is_match(a));
+            let framework = MethodName::parse(frame)
+                .and_then(|m| m.assembly.or_else(|| m.qualified.split_once('.').map(|(first, _)| first)))
+                .is_some_and(|a| assembly.is_match(a));
             if framework && seen.insert(frame) {
                 *by_name.entry(frame.to_string()).or_default() += count;
             }
@@ -49,7 +53,7 @@ fn top_framework_methods(folded: &Path, top: usize) -> Vec<(String, u64)> {
     ranked
 }
 
-/// Every name in the perf map(s) of a run's artifacts folder, code versions merged.
+/// Every name in the perf map(s) of a run's artifacts folder, as folded stacks label them.
 fn perf_map_names(artifacts: &Path) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for entry in std::fs::read_dir(artifacts).unwrap().flatten() {
@@ -57,7 +61,7 @@ fn perf_map_names(artifacts: &Path) -> BTreeSet<String> {
         if file.starts_with("perf-") && file.ends_with(".map") {
             for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
                 if let Some(name) = line.splitn(3, ' ').nth(2) {
-                    names.insert(merge_code_version(name).to_string());
+                    names.insert(harness::naming::method_label(merge_code_version(name)).into_owned());
                 }
             }
         }
