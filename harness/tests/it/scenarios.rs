@@ -127,7 +127,19 @@ passes!(cpu_bound_eventpipe_host, "cpu-bound-eventpipe", host);
 passes!(off_cpu_host, "off-cpu", host);
 // framework-frames runs in r2r.rs, where its R2R names are also read against the ReadyToRun=0 run's perf map.
 passes!(cpu_bound_r2r_host, "cpu-bound-r2r", host);
-passes!(cpu_bound_container, "cpu-bound", Container);
+
+/// README command 1's run (cpu-bound in a container): its trace.zip holds the runtime's map once
+/// though the run keeps two copies (the container's /tmp and the one beside it), and opens in
+/// TraceEvent.
+#[test]
+fn cpu_bound_container() {
+    if !prerequisites("scenarios::cpu_bound_container", &[&require_root, &docker_available]) {
+        return;
+    }
+    let (o, _dir) = run_on("cpu-bound", TargetKind::Container);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    crate::viewers::assert_trace_zip_opens(&o.dir);
+}
 passes!(cpu_bound_sidecar, "cpu-bound", Sidecar);
 passes!(off_cpu_container, "off-cpu", Container);
 passes!(on_vs_off_cpu_container, "on-vs-off-cpu", Container);
