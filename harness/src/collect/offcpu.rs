@@ -191,15 +191,7 @@ impl Collector for OffCpuCollector {
             "--call-graph".into(),
             self.call_graph.perf_arg(),
         ];
-        if let Some(pages) = self.mmap_pages.or_else(|| default_mmap_pages(app)) {
-            argv.extend(["-m".into(), pages.to_string()]);
-        }
-        argv.extend([
-            "-p".into(),
-            app.target_pid.to_string(),
-            "-o".into(),
-            perf_record::target_view(&host_output, app).display().to_string(),
-        ]);
+        argv.extend(perf_record::app_recording_args(self.mmap_pages, app, &host_output));
         self.commands.push(crate::run::quoted(&argv));
         let log = artifacts.join(format!("{}.record.txt", self.name));
         self.recording = Some(PerfRecord::start(target, app, argv, host_output.clone(), log)?);

@@ -70,6 +70,18 @@ pub fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
     app.work_dir_in_target.join(host.file_name().unwrap_or_default())
 }
 
+/// The end of an app recording's perf command line: the ring buffer (`-m`: the scenario's pages,
+/// else [`super::offcpu::default_mmap_pages`]), the app's pid and the output file as the
+/// target's tools see it.
+pub fn app_recording_args(mmap_pages: Option<u64>, app: &RunningApp, out: &Path) -> Vec<String> {
+    let mut argv = Vec::new();
+    if let Some(pages) = mmap_pages.or_else(|| super::offcpu::default_mmap_pages(app)) {
+        argv.extend(["-m".into(), pages.to_string()]);
+    }
+    argv.extend(["-p".into(), app.target_pid.to_string(), "-o".into(), target_view(out, app).display().to_string()]);
+    argv
+}
+
 /// The skip reason when perf's error says the kernel lacks a tracepoint, in perf's own words
 /// (`event syntax error: 'syscalls:sys_enter_clone3' … unknown tracepoint`).
 pub fn missing_tracepoint(stderr: &str) -> Option<String> {

@@ -118,15 +118,7 @@ impl Collector for SyscallsCollector {
             "--call-graph".into(),
             self.call_graph.perf_arg(),
         ]);
-        if let Some(pages) = self.options.mmap_pages.or_else(|| offcpu::default_mmap_pages(app)) {
-            argv.extend(["-m".into(), pages.to_string()]);
-        }
-        argv.extend([
-            "-p".into(),
-            app.target_pid.to_string(),
-            "-o".into(),
-            perf_record::target_view(&out, app).display().to_string(),
-        ]);
+        argv.extend(perf_record::app_recording_args(self.options.mmap_pages, app, &out));
         self.commands.push(crate::run::quoted(&argv));
         let log = artifacts.join(format!("{}.record.txt", self.name));
         self.recording = Some(PerfRecord::start(target, app, argv, out, log)?);
