@@ -119,7 +119,7 @@ pub struct Soak {
 
 #[derive(Args, Debug)]
 pub struct Fuzz {
-    /// The target: ctf-stream, ctf-metadata, eventpipe-decode-stream, perfdata-decode, r2r-parse-image, or `all` (each in turn).
+    /// The target: ctf-stream, ctf-metadata, elfcore-core-file, eventpipe-decode-stream, eventpipe-counters, perfdata-decode, r2r-parse-image, or `all` (each in turn); `--list` shows them with their seed folders.
     #[arg(required_unless_present = "list")]
     pub target: Option<String>,
     /// How long each target runs.

@@ -130,6 +130,16 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    /// `cargo xtask fuzz --help` names every target.
+    #[test]
+    fn the_help_names_every_target() {
+        use clap::CommandFactory;
+        let help = crate::flags::Flags::command().find_subcommand_mut("fuzz").expect("a fuzz subcommand").render_long_help().to_string();
+        for (name, ..) in super::TARGETS {
+            assert!(help.contains(name), "`fuzz --help` does not name {name}:\n{help}");
+        }
+    }
+
     /// The nightly workflow fuzzes every target this task knows, by the same names.
     #[test]
     fn the_nightly_workflow_names_every_target() {
