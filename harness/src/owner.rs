@@ -359,6 +359,9 @@ pub struct Swept {
     pub files: Vec<PathBuf>,
     /// Dead processes' own temporary folders ([`scratch_dir`]: their builds' leftovers).
     pub scratch: Vec<PathBuf>,
+    /// Diagnostics sockets and debugger pipes of .NET processes that are gone
+    /// ([`remove_orphaned_endpoints`]).
+    pub endpoints: Vec<PathBuf>,
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
     /// Containers of live runs, left alone.
@@ -367,7 +370,12 @@ pub struct Swept {
 
 impl Swept {
     pub fn is_empty(&self) -> bool {
-        self.staging.is_empty() && self.files.is_empty() && self.scratch.is_empty() && self.containers.is_empty() && self.volumes.is_empty()
+        self.staging.is_empty()
+            && self.files.is_empty()
+            && self.scratch.is_empty()
+            && self.endpoints.is_empty()
+            && self.containers.is_empty()
+            && self.volumes.is_empty()
     }
 
     /// One line per thing removed.
@@ -376,6 +384,7 @@ impl Swept {
         out.extend(self.staging.iter().map(|p| format!("staging folder of a dead run {}", p.display())));
         out.extend(self.files.iter().map(|p| format!("file of a dead run's app {}", p.display())));
         out.extend(self.scratch.iter().map(|p| format!("temporary folder of a dead tracelab process {}", p.display())));
+        out.extend(self.endpoints.iter().map(|p| format!("diagnostics endpoint of an ended .NET process {}", p.display())));
         out.extend(self.containers.iter().map(|c| format!("container of a dead run {}", crate::docker::short(c))));
         out.extend(self.volumes.iter().map(|v| format!("volume of a dead run {v}")));
         out
@@ -444,6 +453,7 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
             swept.staging.push(path);
         }
     }
+    swept.endpoints = remove_orphaned_endpoints(&crate::run::host_tmp());
     // Temporary folders of dead processes (their builds' leftovers).
     let tmp = crate::run::host_tmp();
     if let Ok(entries) = std::fs::read_dir(&tmp) {
@@ -466,6 +476,58 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
         swept.kept_alive = d.kept_alive.len();
     }
     Ok(swept)
+}
+
+/// The diagnostics sockets and debugger pipes in `tmp` of .NET processes that are gone, removed:
+/// the runtime names them `dotnet-diagnostic-PID-KEY-socket` and `clr-debug-pipe-PID-KEY-in|out`
+/// with KEY its start time (/proc/PID/stat field 22), so a file whose PID does not run with that
+/// start time belongs to no process and nothing can ever connect to it. A .NET process that dies
+/// of a signal leaves them; tracelab removes those of processes it knows, and this catches the
+/// rest (CI runs left one such set of files in 2 of 2 runs, from a process nothing recorded).
+///
+/// A process in another pid namespace that shares this /tmp (a container started with
+/// `-v /tmp:/tmp`) writes its namespace's pid: so a set is removed only when, besides, its
+/// diagnostics socket refuses connections (no runtime listens); a set without a socket is left.
+pub fn remove_orphaned_endpoints(tmp: &Path) -> Vec<PathBuf> {
+    let mut by_owner: std::collections::BTreeMap<(u32, u64), Vec<PathBuf>> = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(tmp) else { return Vec::new() };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(owner) = endpoint_owner(&name) {
+            by_owner.entry(owner).or_default().push(e.path());
+        }
+    }
+    let mut removed = Vec::new();
+    for ((pid, key), files) in by_owner {
+        if process_start_time(pid) == Some(key) {
+            continue;
+        }
+        let socket = tmp.join(format!("dotnet-diagnostic-{pid}-{key}-socket"));
+        let refused = matches!(
+            std::os::unix::net::UnixStream::connect(&socket),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if !refused {
+            continue;
+        }
+        for f in files {
+            if std::fs::remove_file(&f).is_ok() {
+                removed.push(f);
+            }
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// (PID, KEY) of a runtime's IPC endpoint file name.
+fn endpoint_owner(name: &str) -> Option<(u32, u64)> {
+    let rest = name
+        .strip_prefix("dotnet-diagnostic-")
+        .and_then(|r| r.strip_suffix("-socket"))
+        .or_else(|| name.strip_prefix("clr-debug-pipe-").and_then(|r| r.strip_suffix("-in").or_else(|| r.strip_suffix("-out"))))?;
+    let (pid, key) = rest.split_once('-')?;
+    Some((pid.parse().ok()?, key.parse().ok()?))
 }
 
 /// Seconds a guardian waits for the owner's next renewal before it removes the owner's
@@ -569,7 +631,7 @@ mod tests {
         // Another process's file is not this run's to remove.
         assert!(tmp.path().join("perf-42.map").exists());
         // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
-        assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len());
+        assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len() + swept.endpoints.len());
     }
 
     #[test]
@@ -583,7 +645,8 @@ mod tests {
         let reused = format!("{me}:{}", process_start_time(me).unwrap() + 1);
         let host_tmp = crate::run::host_tmp();
         std::fs::write(dead.join(JOURNAL), format!("{dead_tag}\npid {reused} {}\n", host_tmp.display())).unwrap();
-        let socket = host_tmp.join(format!("dotnet-diagnostic-{me}-1-socket"));
+        // The live process's own socket: its name carries its start time.
+        let socket = host_tmp.join(format!("dotnet-diagnostic-{me}-{}-socket", process_start_time(me).unwrap()));
         std::fs::write(&socket, "").unwrap();
         let swept = sweep_dead(root.path(), false);
         let kept = socket.exists();
@@ -607,5 +670,43 @@ mod tests {
         assert!(below.contains(&child.id()), "{below:?}");
         assert_eq!(below_sh.len(), 1, "the sleep below sh: {below_sh:?}");
         assert!(below.contains(&below_sh[0]), "{below:?}");
+    }
+
+    #[test]
+    fn endpoints_of_ended_dotnet_processes_are_removed_and_a_live_ones_kept() {
+        use std::os::unix::net::UnixListener;
+        let tmp = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let start = process_start_time(me).unwrap();
+        // A socket nobody listens on any more: what a killed runtime leaves.
+        let dead_socket = |name: &str| drop(UnixListener::bind(tmp.path().join(name)).unwrap());
+        let live = [format!("dotnet-diagnostic-{me}-{start}-socket"), format!("clr-debug-pipe-{me}-{start}-in")];
+        // Same pid, another start time: a process that held this pid before.
+        let reused = [format!("dotnet-diagnostic-{me}-{}-socket", start + 1), format!("clr-debug-pipe-{me}-{}-out", start + 1)];
+        let gone = [format!("dotnet-diagnostic-4194304-123-socket"), format!("clr-debug-pipe-4194304-123-in")];
+        // Another pid namespace's runtime sharing this folder: its pid means nothing here, but
+        // it listens.
+        let namespaced = "dotnet-diagnostic-4194303-77-socket";
+        let _listening = UnixListener::bind(tmp.path().join(namespaced)).unwrap();
+        // Pipes without a socket: left.
+        let other = ["perf-4194304.map", "dotnet-diagnostic-x-socket", "clr-debug-pipe-12-in", "clr-debug-pipe-4194302-5-out"];
+        for f in gone.iter().chain(&reused) {
+            if f.ends_with("-socket") {
+                dead_socket(f);
+            } else {
+                std::fs::write(tmp.path().join(f), "").unwrap();
+            }
+        }
+        for f in live.iter().map(String::as_str).chain(other) {
+            std::fs::write(tmp.path().join(f), "").unwrap();
+        }
+        let gone: Vec<String> = gone.into_iter().chain(reused).collect();
+        let removed = remove_orphaned_endpoints(tmp.path());
+        let mut want: Vec<PathBuf> = gone.iter().map(|f| tmp.path().join(f)).collect();
+        want.sort();
+        assert_eq!(removed, want);
+        for f in live.iter().map(String::as_str).chain(other).chain([namespaced]) {
+            assert!(tmp.path().join(f).exists(), "{f} was removed");
+        }
     }
 }
