@@ -22,7 +22,8 @@ fn main() {
         let trace = ctf::Trace::open(&dir).unwrap_or_else(|e| fail(e));
         let hostname = trace.metadata().env("hostname").unwrap_or("").to_string();
         let mut prev = None;
-        for ev in trace.events() {
+        let mut events = trace.events();
+        while let Some(ev) = events.next() {
             let ev = ev.unwrap_or_else(|e| fail(e));
             n += 1;
             if !count_only {
@@ -33,6 +34,7 @@ fn main() {
                 }
             }
             prev = Some(ev.ns_from_origin);
+            events.recycle(ev);
         }
     }
     drop(out);

@@ -143,8 +143,24 @@ pub struct StreamClass {
     /// Names of the per-stream event context fields (`vpid`, `vtid`, `procname` …).
     pub event_context_names: Vec<Arc<str>>,
     pub(crate) events: HashMap<u64, usize>,
+    /// `events` for the small ids LTTng gives (0, 1, 2 …): an index instead of a hash per event.
+    pub(crate) dense_events: Vec<Option<usize>>,
     /// The clock event timestamps map to.
     pub clock: Option<usize>,
+}
+
+/// Event ids below this are looked up in [`StreamClass::dense_events`].
+const DENSE_EVENT_IDS: u64 = 1 << 16;
+
+impl StreamClass {
+    #[inline]
+    pub(crate) fn event_index(&self, id: u64) -> Option<usize> {
+        if id < DENSE_EVENT_IDS {
+            self.dense_events.get(id as usize).copied().flatten()
+        } else {
+            self.events.get(&id).copied()
+        }
+    }
 }
 
 pub struct Metadata {
@@ -220,6 +236,13 @@ impl Metadata {
             if stream_index.insert(id, streams.len()).is_some() {
                 return Err(merr(&format!("stream id {id} declared twice")));
             }
+            let dense_len = events.keys().filter(|&&k| k < DENSE_EVENT_IDS).map(|&k| k as usize + 1).max().unwrap_or(0);
+            let mut dense_events = vec![None; dense_len];
+            for (&k, &i) in &events {
+                if k < DENSE_EVENT_IDS {
+                    dense_events[k as usize] = Some(i);
+                }
+            }
             streams.push((StreamClass {
                 id,
                 event_context_names: event_context.as_ref().map(Node::field_names).unwrap_or_default(),
@@ -227,6 +250,7 @@ impl Metadata {
                 event_header,
                 event_context,
                 events,
+                dense_events,
                 clock,
             }, roots));
         }

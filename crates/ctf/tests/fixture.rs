@@ -64,6 +64,26 @@ fn fixture_counts_and_fields() {
     assert_eq!(messages["fixture 2"], 333);
 }
 
+/// Events decoded into a recycled event's strings and lists equal those decoded afresh, field by
+/// field (a reused string or list keeps nothing of the event before).
+#[test]
+fn recycled_events_equal_fresh_ones() {
+    let trace = Trace::open(&fixture_dir()).unwrap();
+    let fresh: Vec<String> = trace.events().map(|e| format!("{:?}", e.unwrap())).collect();
+    let mut recycled = Vec::new();
+    let mut events = trace.events();
+    while let Some(ev) = events.next() {
+        let ev = ev.unwrap();
+        recycled.push(format!("{ev:?}"));
+        events.recycle(ev);
+    }
+    assert_eq!(fresh.len(), 1068);
+    for (i, (f, r)) in fresh.iter().zip(&recycled).enumerate() {
+        assert_eq!(f, r, "event {i} differs when decoded into a recycled event");
+    }
+    assert_eq!(fresh.len(), recycled.len());
+}
+
 #[test]
 fn truncated_stream_names_file_and_offset() {
     let tmp = tempfile::tempdir().unwrap();
@@ -105,9 +125,14 @@ proptest! {
         }
         let metadata = ctf::Metadata::from_bytes(&meta).unwrap();
         let mut n = 0;
-        for ev in ctf::decode_buffer(&metadata, std::path::Path::new("channel0_1"), &data) {
-            if ev.is_err() { break }
+        // Recycling every other event: damaged input must not trip the reuse of strings and lists.
+        let mut events = ctf::decode_buffer(&metadata, std::path::Path::new("channel0_1"), &data);
+        while let Some(ev) = events.next() {
+            let Ok(ev) = ev else { break };
             n += 1;
+            if n % 2 == 0 {
+                events.recycle(ev);
+            }
         }
         prop_assert!(n <= 100_000);
     }

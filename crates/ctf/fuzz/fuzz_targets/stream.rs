@@ -12,9 +12,11 @@ static COMPILED: std::sync::OnceLock<ctf::Metadata> = std::sync::OnceLock::new()
 
 fuzz_target!(|data: &[u8]| {
     let meta = COMPILED.get_or_init(|| ctf::Metadata::from_bytes(METADATA).expect("fixture metadata"));
-    for ev in ctf::decode_buffer(meta, std::path::Path::new("fuzz"), data) {
-        if ev.is_err() {
-            break;
-        }
+    // Events are handed back as a reader would (`recycle`), so decoding into reused strings and
+    // lists is fuzzed too.
+    let mut events = ctf::decode_buffer(meta, std::path::Path::new("fuzz"), data);
+    while let Some(ev) = events.next() {
+        let Ok(ev) = ev else { break };
+        events.recycle(ev);
     }
 });
