@@ -137,6 +137,25 @@ impl<'a> Cursor<'a> {
         Ok(v)
     }
 
+    /// [`Cursor::uint`] for a byte-aligned little-endian 8/16/32/64-bit integer.
+    #[inline(always)]
+    fn whole_le(&mut self, size: u32) -> Result<u64, Error> {
+        let end = self.pos + size as u64;
+        if end > self.end || !self.pos.is_multiple_of(8) {
+            return self.uint(size, true);
+        }
+        let byte = (self.pos / 8) as usize;
+        let d = self.data;
+        let v = match size {
+            8 => d[byte] as u64,
+            16 => u16::from_le_bytes([d[byte], d[byte + 1]]) as u64,
+            32 => u32::from_le_bytes(d[byte..byte + 4].try_into().expect("4 bytes")) as u64,
+            _ => u64::from_le_bytes(d[byte..byte + 8].try_into().expect("8 bytes")),
+        };
+        self.pos = end;
+        Ok(v)
+    }
+
     fn bytes(&mut self, n: u64) -> Result<&'a [u8], Error> {
         let bits = n.checked_mul(8).filter(|b| self.pos + b <= self.end);
         let Some(bits) = bits else {
@@ -151,7 +170,8 @@ impl<'a> Cursor<'a> {
         self.align(8)?;
         let start = (self.pos / 8) as usize;
         let limit = (self.end / 8) as usize;
-        let Some(len) = self.data[start..limit].iter().position(|&b| b == 0) else {
+        // memchr searches a word (or vector) at a time; a byte loop was a tenth of all decoding.
+        let Some(len) = memchr::memchr(0, &self.data[start..limit]) else {
             return Err(self.err("string without its terminating NUL before the packet's end"));
         };
         self.pos += (len as u64 + 1) * 8;
@@ -198,7 +218,7 @@ impl State {
     #[inline]
     fn int(&mut self, n: &IntNode, cur: &mut Cursor) -> Result<(u64, i64), Error> {
         cur.align(n.align)?;
-        let raw = cur.uint(n.size, n.le)?;
+        let raw = if n.whole_le { cur.whole_le(n.size)? } else { cur.uint(n.size, n.le)? };
         let signed = if n.signed && n.size < 64 {
             let shift = 64 - n.size;
             ((raw << shift) as i64) >> shift
@@ -428,7 +448,7 @@ impl State {
             ByteKind::Text => {
                 cur.align(8)?;
                 let b = cur.bytes(len)?;
-                set_text(slot, &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]);
+                set_text(slot, &b[..memchr::memchr(0, b).unwrap_or(b.len())]);
             }
             ByteKind::No => {
                 self.check_count(elem, len, cur)?;

@@ -63,6 +63,9 @@ pub(crate) struct IntNode {
     pub clock: bool,
     pub role: Role,
     pub slot: usize,
+    /// Byte-aligned, little-endian, 8/16/32/64 bits: LTTng's every payload and context integer,
+    /// read with one fixed-size load.
+    pub whole_le: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -431,7 +434,8 @@ impl Compiler {
         };
         let slot = self.slots;
         self.slots += 1;
-        Ok(IntNode { size: t.size, align: t.align, signed: t.signed, le, clock, role, slot })
+        let whole_le = le && t.align.is_multiple_of(8) && matches!(t.size, 8 | 16 | 32 | 64);
+        Ok(IntNode { size: t.size, align: t.align, signed: t.signed, le, clock, role, slot, whole_le })
     }
 
     fn compile(&mut self, t: &Type, scope: Scope, name: &str) -> Result<(Node, Visible), Error> {
