@@ -167,6 +167,10 @@ pub struct Event {
     pub pid: u32,
     pub tid: u32,
     pub fields: BTreeMap<String, Value>,
+    /// The stack the transport recorded with the event, leaf first (EventPipe's managed frames,
+    /// named from the trace's method load and rundown events); empty when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
 }
 
 /// Everything one collector produced in one run, decoded.

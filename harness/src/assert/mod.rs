@@ -524,6 +524,7 @@ pub(crate) mod testing {
             pid: 1,
             tid: 1,
             fields: [("ExceptionType".to_string(), Value::Str("E".into())), ("ExceptionMessage".to_string(), Value::Str("m".into()))].into(),
+            frames: Vec::new(),
         }
     }
 

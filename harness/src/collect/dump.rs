@@ -280,6 +280,7 @@ impl Collector for DumpCollector {
                 pid: core.pid.unwrap_or(0),
                 tid: core.threads.first().map_or(0, |t| t.tid),
                 fields,
+                frames: Vec::new(),
             });
             if !self.keep {
                 std::fs::remove_file(&t.path).with_context(|| format!("cannot remove {}", t.path.display()))?;

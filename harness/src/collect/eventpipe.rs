@@ -388,42 +388,43 @@ pub fn add_counter_metrics(m: &mut std::collections::BTreeMap<String, f64>, coun
     }
 }
 
+/// A stack's frames in the model, leaf first: managed frames named by the trace's method ranges.
+fn model_frames(d: &eventpipe::Decoded, stack: u32) -> Vec<Frame> {
+    d.frames(stack)
+        .iter()
+        .map(|f| match f.method {
+            Some(m) => Frame {
+                name: Some(m.qualified_name()),
+                dso: f.module.map(String::from),
+                class: if m.is_jitted() { DsoClass::Jit } else { DsoClass::R2r },
+                addr: f.addr,
+            },
+            None => Frame { name: None, dso: None, class: DsoClass::Unknown, addr: f.addr },
+        })
+        .collect()
+}
+
 /// Turns a decoded trace into the model (see the module docs for the frame naming).
-pub fn to_collection(d: eventpipe::Decoded, collector: &str) -> Collection {
+pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
     let mut coll = Collection::new(collector);
+    let events = std::mem::take(&mut d.events);
     let pid = d.info.process_id;
     let mut frames_of: std::collections::HashMap<u32, Vec<Frame>> = Default::default();
+    let mut frames = |stack: Option<u32>| match stack {
+        Some(id) => frames_of.entry(id).or_insert_with(|| model_frames(&d, id)).clone(),
+        None => Vec::new(),
+    };
     for s in &d.samples {
-        let frames = match s.stack {
-            Some(id) => frames_of
-                .entry(id)
-                .or_insert_with(|| {
-                    d.frames(id)
-                        .iter()
-                        .map(|f| match f.method {
-                            Some(m) => Frame {
-                                name: Some(m.qualified_name()),
-                                dso: f.module.map(String::from),
-                                class: if m.is_jitted() { DsoClass::Jit } else { DsoClass::R2r },
-                                addr: f.addr,
-                            },
-                            None => Frame { name: None, dso: None, class: DsoClass::Unknown, addr: f.addr },
-                        })
-                        .collect()
-                })
-                .clone(),
-            None => Vec::new(),
-        };
         coll.samples.push(Sample {
             pid,
             tid: s.thread_id as u32,
             time_ns: s.time_ns,
             weight: 1,
-            frames,
+            frames: frames(s.stack),
             kind: Some(s.kind.as_str().to_string()),
         });
     }
-    for e in d.events {
+    for e in events {
         coll.events.push(Event {
             provider: e.provider,
             name: e.name,
@@ -433,6 +434,7 @@ pub fn to_collection(d: eventpipe::Decoded, collector: &str) -> Collection {
             pid,
             tid: e.thread_id as u32,
             fields: e.fields.into_iter().map(|(k, v)| (k.into_owned(), model_value(v))).collect(),
+            frames: frames(e.stack),
         });
     }
     coll.lost_events = d.stats.lost_events;

@@ -6,6 +6,7 @@ mod containers;
 mod eventpipe;
 mod interrupt;
 mod lttng;
+mod layouts;
 mod matrix;
 mod perf;
 mod progress;
@@ -53,4 +54,40 @@ pub fn describe(o: &harness::engine::RunOutcome) -> String {
         .map(|c| format!("{} {}: expected {}; measured {}", c.verdict.upper(), c.name, c.expected, c.measured))
         .collect();
     format!("{:?} {:?}\n{}", o.verdict, o.reason, checks.join("\n"))
+}
+
+/// Builds a TraceEvent 4.0.0 reader project (`harness/tests/<dir>`: `Program.cs` and
+/// `<name>.csproj`, from the offline feed) into target/<dir>, from a copy so the checkout gets no
+/// bin/ or obj/; rebuilt only when its sources changed. Returns its dll.
+pub fn build_traceevent_reader(dir: &str, name: &str) -> Result<std::path::PathBuf, String> {
+    let out_dir = harness::project_root().join("target").join(dir);
+    let dll = out_dir.join("out").join(format!("{name}.dll"));
+    let src = harness::project_root().join("harness/tests").join(dir);
+    let copy = out_dir.join("src");
+    std::fs::create_dir_all(&copy).map_err(|e| e.to_string())?;
+    let mut changed = !dll.is_file();
+    for f in ["Program.cs".to_string(), format!("{name}.csproj")] {
+        let text = std::fs::read(src.join(&f)).map_err(|e| format!("{}: {e}", src.join(&f).display()))?;
+        if std::fs::read(copy.join(&f)).ok().as_deref() != Some(text.as_slice()) {
+            std::fs::write(copy.join(&f), &text).map_err(|e| e.to_string())?;
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(dll);
+    }
+    let dotnet = harness::dotnet::Dotnet::locate_or_install().map_err(|e| format!("{e:#}"))?;
+    let out = dotnet
+        .command()
+        .args(["build", "-c", "Release", "-o"])
+        .arg(out_dir.join("out"))
+        .arg("--source")
+        .arg(harness::dotnet::Dotnet::feed())
+        .arg(&copy)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        panic!("building the TraceEvent reader {dir} failed:\n{}", String::from_utf8_lossy(&out.stdout));
+    }
+    Ok(dll)
 }

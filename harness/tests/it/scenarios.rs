@@ -123,6 +123,28 @@ macro_rules! passes {
 
 passes!(gc_heavy_host, "gc-heavy", host);
 passes!(exceptions_host, "exceptions", host);
+passes!(exceptions_throw_site_host, "exceptions-throw-site", host);
+
+/// dotnet-trace given `profile = "gc-collect"` plus a runtime-provider entry with only the
+/// Exception keyword: tracelab hands dotnet-trace one merged `--providers` list, so GCStart is
+/// still recorded (dotnet-trace's own rule would let the entry replace the profile's GC keyword),
+/// as many as our EventPipe client saw on the same run and > 0.
+#[test]
+fn gc_start_survives_a_providers_entry_next_to_a_profile() {
+    if !prerequisites("scenarios::gc_start_survives_a_providers_entry_next_to_a_profile", &[&require_root, &perf_available]) {
+        return;
+    }
+    let (o, _dir) = run_on("gc-profile-providers", TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let dotnet_trace = o.manifest.commands.iter().find(|c| c.contains("dotnet-trace") && c.contains(" collect ")).expect("the dotnet-trace command");
+    assert!(dotnet_trace.contains("Microsoft-Windows-DotNETRuntime:0x8001:4") && !dotnet_trace.contains("--profile"), "{dotnet_trace}");
+    let gc_starts = |collector: &str| {
+        let c = o.manifest.checks.iter().find(|c| c.name.contains(collector) && c.name.starts_with("GCStart =")).expect("the GCStart check");
+        c.values["count"]
+    };
+    let (ours, theirs) = (gc_starts("EventPipe"), gc_starts("dotnet-trace"));
+    assert!(theirs > 0.0 && (ours - theirs).abs() <= 2.0, "GCStart: EventPipe {ours}, dotnet-trace {theirs}");
+}
 passes!(cpu_bound_eventpipe_host, "cpu-bound-eventpipe", host);
 passes!(off_cpu_host, "off-cpu", host);
 // framework-frames runs in r2r.rs, where its R2R names are also read against the ReadyToRun=0 run's perf map.

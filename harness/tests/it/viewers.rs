@@ -119,39 +119,9 @@ pub fn assert_viewer_files(run: &Path) {
     }
 }
 
-/// Builds the TraceEvent reader (harness/tests/tracezip-reader) into target/, from a copy, so
-/// the checkout gets no bin/ or obj/.
+/// Builds the TraceEvent reader of trace.zip files (harness/tests/tracezip-reader).
 fn build_reader() -> Result<PathBuf, String> {
-    let dir = harness::project_root().join("target").join("tracezip-reader");
-    let dll = dir.join("out").join("TraceZipReader.dll");
-    let src = harness::project_root().join("harness/tests/tracezip-reader");
-    let copy = dir.join("src");
-    std::fs::create_dir_all(&copy).map_err(|e| e.to_string())?;
-    let mut changed = !dll.is_file();
-    for f in ["Program.cs", "TraceZipReader.csproj"] {
-        let text = std::fs::read(src.join(f)).map_err(|e| e.to_string())?;
-        if std::fs::read(copy.join(f)).ok().as_deref() != Some(text.as_slice()) {
-            std::fs::write(copy.join(f), &text).map_err(|e| e.to_string())?;
-            changed = true;
-        }
-    }
-    if !changed {
-        return Ok(dll);
-    }
-    let dotnet = harness::dotnet::Dotnet::locate_or_install().map_err(|e| format!("{e:#}"))?;
-    let out = dotnet
-        .command()
-        .args(["build", "-c", "Release", "-o"])
-        .arg(dir.join("out"))
-        .arg("--source")
-        .arg(harness::dotnet::Dotnet::feed())
-        .arg(&copy)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        panic!("building the TraceEvent reader failed:\n{}", String::from_utf8_lossy(&out.stdout));
-    }
-    Ok(dll)
+    crate::build_traceevent_reader("tracezip-reader", "TraceZipReader")
 }
 
 /// What TraceEvent read from a trace.zip.

@@ -513,3 +513,56 @@ fn web_api_as_it_is_wakers_and_system_calls() {
     let (o, _results) = run(&toml, TargetKind::Host);
     assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
 }
+
+/// An app without tracelab code that throws: through our EventPipe client and dotnet-trace, every
+/// one of its exceptions has its throwing method as the top managed frame of the event's stack,
+/// named as a tracelab workload's throw site is (`Namespace.Type.Method`, from the trace's own
+/// method load and rundown events), with no truth file.
+#[test]
+fn throw_site_of_an_app_as_it_is() {
+    if !prerequisites("your_app::throw_site", &[&require_root]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    build_app("throw-catch", dir.path());
+    let toml = dir.path().join("throw-catch.toml");
+    std::fs::write(
+        &toml,
+        r#"
+name = "throw-catch"
+workload = { dll = "bin/throw-catch.dll" }
+args = ["4"]
+stop = "exit"
+
+[[collector]]
+kind = "eventpipe"
+profile = "exceptions"
+
+[[collector]]
+kind = "dotnet-trace"
+providers = ["Microsoft-Windows-DotNETRuntime:0x8000:4"]
+
+[[expect]]
+kind = "exceptions"
+name = "thrown at OrderValidator.Reject (EventPipe)"
+collector = "eventpipe"
+type_pattern = "^Orders\\.RejectedOrderException$"
+throw_method = "OrderValidator.Reject"
+
+[[expect]]
+kind = "exceptions"
+name = "thrown at OrderValidator.Reject (dotnet-trace)"
+collector = "dotnet-trace"
+type_pattern = "^Orders\\.RejectedOrderException$"
+throw_method = "OrderValidator.Reject"
+"#,
+    )
+    .unwrap();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    for collector in ["EventPipe", "dotnet-trace"] {
+        let c = o.manifest.checks.iter().find(|c| c.name.ends_with(&format!("({collector})"))).unwrap();
+        assert!(c.measured.contains("top managed frame: Orders.OrderValidator.Reject ×"), "{}", describe(&o));
+        assert!(c.values["count"] >= 50.0, "{collector}: {} exceptions over 4 s: {}", c.values["count"], describe(&o));
+    }
+}

@@ -359,6 +359,7 @@ pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
                 pid: vpid.unwrap_or(0),
                 tid,
                 fields,
+                frames: Vec::new(),
             });
         }
         collection.lost_events += events.discarded();
