@@ -697,7 +697,7 @@ pub fn run_metrics(collections: &[Collection]) -> BTreeMap<String, f64> {
         m.insert(format!("{p}.samples_total"), c.samples.len() as f64);
         m.insert(format!("{p}.events_total"), c.events.len() as f64);
         m.insert(format!("{p}.lost_events"), c.lost_events as f64);
-        for (k, v) in &c.metrics {
+        for (k, v) in c.metrics.iter().chain(&last_gc_heap_stats(c)) {
             m.insert(format!("{p}.{k}"), *v);
         }
         let res = assert::resolution(c, true);
@@ -724,6 +724,31 @@ pub fn run_metrics(collections: &[Collection]) -> BTreeMap<String, f64> {
         if managed.0 > 0 {
             m.insert("resolved_ratio_managed".into(), managed.1 as f64 / managed.0 as f64);
         }
+    }
+    m
+}
+
+/// `gc_heap_stats.last.FIELD` for each numeric field of the collection's last GCHeapStats event
+/// (any version: GenerationSize0..4, TotalPromotedSize0..3, …) and `gc_heap_stats.last.Count`,
+/// the Count of the last GCEnd before it: the GC those sizes are from, so a check can tell the
+/// app's last GC from one that came after it. Nothing when the collection has no GCHeapStats.
+pub fn last_gc_heap_stats(c: &Collection) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    // Events are in stream order, not time order, across threads: the last is the latest.
+    let latest = |name: &str, before: u64| {
+        c.events
+            .iter()
+            .filter(|e| assert::strip_version(&e.name) == name && e.time_ns <= before)
+            .max_by_key(|e| e.time_ns)
+    };
+    let Some(stats) = latest("GCHeapStats", u64::MAX) else { return m };
+    for (k, v) in &stats.fields {
+        if let Some(n) = v.as_u64() {
+            m.insert(format!("gc_heap_stats.last.{k}"), n as f64);
+        }
+    }
+    if let Some(count) = latest("GCEnd", stats.time_ns).and_then(|e| e.fields.get("Count")).and_then(|v| v.as_u64()) {
+        m.insert("gc_heap_stats.last.Count".into(), count as f64);
     }
     m
 }
@@ -997,5 +1022,31 @@ mod tests {
         assert_eq!(v, Verdict::Fail);
         assert!(reason.as_deref().unwrap().starts_with("frame absent `Hot`"), "{reason:?}");
         assert_eq!(checks.iter().filter(|c| c.verdict == Verdict::Inconclusive).count(), 1);
+    }
+
+    /// The last GCHeapStats by time (not stream order) gives the metrics, with the Count of the
+    /// GCEnd before it; a later GCEnd (a GC whose stats were not recorded) does not count.
+    #[test]
+    fn last_gc_heap_stats_are_the_latest_event_and_its_gc() {
+        use crate::assert::testing::event;
+        use crate::model::Value;
+        let at = |name: &str, t: u64, fields: &[(&str, u64)]| {
+            let mut e = event(name);
+            e.time_ns = t;
+            e.fields = fields.iter().map(|(k, v)| (k.to_string(), Value::U64(*v))).collect();
+            e
+        };
+        let mut c = Collection::new("eventpipe");
+        assert!(last_gc_heap_stats(&c).is_empty());
+        c.events.push(at("GCEnd_V1", 300, &[("Count", 9)]));
+        c.events.push(at("GCHeapStats_V2", 200, &[("GenerationSize0", 24), ("GenerationSize2", 4096)]));
+        c.events.push(at("GCEnd_V1", 100, &[("Count", 7)]));
+        c.events.push(at("GCHeapStats_V2", 110, &[("GenerationSize0", 1), ("GenerationSize2", 1)]));
+        c.events.push(at("GCEnd_V1", 190, &[("Count", 8)]));
+        let m = last_gc_heap_stats(&c);
+        assert_eq!(m["gc_heap_stats.last.GenerationSize0"], 24.0);
+        assert_eq!(m["gc_heap_stats.last.GenerationSize2"], 4096.0);
+        assert_eq!(m["gc_heap_stats.last.Count"], 8.0);
+        assert_eq!(run_metrics(&[c])["eventpipe.gc_heap_stats.last.Count"], 8.0);
     }
 }

@@ -5,16 +5,17 @@
 //   taken (Monitor.TryEnter fails) blocks in Monitor.Enter. Truth: contended entries and wait time
 //   per lock, and the runtime's own Monitor.LockContentionCount over the whole measured phase.
 // - alloc: `--alloc-mb` MB of Int64[], Int32[] and Double[] arrays (shares `--alloc-split`,
-//   default 60,30,10), interleaved in small objects; bytes per type from
-//   GC.GetAllocatedBytesForCurrentThread → AllocationTick ≈ bytes / 100 KB per type.
+//   default 60,30,10), 1 KB each, one type after the other; bytes
+//   per type from GC.GetAllocatedBytesForCurrentThread → AllocationTick ≈ bytes / 100 KB per type.
 // - jit: `--dynamic-methods` DynamicMethods `tracelab_dyn_N`, each compiled and called once, and
 //   one assembly (System.Private.Xml.Linq) loaded at run time; truth counts the assemblies the
 //   AppDomain reported loaded during the phase.
 // - threadpool: `--work-items` work items queued and completed (ThreadPool.CompletedWorkItemCount
 //   delta too).
 // - exceptions: `--exceptions` throws of WorkloadException("site N") from `ThrowAtSite`.
-// - gcheap: ends with one induced GC; its generation sizes (GC.GetGCMemoryInfo) are the truth
-//   the last GCHeapStats event carries.
+// - gcheap: ends with one induced GC with `--retain-mb` (16) MB of small arrays, two on the LOH
+//   and one on the POH alive; its generation sizes (GC.GetGCMemoryInfo) are the truth the last
+//   GCHeapStats event carries.
 using System.Diagnostics;
 using System.Reflection;
 using System.Reflection.Emit;
@@ -170,30 +171,28 @@ public static class RuntimeEvents
         long[] target = split.Select(s => (long)(totalMb * 1024 * 1024 * s / sum)).ToArray();
         long[] bytes = new long[3];
         object? keep = null;
-        // Interleave the three types in ~8 KB steps so that each 100 KB allocation tick lands on a
-        // type in proportion to its bytes.
-        const int Step = 8 * 1024;
-        while (bytes.Zip(target).Any(p => p.First < p.Second))
+        // One type after the other, so that every tick of a type's stretch names that type (a
+        // tick names the type whose allocation crossed the 100 KB mark; interleaved small steps
+        // would hand the ticks out by where the mark falls, not by bytes) and at most the one
+        // tick across each boundary is shared.
+        for (var t = 0; t < 3; t++)
         {
-            for (var t = 0; t < 3; t++)
+            var before = GC.GetAllocatedBytesForCurrentThread();
+            var allocated = 0L;
+            while (allocated < target[t])
             {
-                if (bytes[t] >= target[t]) continue;
-                var share = (long)(Step * split[t] / split.Max());
-                var before = GC.GetAllocatedBytesForCurrentThread();
-                var allocated = 0L;
-                while (allocated < share)
-                {
-                    keep = t switch { 0 => new long[126], 1 => new int[252], _ => new double[126] };
-                    allocated += 1024;
-                }
-                bytes[t] += GC.GetAllocatedBytesForCurrentThread() - before;
+                keep = t switch { 0 => new long[126], 1 => new int[252], _ => new double[126] };
+                allocated += 1024;
             }
+            bytes[t] = GC.GetAllocatedBytesForCurrentThread() - before;
         }
         GC.KeepAlive(keep);
+        // Keyed without dots (truth paths are dotted); the event's TypeName is `type_name`.
+        string[] keys = ["Int64", "Int32", "Double"];
         string[] names = ["System.Int64[]", "System.Int32[]", "System.Double[]"];
         var byType = new JsonObject();
         for (var t = 0; t < 3; t++)
-            byType[names[t]] = new JsonObject { ["bytes"] = bytes[t], ["ticks_expected"] = bytes[t] / 102400.0 };
+            byType[keys[t]] = new JsonObject { ["type_name"] = names[t], ["bytes"] = bytes[t], ["ticks_expected"] = bytes[t] / 102400.0 };
         ctx.Truth["alloc"] = new JsonObject { ["by_type"] = byType, ["tick_bytes"] = 102400 };
     }
 
@@ -281,9 +280,18 @@ public static class RuntimeEvents
 
     // --- GC heap stats ------------------------------------------------------------------------
 
+    static object[]? Retained;
+
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void GcHeap(WorkloadContext ctx)
     {
+        // Something in each generation the event reports: `--retain-mb` of 1 KB arrays (gen2 after
+        // the GC), two 1 MB arrays (LOH) and a pinned 64 KB array (POH), alive until the sizes
+        // are read.
+        var retainMb = ctx.Options.GetDouble("retain-mb", 16);
+        var small = new byte[(int)(retainMb * 1024)][];
+        for (var i = 0; i < small.Length; i++) small[i] = new byte[1000];
+        Retained = [small, new byte[1 << 20], new byte[1 << 20], GC.AllocateArray<byte>(64 * 1024, pinned: true)];
         GC.Collect(2, GCCollectionMode.Forced, blocking: true, compacting: true);
         var info = GC.GetGCMemoryInfo(GCKind.Any);
         var gens = new JsonObject();
@@ -292,5 +300,6 @@ public static class RuntimeEvents
         var gc = ctx.Truth["gc"] as JsonObject ?? new JsonObject();
         gc["last"] = new JsonObject { ["index"] = info.Index, ["generation"] = info.Generation, ["size_after"] = gens };
         ctx.Truth["gc"] = gc;
+        GC.KeepAlive(Retained);
     }
 }

@@ -175,6 +175,10 @@ passes!(system_events_container, "system-events", Container);
 passes!(contention_container, "contention", Container);
 passes!(event_parity_container, "event-parity", Container);
 passes!(runtime_events_host, "runtime-events", host);
+// Allocation ticks per type against the bytes the app allocated of each (~10 s); the last GC's
+// generation sizes from GCHeapStats against GC.GetGCMemoryInfo (~10 s).
+passes!(allocations_host, "allocations", host);
+passes!(gc_heap_stats_host, "gc-heap-stats", host);
 
 #[test]
 fn on_vs_off_cpu_host_with_each_collectors_view() {
