@@ -32,6 +32,9 @@ pub struct IdleWakeups {
     pub sleeps: usize,
     /// Of them, those no sched_waking record ends.
     pub unrecorded: usize,
+    /// Of the sleeps, those whose CPU switched to the idle task as the sleeper left it: only
+    /// there can the timer fire on an idle CPU (a busy machine hides the gap).
+    pub into_idle: usize,
 }
 
 impl IdleWakeups {
@@ -39,8 +42,17 @@ impl IdleWakeups {
     pub fn meaning(&self) -> String {
         if self.sleeps == 0 {
             "no timer sleep was recorded: cannot tell whether idle-CPU wake-ups are recorded".into()
+        } else if self.unrecorded == 0 && self.into_idle == 0 {
+            format!(
+                "all {} timer wake-ups recorded, but no sleeper left its CPU idle (a busy machine): cannot tell \
+                 whether a timer wake-up on an idle CPU is recorded",
+                self.sleeps
+            )
         } else if self.unrecorded == 0 {
-            format!("all {} timer wake-ups recorded (sched_waking): perf-offwake can name every waker", self.sleeps)
+            format!(
+                "all {} timer wake-ups recorded (sched_waking), {} of them on a CPU left idle: perf-offwake can name every waker",
+                self.sleeps, self.into_idle
+            )
         } else {
             format!(
                 "{} of {} timer wake-ups unrecorded: waker checks leave them out (this kernel emits no sched_waking \
@@ -54,8 +66,8 @@ impl IdleWakeups {
 /// One tracepoint record as the count needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchedEvent {
-    /// `sched_switch` with `tid` as the previous task.
-    SwitchOut { tid: u32, prev_state: u64 },
+    /// `sched_switch` with `tid` as the previous task and `next` as the next (0: the idle task).
+    SwitchOut { tid: u32, prev_state: u64, next: u32 },
     /// `sched_waking` naming `tid` as the wakee.
     Waking { tid: u32 },
 }
@@ -66,12 +78,13 @@ pub enum SchedEvent {
 pub fn count(events: &[SchedEvent], names: &BTreeMap<u32, String>, sleeper: &str) -> IdleWakeups {
     // tid → switch-outs not yet ended by a waking.
     let mut open: BTreeMap<u32, usize> = BTreeMap::new();
-    let (mut sleeps, mut ended) = (0, 0);
+    let (mut sleeps, mut ended, mut into_idle) = (0, 0, 0);
     let is_sleeper = |tid: &u32| names.get(tid).is_some_and(|n| n == sleeper);
     for e in events {
         match *e {
-            SchedEvent::SwitchOut { tid, prev_state } if prev_state == TASK_INTERRUPTIBLE && is_sleeper(&tid) => {
+            SchedEvent::SwitchOut { tid, prev_state, next } if prev_state == TASK_INTERRUPTIBLE && is_sleeper(&tid) => {
                 sleeps += 1;
+                into_idle += usize::from(next == 0);
                 *open.entry(tid).or_default() += 1;
             }
             SchedEvent::Waking { tid } if is_sleeper(&tid) => {
@@ -83,7 +96,7 @@ pub fn count(events: &[SchedEvent], names: &BTreeMap<u32, String>, sleeper: &str
             _ => {}
         }
     }
-    IdleWakeups { sleeps, unrecorded: sleeps - ended }
+    IdleWakeups { sleeps, unrecorded: sleeps - ended, into_idle }
 }
 
 /// The probe's records in time order.
@@ -95,7 +108,7 @@ pub fn events(unwound: &Unwound) -> Result<Vec<SchedEvent>> {
     let mut out = Vec::new();
     for s in samples {
         if let Some(sw) = &s.sched_switch {
-            out.push(SchedEvent::SwitchOut { tid: sw.prev_pid, prev_state: sw.prev_state });
+            out.push(SchedEvent::SwitchOut { tid: sw.prev_pid, prev_state: sw.prev_state, next: sw.next_pid });
         } else if Some(s.event) == waking {
             let format = format.context("the recording has sched_waking records but no format for them")?;
             let tid = format
@@ -147,35 +160,36 @@ mod tests {
         let n = names(&[(10, "sleep"), (11, "sleep"), (12, "sleep"), (5, "sh")]);
         let events = [
             // 10: slept, woken (recorded); then exits (state X = 16 on 6.x).
-            SwitchOut { tid: 10, prev_state: 1 },
+            SwitchOut { tid: 10, prev_state: 1, next: 0 },
             Waking { tid: 10 },
-            SwitchOut { tid: 10, prev_state: 16 },
+            SwitchOut { tid: 10, prev_state: 16, next: 0 },
             // The shell waits for each child: not a sleeper, not counted.
-            SwitchOut { tid: 5, prev_state: 1 },
+            SwitchOut { tid: 5, prev_state: 1, next: 0 },
             Waking { tid: 5 },
             // 11: slept, no waking recorded (the idle-CPU timer case), preempted later.
-            SwitchOut { tid: 11, prev_state: 1 },
-            SwitchOut { tid: 11, prev_state: 0 },
+            SwitchOut { tid: 11, prev_state: 1, next: 0 },
+            SwitchOut { tid: 11, prev_state: 0, next: 7 },
             // 12: a waking before any sleep (its start) ends nothing; then a recorded sleep.
             Waking { tid: 12 },
-            SwitchOut { tid: 12, prev_state: 1 },
+            SwitchOut { tid: 12, prev_state: 1, next: 5 },
             Waking { tid: 12 },
         ];
         let found = count(&events, &n, "sleep");
-        assert_eq!(found, IdleWakeups { sleeps: 3, unrecorded: 1 });
+        assert_eq!(found, IdleWakeups { sleeps: 3, unrecorded: 1, into_idle: 2 });
         assert!(found.meaning().starts_with("1 of 3 timer wake-ups unrecorded: waker checks leave them out"), "{}", found.meaning());
     }
 
     #[test]
     fn two_wakings_end_one_sleep_only() {
         let n = names(&[(10, "sleep")]);
-        let found = count(&[SwitchOut { tid: 10, prev_state: 1 }, Waking { tid: 10 }, Waking { tid: 10 }, SwitchOut { tid: 10, prev_state: 1 }], &n, "sleep");
-        assert_eq!(found, IdleWakeups { sleeps: 2, unrecorded: 1 });
+        let found = count(&[SwitchOut { tid: 10, prev_state: 1, next: 0 }, Waking { tid: 10 }, Waking { tid: 10 }, SwitchOut { tid: 10, prev_state: 1, next: 0 }], &n, "sleep");
+        assert_eq!(found, IdleWakeups { sleeps: 2, unrecorded: 1, into_idle: 2 });
     }
 
     #[test]
     fn meanings_say_what_the_numbers_mean() {
-        assert!(IdleWakeups { sleeps: 16, unrecorded: 0 }.meaning().starts_with("all 16 timer wake-ups recorded"));
-        assert!(IdleWakeups { sleeps: 0, unrecorded: 0 }.meaning().contains("cannot tell"));
+        assert!(IdleWakeups { sleeps: 16, unrecorded: 0, into_idle: 9 }.meaning().starts_with("all 16 timer wake-ups recorded (sched_waking), 9 of them"));
+        assert!(IdleWakeups { sleeps: 16, unrecorded: 0, into_idle: 0 }.meaning().contains("cannot tell"));
+        assert!(IdleWakeups { sleeps: 0, unrecorded: 0, into_idle: 0 }.meaning().contains("cannot tell"));
     }
 }
