@@ -60,6 +60,9 @@ pub struct Tools {
     pub dotnet_trace: Option<String>,
     /// `--symbols` folders given, each with whether it exists and how many debug files it holds.
     pub symbols: Vec<(PathBuf, Option<usize>)>,
+    /// Whether this kernel records a timer's wake-up of a thread on an idle CPU (the probe's
+    /// count, or why it could not run); `None` when not probed (no perf).
+    pub idle_wakeups: Option<Result<crate::collect::idle_wakeups::IdleWakeups, String>>,
 }
 
 impl Tools {
@@ -93,6 +96,7 @@ impl Tools {
                     (d.clone(), n)
                 })
                 .collect(),
+            idle_wakeups: perf_binary().map(|perf| crate::collect::idle_wakeups::probe_here(&perf).map_err(|e| format!("{e:#}"))),
         }
     }
 }
@@ -168,6 +172,7 @@ pub fn doctor_rows(env: &Environment, tools: &Tools) -> Vec<DoctorRow> {
     } else {
         row("tracefs", "not mounted", Status::Warn, "perf-offcpu needs sched:sched_switch from tracefs").fix("mount -t tracefs nodev /sys/kernel/tracing (as root)")
     });
+    rows.push(idle_wakeups_row(tools.idle_wakeups.as_ref()));
     rows.push(match env.user_events {
         Some(true) => row("CONFIG_USER_EVENTS", "yes", Status::Ok, "dotnet-trace collect-linux can work"),
         Some(false) => row("CONFIG_USER_EVENTS", "no", Status::Warn, "dotnet-trace collect-linux cannot work here (scenarios using it SKIP)")
@@ -204,6 +209,28 @@ pub fn doctor_rows(env: &Environment, tools: &Tools) -> Vec<DoctorRow> {
     });
     rows.extend(tool_rows(tools));
     rows
+}
+
+/// Whether perf-offwake can name the waker of every timer wake-up on this kernel.
+fn idle_wakeups_row(found: Option<&Result<crate::collect::idle_wakeups::IdleWakeups, String>>) -> DoctorRow {
+    const ITEM: &str = "timer wake-ups on idle CPUs";
+    match found {
+        Some(Ok(w)) if w.sleeps > 0 && w.unrecorded == 0 && w.into_idle > 0 => {
+            row(ITEM, format!("{} of {} recorded", w.sleeps, w.sleeps), Status::Ok, w.meaning())
+        }
+        Some(Ok(w)) if w.sleeps > 0 && w.unrecorded == 0 => row(ITEM, "no CPU idled", Status::Warn, w.meaning())
+            .fix("run `cargo xtask doctor` again when the machine is less busy: the gap shows only when a sleeper's CPU goes idle"),
+        Some(Ok(w)) if w.sleeps > 0 => row(ITEM, format!("{} of {} unrecorded", w.unrecorded, w.sleeps), Status::Warn, w.meaning()).fix(
+            "no fix on this kernel: it traces no sched_waking when a timer wakes a thread on an idle CPU. perf-offwake's \
+             waker checks leave such intervals out and print how many (`left out: N intervals`); the other checks are unaffected",
+        ),
+        Some(Ok(w)) => row(ITEM, "no timer sleep seen", Status::Warn, w.meaning())
+            .fix("run `cargo xtask doctor` again: the probe's `sleep` processes left no switch-out in the recording"),
+        Some(Err(e)) => row(ITEM, "cannot tell", Status::Warn, format!("the probe failed: {e}"))
+            .fix("run doctor as root with tracefs mounted (mount -t tracefs nodev /sys/kernel/tracing)"),
+        None => row(ITEM, "not probed", Status::Warn, "perf is needed to probe it")
+            .fix("apt-get install linux-perf (Ubuntu: linux-tools-$(uname -r))"),
+    }
 }
 
 /// Images, image and guest builders, the report's browser, dotnet-trace, symbol folders.
@@ -353,6 +380,20 @@ mod tests {
         env.lttng_ust = vec!["liblttng-ust.so.1".into()];
         rows.extend(doctor_rows(&env, &tools));
         rows.extend(dotnet_rows(None, &[]));
+        use crate::collect::idle_wakeups::IdleWakeups;
+        for found in [
+            Ok(IdleWakeups { sleeps: 16, unrecorded: 5, into_idle: 7 }),
+            Ok(IdleWakeups { sleeps: 0, unrecorded: 0, into_idle: 0 }),
+            Ok(IdleWakeups { sleeps: 16, unrecorded: 0, into_idle: 3 }),
+            Ok(IdleWakeups { sleeps: 16, unrecorded: 0, into_idle: 0 }),
+            Err("perf record -a … failed".to_string()),
+        ] {
+            rows.push(idle_wakeups_row(Some(&found)));
+        }
+        let gap = rows.iter().find(|r| r.value == "5 of 16 unrecorded").expect("the idle wake-up row");
+        assert_eq!(gap.status, Status::Warn);
+        assert!(gap.meaning.starts_with("5 of 16 timer wake-ups unrecorded: waker checks leave them out"), "{gap:?}");
+        assert!(rows.iter().any(|r| r.value == "16 of 16 recorded" && r.status == Status::Ok));
         let bad: Vec<_> = rows.iter().filter(|r| r.status != Status::Ok).collect();
         assert!(bad.len() >= 15, "{} rows not ok", bad.len());
         for r in &bad {

@@ -73,7 +73,7 @@ fn make_target(
             let kinds: Vec<_> = scenario.collectors.iter().map(|c| c.kind()).collect();
             let caps = match &scenario.capabilities {
                 Some(c) => c.clone(),
-                None => crate::collect::caps::least_working_for(&kinds).unwrap_or_default(),
+                None => crate::collect::caps::least_working_for_on(kind, &kinds).unwrap_or_default(),
             };
             let mut options = crate::run::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
             if scenario.load.is_some() {

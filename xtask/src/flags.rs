@@ -350,7 +350,7 @@ pub struct Matrix {
 /// Declared in the order `--all` runs them.
 #[derive(Subcommand, Debug)]
 pub enum MatrixAxis {
-    /// Container capability sets × collectors: which least set works, with the exact error of each failure.
+    /// Container (and sidecar) capability sets × collectors: which least set works, with the exact error of each failure.
     Caps {
         /// Debian suite of the image the probes run in.
         #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
@@ -361,6 +361,11 @@ pub enum MatrixAxis {
         /// Capability sets to probe (comma-separated, e.g. none,SYS_ADMIN); default all.
         #[arg(long, value_delimiter = ',')]
         caps: Vec<String>,
+        /// Probe on this target only: container (tool in the app's container) or sidecar (tool in its
+        /// own container, the app's with no capability). Default: containers for every collector,
+        /// sidecars for perf-offwake and perf-syscalls.
+        #[arg(long, value_parser = ["container", "sidecar"])]
+        target: Option<String>,
         /// Print the cells without probing anything.
         #[arg(long)]
         list: bool,

@@ -35,7 +35,7 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
 
 fn default_axis(name: &str) -> MatrixAxis {
     match name {
-        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![], list: false },
+        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![], target: None, list: false },
         "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
         "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![], list: false },
         "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![], list: false },
@@ -45,7 +45,7 @@ fn default_axis(name: &str) -> MatrixAxis {
 
 fn run_axis(axis: MatrixAxis) -> Result<()> {
     match axis {
-        MatrixAxis::Caps { suite, collectors, caps, list } => run_caps(suite, collectors, caps, list),
+        MatrixAxis::Caps { suite, collectors, caps, target, list } => run_caps(suite, collectors, caps, target, list),
         MatrixAxis::Kernels { kernels, scenario, list } => run_kernels(kernels, scenario, list),
         MatrixAxis::Dotnet { list: true, .. } => print_cells(matrix::dotnet::cells()?),
         MatrixAxis::Lttng { list: true, .. } => print_cells(matrix::lttng::cells()?),
@@ -59,16 +59,17 @@ fn print_cells(cells: Vec<String>) -> Result<()> {
     Ok(())
 }
 
-fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: bool) -> Result<()> {
+fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, target: Option<String>, list: bool) -> Result<()> {
     // Only a run over every cell of the default suite may replace the committed table (its test
     // checks coverage; container runs default to that suite); one over every capability set of
-    // some collectors replaces their rows.
-    let update = match (suite == harness::image::DEFAULT_SUITE && caps.is_empty(), collectors.is_empty()) {
+    // some collectors (or of one target) replaces their rows.
+    let update = match (suite == harness::image::DEFAULT_SUITE && caps.is_empty(), collectors.is_empty() && target.is_none()) {
         (true, true) => matrix::caps::TableUpdate::Whole,
         (true, false) => matrix::caps::TableUpdate::Rows,
         (false, _) => matrix::caps::TableUpdate::Keep,
     };
     let mut options = matrix::caps::MatrixOptions { suite, ..Default::default() };
+    options.target = target.as_deref().map(harness::run::TargetKind::parse).transpose()?;
     if !collectors.is_empty() {
         options.collectors = collectors.iter().map(|c| CollectorKind::parse(c)).collect::<Result<_>>()?;
     }
@@ -76,8 +77,7 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, list: boo
         options.cap_sets = caps;
     }
     if list {
-        let cells = options.collectors.iter().flat_map(|k| options.cap_sets.iter().map(move |c| format!("{k} / {c}")));
-        return print_cells(cells.collect());
+        return print_cells(matrix::caps::cell_names(&options));
     }
     matrix::caps::run_and_print(&options, update)
 }

@@ -23,8 +23,30 @@ fn doctor_json_parses_and_every_row_not_ok_names_a_fix() {
     }
     // The folder given does not exist: its row must say so.
     assert!(rows.iter().any(|r| r["name"] == "--symbols /nonexistent/tracelab-symbols" && r["status"] == "missing"), "{text}");
+    // The idle-CPU timer wake-up probe ran (root and perf here) or says why it could not.
+    let idle = rows.iter().find(|r| r["name"] == "timer wake-ups on idle CPUs").unwrap_or_else(|| panic!("no idle wake-up row: {text}"));
+    let value = idle["value"].as_str().unwrap();
+    let counted = unrecorded_of(value);
+    if let Some((n, m)) = counted {
+        assert!(m > 0 && n <= m, "{idle}");
+        let detail = idle["detail"].as_str().unwrap();
+        assert!(detail.contains(&format!("{m} timer wake-ups")), "{idle}");
+    } else {
+        assert!(["cannot tell", "not probed", "no timer sleep seen", "no CPU idled"].contains(&value), "{idle}");
+    }
+    eprintln!("idle wake-up row: {idle}");
     let default = rows.last().unwrap();
     assert_eq!(default["name"], "scenario cpu-bound (default)");
     let expected = if default["status"] == "ok" { 0 } else { 4 };
     assert_eq!(out.status.code(), Some(expected), "{default}");
+}
+
+/// `N of M unrecorded` or `M of M recorded` → (N unrecorded, M).
+fn unrecorded_of(value: &str) -> Option<(usize, usize)> {
+    let words: Vec<&str> = value.split_whitespace().collect();
+    match words.as_slice() {
+        [n, "of", m, "unrecorded"] => Some((n.parse().ok()?, m.parse().ok()?)),
+        [_, "of", m, "recorded"] => Some((0, m.parse().ok()?)),
+        _ => None,
+    }
 }

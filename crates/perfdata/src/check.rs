@@ -194,6 +194,30 @@ pub(crate) fn check_recording(bytes: &[u8], path: &Path) -> Result<Section> {
     Ok(data)
 }
 
+/// The byte offset of the first record of the data section with type `record_type` whose body
+/// (the bytes after its 8-byte header) is `body`, walking the records in file order; `None` when
+/// the header or framing is broken or no record matches. A reader that gets records re-ordered by
+/// time (linux-perf-data sorts them) finds a damaged one's place in the file with it.
+pub(crate) fn find_record(bytes: &[u8], path: &Path, record_type: u32, body: &[u8]) -> Option<u64> {
+    let data = check_header(bytes, path).ok()?;
+    let end = (data.offset + data.size).min(bytes.len() as u64);
+    let mut at = data.offset;
+    while at + 8 <= end {
+        let size = u16::from_le_bytes([bytes[at as usize + 6], bytes[at as usize + 7]]) as u64;
+        if size < 8 || at + size > end {
+            return None;
+        }
+        let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
+        if ty == record_type && &bytes[at as usize + 8..(at + size) as usize] == body {
+            return Some(at);
+        }
+        // AUX data follows an AUXTRACE record, outside its size.
+        let aux = if ty == PERF_RECORD_AUXTRACE && size >= 16 { le_u64(bytes, at as usize + 8) } else { 0 };
+        at = (at + size).checked_add(aux)?;
+    }
+    None
+}
+
 /// Walks record headers of the data section in file order; returns the byte offset and a
 /// description of the first record whose framing is broken.
 fn first_bad_record(bytes: &[u8], data: Section) -> Option<(u64, String)> {

@@ -30,3 +30,9 @@ pub use recording::{
 pub fn check(bytes: &[u8], path: &std::path::Path) -> Result<()> {
     check::check_recording(bytes, path).map(|_| ())
 }
+
+/// The byte offset of the record of type `record_type` whose body (after its 8-byte header) is
+/// `body`: where a record a time-sorting reader handed over lies in the file, for its errors.
+pub fn find_record(bytes: &[u8], path: &std::path::Path, record_type: u32, body: &[u8]) -> Option<u64> {
+    check::find_record(bytes, path, record_type, body)
+}

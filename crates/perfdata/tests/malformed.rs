@@ -143,3 +143,26 @@ fn fuzzer_findings_are_errors() {
         }
     }
 }
+
+/// `find_record` gives back where a record lies from its type and body, as a reader that got the
+/// records sorted by time needs for its errors; a body no record has is `None`.
+#[test]
+fn records_are_found_again_by_their_bytes() {
+    let bytes = fixture_bytes();
+    let path = Path::new("perf-offcpu.data");
+    let (data, size) = data_section(bytes);
+    let mut at = data;
+    let mut checked = 0;
+    while at < data + size && checked < 200 {
+        let len = u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
+        let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let found = perfdata::find_record(bytes, path, ty, &bytes[at + 8..at + len]).unwrap();
+        // Equal records (two FINISHED_ROUNDs) are found at the first of them.
+        assert!(found <= at as u64 && bytes[found as usize..found as usize + len] == bytes[at..at + len], "record at {at}");
+        at += len;
+        checked += 1;
+    }
+    assert_eq!(checked, 200);
+    assert_eq!(perfdata::find_record(bytes, path, 9, b"no record has this body"), None);
+    assert_eq!(perfdata::find_record(&bytes[..40], path, 9, b""), None);
+}

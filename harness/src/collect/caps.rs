@@ -1,5 +1,7 @@
 //! The container capability table: for each collector, the least capability set under which it
-//! worked in a container, and every probed cell with its exact error. The table is committed as
+//! worked in a container, and every probed cell with its exact error; for the collectors of
+//! [`SIDECAR_ROWS`] also the sets their tools need in a sidecar (the app's container then has
+//! none). The table is committed as
 //! `harness/data/caps.toml`; `cargo xtask matrix caps` (harness::matrix::caps) probes and
 //! rewrites it, and container runs default to its least sets, whatever lies in the git-ignored
 //! `results/`. It lives with the collectors because it is what each collector needs; the probing
@@ -12,6 +14,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::CollectorKind;
+use crate::run::TargetKind;
 
 /// Capability sets, least first (the order [`least_working`] prefers).
 pub const CAP_SETS: &[(&str, &[&str])] = &[
@@ -24,6 +27,10 @@ pub const CAP_SETS: &[(&str, &[&str])] = &[
     ("privileged", &["privileged"]),
 ];
 
+/// Collectors whose sidecar cells the table holds too. A sidecar of another collector takes the
+/// container's least set: its tool runs from the same image under the same capabilities.
+pub const SIDECAR_ROWS: &[CollectorKind] = &[CollectorKind::PerfOffwake, CollectorKind::PerfSyscalls];
+
 /// The committed table, as `cargo xtask matrix caps` last wrote it.
 pub const TABLE_PATH: &str = "harness/data/caps.toml";
 const TABLE_TEXT: &str = include_str!("../../data/caps.toml");
@@ -32,6 +39,10 @@ const TABLE_TEXT: &str = include_str!("../../data/caps.toml");
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Probe {
     pub collector: String,
+    /// `container` (the tool runs in the app's container) or `sidecar` (in its own container
+    /// joined to the app's pid namespace); a cell without it is a container cell.
+    #[serde(default = "container_target", skip_serializing_if = "is_container")]
+    pub target: String,
     /// Name of the capability set (`none`, `SYS_ADMIN`, `privileged` …).
     pub caps: String,
     pub works: bool,
@@ -45,6 +56,14 @@ pub struct Probe {
     pub seconds: f64,
 }
 
+fn container_target() -> String {
+    TargetKind::Container.as_str().into()
+}
+
+fn is_container(target: &str) -> bool {
+    target == TargetKind::Container.as_str()
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Matrix {
     pub axis: String,
@@ -56,6 +75,9 @@ pub struct Matrix {
     /// Collector → name of the least capability set that worked (`none works` when none did).
     #[serde(default)]
     pub least: BTreeMap<String, String>,
+    /// The same for the sidecar cells (collectors of [`SIDECAR_ROWS`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub least_sidecar: BTreeMap<String, String>,
     #[serde(rename = "cell")]
     pub probes: Vec<Probe>,
 }
@@ -85,40 +107,51 @@ impl Matrix {
         ))
     }
 
-    /// Fills [`Matrix::least`] from the cells.
+    /// Fills [`Matrix::least`] and [`Matrix::least_sidecar`] from the cells.
     pub fn with_least(mut self) -> Matrix {
-        let kinds: Vec<String> = {
-            let mut k: Vec<String> = self.probes.iter().map(|p| p.collector.clone()).collect();
-            k.dedup();
-            k
-        };
-        for k in kinds {
-            let least = CAP_SETS
-                .iter()
-                .find(|(name, _)| self.get(&k, name).is_some_and(|p| p.works))
-                .map_or(NONE_WORKS.to_string(), |(name, _)| name.to_string());
-            self.least.insert(k, least);
+        for target in [TargetKind::Container, TargetKind::Sidecar] {
+            let mut kinds: Vec<String> =
+                self.probes.iter().filter(|p| p.target == target.as_str()).map(|p| p.collector.clone()).collect();
+            kinds.dedup();
+            for k in kinds {
+                let least = CAP_SETS
+                    .iter()
+                    .find(|(name, _)| self.get_on(target, &k, name).is_some_and(|p| p.works))
+                    .map_or(NONE_WORKS.to_string(), |(name, _)| name.to_string());
+                match target {
+                    TargetKind::Sidecar => self.least_sidecar.insert(k, least),
+                    _ => self.least.insert(k, least),
+                };
+            }
         }
         self
     }
 
-    /// This table with the rows of the collectors `newer` probed replaced by `newer`'s cells
-    /// (a run over some collectors' every capability set; the other rows stay as measured).
+    /// This table with the rows `newer` probed (a collector on a target) replaced by `newer`'s
+    /// cells (a run over some collectors' every capability set; the other rows stay as measured).
     pub fn with_rows_of(&self, newer: &Matrix) -> Matrix {
-        let probed: std::collections::BTreeSet<&str> = newer.probes.iter().map(|p| p.collector.as_str()).collect();
-        let mut probes: Vec<Probe> = self.probes.iter().filter(|p| !probed.contains(p.collector.as_str())).cloned().collect();
+        let probed: std::collections::BTreeSet<(&str, &str)> =
+            newer.probes.iter().map(|p| (p.target.as_str(), p.collector.as_str())).collect();
+        let mut probes: Vec<Probe> =
+            self.probes.iter().filter(|p| !probed.contains(&(p.target.as_str(), p.collector.as_str()))).cloned().collect();
         probes.extend(newer.probes.iter().cloned());
         let order = |p: &Probe| {
             let kind = CollectorKind::ALL.iter().position(|k| k.as_str() == p.collector).unwrap_or(usize::MAX);
-            (kind, CAP_SETS.iter().position(|(name, _)| *name == p.caps).unwrap_or(usize::MAX))
+            (!is_container(&p.target), kind, CAP_SETS.iter().position(|(name, _)| *name == p.caps).unwrap_or(usize::MAX))
         };
         probes.sort_by_key(order);
         // The header stays the committed one: the rows of other collectors were measured then.
-        Matrix { least: BTreeMap::new(), probes, ..self.clone() }.with_least()
+        Matrix { least: BTreeMap::new(), least_sidecar: BTreeMap::new(), probes, ..self.clone() }.with_least()
     }
 
+    /// The container cell of `collector` under `caps`.
     pub fn get(&self, collector: &str, caps: &str) -> Option<&Probe> {
-        self.probes.iter().find(|p| p.collector == collector && p.caps == caps)
+        self.get_on(TargetKind::Container, collector, caps)
+    }
+
+    /// The cell of `collector` under `caps` on `target` (container or sidecar).
+    pub fn get_on(&self, target: TargetKind, collector: &str, caps: &str) -> Option<&Probe> {
+        self.probes.iter().find(|p| p.target == target.as_str() && p.collector == collector && p.caps == caps)
     }
 
     /// The table: collectors as rows, capability sets as columns, errors as footnotes.
@@ -128,6 +161,30 @@ impl Matrix {
              Each cell is a short real probe; ✅ works, ❌ fails with the error in the footnote.\n\n",
             self.image, self.suite, self.docker_version, self.kernel, self.created_utc
         );
+        let mut notes: Vec<String> = Vec::new();
+        self.markdown_table(&mut s, TargetKind::Container, &mut notes);
+        if self.probes.iter().any(|p| p.target == TargetKind::Sidecar.as_str()) {
+            s.push_str(
+                "\nIn a sidecar (the tool in its own container joined to the app's pid namespace; the app's \
+                 container has no capability):\n\n",
+            );
+            self.markdown_table(&mut s, TargetKind::Sidecar, &mut notes);
+        }
+        s.push_str("\nWhat worked measured:\n\n");
+        for p in self.probes.iter().filter(|p| p.works) {
+            let on = if is_container(&p.target) { String::new() } else { format!(" ({})", p.target) };
+            s.push_str(&format!("- {}{on} / {}: {} ({:.1} s)\n", p.collector, p.caps, p.detail, p.seconds));
+        }
+        s.push_str("\nErrors:\n\n");
+        for (i, e) in notes.iter().enumerate() {
+            s.push_str(&format!("{}. `{}`\n", i + 1, e.replace('`', "'").replace('\n', " ⏎ ")));
+        }
+        s
+    }
+
+    /// The rows of `target` (every collector for containers, those probed for sidecars), errors
+    /// numbered into `notes`.
+    fn markdown_table(&self, s: &mut String, target: TargetKind, notes: &mut Vec<String>) {
         s.push_str("| collector |");
         for (name, _) in CAP_SETS {
             s.push_str(&format!(" {name} |"));
@@ -137,12 +194,14 @@ impl Matrix {
             s.push_str("---|");
         }
         s.push_str("---|\n");
-        let mut notes: Vec<String> = Vec::new();
         for kind in CollectorKind::ALL {
             let collector = kind.as_str();
+            if target != TargetKind::Container && !self.probes.iter().any(|p| p.target == target.as_str() && p.collector == collector) {
+                continue;
+            }
             s.push_str(&format!("| {collector} |"));
             for (caps, _) in CAP_SETS {
-                match self.get(collector, caps) {
+                match self.get_on(target, collector, caps) {
                     Some(p) if p.works => s.push_str(" ✅ |"),
                     Some(p) => {
                         let error = p.error.clone().unwrap_or_default();
@@ -158,18 +217,9 @@ impl Matrix {
                     None => s.push_str(" – |"),
                 }
             }
-            let least = least_in(self, collector).map(|c| if c.is_empty() { "none".into() } else { c.join("+") });
+            let least = least_on(self, target, collector).map(|c| if c.is_empty() { "none".into() } else { c.join("+") });
             s.push_str(&format!(" {} |\n", least.unwrap_or_else(|| "none works".into())));
         }
-        s.push_str("\nWhat worked measured:\n\n");
-        for p in self.probes.iter().filter(|p| p.works) {
-            s.push_str(&format!("- {} / {}: {} ({:.1} s)\n", p.collector, p.caps, p.detail, p.seconds));
-        }
-        s.push_str("\nErrors:\n\n");
-        for (i, e) in notes.iter().enumerate() {
-            s.push_str(&format!("{}. `{}`\n", i + 1, e.replace('`', "'").replace('\n', " ⏎ ")));
-        }
-        s
     }
 }
 
@@ -178,9 +228,9 @@ pub fn cap_list(set: &str) -> Result<&'static [&'static str]> {
         format!("unknown capability set `{set}`: expected one of {}", CAP_SETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))
     })
 }
-fn least_in(matrix: &Matrix, collector: &str) -> Option<Vec<String>> {
+fn least_on(matrix: &Matrix, target: TargetKind, collector: &str) -> Option<Vec<String>> {
     CAP_SETS.iter().find_map(|(name, caps)| {
-        matrix.get(collector, name).filter(|p| p.works).map(|_| caps.iter().map(|c| c.to_string()).collect())
+        matrix.get_on(target, collector, name).filter(|p| p.works).map(|_| caps.iter().map(|c| c.to_string()).collect())
     })
 }
 
@@ -196,11 +246,31 @@ pub fn least_working(kind: CollectorKind) -> Option<Vec<String>> {
     }
 }
 
-/// The union of the least sets of several collectors (one container runs them all).
+/// The least capability set measured to work for `kind`'s tool on `target`: a sidecar's from
+/// the table's sidecar cells when it has them, else the container's ([`least_working`]).
+pub fn least_working_on(target: TargetKind, kind: CollectorKind) -> Option<Vec<String>> {
+    match Matrix::committed().least_sidecar.get(kind.as_str()) {
+        Some(least) if target == TargetKind::Sidecar => {
+            if least == NONE_WORKS {
+                None
+            } else {
+                cap_list(least).ok().map(|caps| caps.iter().map(|c| c.to_string()).collect())
+            }
+        }
+        _ => least_working(kind),
+    }
+}
+
+/// The union of the least container sets of several collectors (one container runs them all).
 pub fn least_working_for(collectors: &[CollectorKind]) -> Option<Vec<String>> {
+    least_working_for_on(TargetKind::Container, collectors)
+}
+
+/// The union of the least sets of several collectors' tools on `target`.
+pub fn least_working_for_on(target: TargetKind, collectors: &[CollectorKind]) -> Option<Vec<String>> {
     let mut all = BTreeMap::new();
     for c in collectors {
-        for cap in least_working(*c)? {
+        for cap in least_working_on(target, *c)? {
             all.insert(cap, ());
         }
     }
@@ -213,6 +283,7 @@ pub(crate) mod tests {
     pub(crate) fn probe(collector: &str, caps: &str, works: bool) -> Probe {
         Probe {
             collector: collector.into(),
+            target: container_target(),
             caps: caps.into(),
             works,
             detail: String::new(),
@@ -230,8 +301,13 @@ pub(crate) mod tests {
             docker_version: "20.10.24".into(),
             kernel: "6.18".into(),
             least: BTreeMap::new(),
+            least_sidecar: BTreeMap::new(),
             probes,
         }
+    }
+
+    pub(crate) fn sidecar_probe(collector: &str, caps: &str, works: bool) -> Probe {
+        Probe { target: TargetKind::Sidecar.as_str().into(), ..probe(collector, caps, works) }
     }
 
     #[test]
@@ -243,9 +319,9 @@ pub(crate) mod tests {
             probe("perf-cpu", "SYS_ADMIN", true),
             probe("lttng", "none", true),
         ]);
-        assert_eq!(least_in(&m, "perf-cpu"), Some(vec!["SYS_ADMIN".to_string()]));
-        assert_eq!(least_in(&m, "lttng"), Some(vec![]));
-        assert_eq!(least_in(&m, "eventpipe"), None);
+        assert_eq!(least_on(&m, TargetKind::Container, "perf-cpu"), Some(vec!["SYS_ADMIN".to_string()]));
+        assert_eq!(least_on(&m, TargetKind::Container, "lttng"), Some(vec![]));
+        assert_eq!(least_on(&m, TargetKind::Container, "eventpipe"), None);
     }
 
     #[test]
@@ -270,6 +346,33 @@ pub(crate) mod tests {
         assert_eq!(merged.least["perf-cpu"], "none");
         assert_eq!(merged.least["perf-syscalls"], "SYS_ADMIN");
         assert_eq!(merged.least["lttng"], "none");
+    }
+
+    #[test]
+    fn sidecar_cells_have_their_own_least_set_and_rows() {
+        let committed = matrix(vec![
+            probe("perf-syscalls", "none", false),
+            probe("perf-syscalls", "SYS_ADMIN", true),
+            sidecar_probe("perf-syscalls", "SYS_ADMIN", false),
+            sidecar_probe("perf-syscalls", "privileged", true),
+        ])
+        .with_least();
+        assert_eq!(committed.least["perf-syscalls"], "SYS_ADMIN");
+        assert_eq!(committed.least_sidecar["perf-syscalls"], "privileged");
+        assert!(!committed.get("perf-syscalls", "privileged").is_some(), "a sidecar cell read as a container cell");
+        // A sidecar run replaces the sidecar row only.
+        let newer = matrix(vec![sidecar_probe("perf-syscalls", "SYS_ADMIN", true)]);
+        let merged = committed.with_rows_of(&newer);
+        assert_eq!(merged.least["perf-syscalls"], "SYS_ADMIN");
+        assert_eq!(merged.least_sidecar["perf-syscalls"], "SYS_ADMIN");
+        assert_eq!(merged.probes.len(), 3);
+        let back = Matrix::from_toml(&merged.to_toml().unwrap()).unwrap();
+        assert_eq!(back.least_sidecar["perf-syscalls"], "SYS_ADMIN");
+        assert!(back.get_on(TargetKind::Sidecar, "perf-syscalls", "SYS_ADMIN").unwrap().works);
+        assert!(!back.get_on(TargetKind::Container, "perf-syscalls", "none").unwrap().works);
+        let md = back.markdown();
+        assert!(md.contains("In a sidecar"), "{md}");
+        assert!(md.contains("- perf-syscalls (sidecar) / SYS_ADMIN"), "{md}");
     }
 
     #[test]
@@ -319,15 +422,38 @@ pub(crate) mod tests {
                 assert!(cell.works || cell.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "{k} / {caps}: a failure without its error");
             }
             let least = t.least.get(k).unwrap_or_else(|| panic!("{TABLE_PATH} has no least set for {k}"));
-            let expected = least_in(t, k);
+            let expected = least_on(t, TargetKind::Container, k);
             match &expected {
                 Some(caps) => assert_eq!(cap_list(least).unwrap(), caps.as_slice(), "{k}: `least` disagrees with the cells"),
                 None => assert_eq!(least, NONE_WORKS, "{k}"),
             }
             assert_eq!(least_working(kind), expected, "{k}");
         }
+        for kind in SIDECAR_ROWS {
+            let k = kind.as_str();
+            for (caps, _) in CAP_SETS {
+                let cell = t.get_on(TargetKind::Sidecar, k, caps).unwrap_or_else(|| {
+                    panic!("{TABLE_PATH} lacks the sidecar cell {k} / {caps}: run `cargo xtask matrix caps --target sidecar --collectors {k}`")
+                });
+                assert!(cell.works || cell.error.as_deref().is_some_and(|e| !e.trim().is_empty()), "sidecar {k} / {caps}: a failure without its error");
+            }
+            let least = t.least_sidecar.get(k).unwrap_or_else(|| panic!("{TABLE_PATH} has no sidecar least set for {k}"));
+            let expected = least_on(t, TargetKind::Sidecar, k);
+            match &expected {
+                Some(caps) => assert_eq!(cap_list(least).unwrap(), caps.as_slice(), "sidecar {k}: `least_sidecar` disagrees with the cells"),
+                None => assert_eq!(least, NONE_WORKS, "sidecar {k}"),
+            }
+            assert_eq!(least_working_on(TargetKind::Sidecar, *kind), expected, "sidecar {k}");
+        }
         for p in &t.probes {
             assert!(CollectorKind::parse(&p.collector).is_ok() && cap_list(&p.caps).is_ok(), "unknown cell {p:?}");
+            let target = TargetKind::parse(&p.target).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            assert!(
+                target == TargetKind::Container || SIDECAR_ROWS.iter().any(|k| k.as_str() == p.collector),
+                "a {} cell for {}, which SIDECAR_ROWS does not list",
+                p.target,
+                p.collector
+            );
         }
         // Scenarios' default container capabilities are the union of their collectors' least sets.
         assert!(least_working_for(&[CollectorKind::Lttng, CollectorKind::PerfCpu]).is_some());

@@ -6,6 +6,7 @@
 pub mod perf;
 pub mod offcpu;
 pub mod offwake;
+pub mod idle_wakeups;
 pub mod syscalls;
 mod perf_record;
 pub mod eventpipe;

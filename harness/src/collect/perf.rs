@@ -261,7 +261,8 @@ impl Collector for PerfCpuCollector {
         });
         // Sentinel: perf writes its header and the synthesized MMAP/COMM records of the process
         // once its events are open; the file then grows past the header.
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let limit = super::perf_record::start_limit();
+        let deadline = Instant::now() + limit;
         let mut early_stderr = String::new();
         loop {
             while let Ok(line) = rx.try_recv() {
@@ -279,7 +280,8 @@ impl Collector for PerfCpuCollector {
             if Instant::now() > deadline {
                 let _ = tool.interrupt();
                 bail!(
-                    "perf did not start recording within 20 s ({} stayed at {size} bytes); perf said: {}",
+                    "perf did not start recording within {} s ({} stayed at {size} bytes); perf said: {}",
+                    limit.as_secs(),
                     host_out.display(),
                     early_stderr.trim()
                 );

@@ -1,6 +1,8 @@
 //! Capability axis: for each collector and each container capability set, a real probe — the
 //! collector's own start/stop, through the engine and the container target a scenario uses, on
 //! the gc-heavy app — that records whether collection works, and the exact error when it does not.
+//! The collectors of [`SIDECAR_ROWS`] are probed in a sidecar too (their tool in its own container
+//! with the capability set, the app's container with none).
 //!
 //! The least set that works per collector is committed as `harness/data/caps.toml` (regenerated
 //! by `cargo xtask matrix caps`, checked for schema and coverage by a unit test): container runs
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::collect::CollectorKind;
-use crate::collect::caps::{CAP_SETS, Matrix, Probe, TABLE_PATH, cap_list};
+use crate::collect::caps::{CAP_SETS, Matrix, Probe, SIDECAR_ROWS, TABLE_PATH, cap_list};
 use crate::run::TargetKind;
 use crate::scenario::{Scenario, WorkloadRef};
 
@@ -24,6 +26,9 @@ pub struct MatrixOptions {
     pub suite: String,
     pub collectors: Vec<CollectorKind>,
     pub cap_sets: Vec<String>,
+    /// `None`: every collector in a container and those of [`SIDECAR_ROWS`] in a sidecar too;
+    /// `Some(target)`: every collector on that target only.
+    pub target: Option<TargetKind>,
     pub timeout: Duration,
     /// Where the probes' run folders go (default: a temp folder under `.build/`).
     pub work: Option<PathBuf>,
@@ -35,6 +40,7 @@ impl Default for MatrixOptions {
             suite: crate::image::DEFAULT_SUITE.into(),
             collectors: CollectorKind::ALL.to_vec(),
             cap_sets: CAP_SETS.iter().map(|(n, _)| n.to_string()).collect(),
+            target: None,
             // The probe app runs 1 s once released; a collector that cannot start leaves it
             // waiting for its go-file until this limit, so the limit is the cost of a failing cell.
             timeout: Duration::from_secs(20),
@@ -44,29 +50,42 @@ impl Default for MatrixOptions {
 }
 /// The probe of one cell: a scenario of the gc-heavy app (GC events for the event collectors,
 /// JIT-compiled loops for perf; 3 s, since a 1 s run gave perf 129 samples with no JIT leaf once)
-/// observed by `kind`'s own probe spec, in a container of `suite`
-/// with exactly `caps`, run by the engine as any scenario is. Its verdict is the cell: the engine
+/// observed by `kind`'s own probe spec, in a container of `suite` (on `target`: the app's
+/// container or a sidecar) with exactly `caps`, run by the engine as any scenario is. Its verdict is the cell: the engine
 /// fails a run whose collector saw nothing, so PASS means the collector recorded data.
-pub fn probe_scenario(kind: CollectorKind, caps: &str, suite: &str, timeout: Duration) -> Result<Scenario> {
+pub fn probe_scenario(kind: CollectorKind, target: TargetKind, caps: &str, suite: &str, timeout: Duration) -> Result<Scenario> {
+    if target == TargetKind::Host {
+        anyhow::bail!("the capability matrix probes containers and sidecars, not the host");
+    }
     Ok(Scenario {
-        description: format!("capability probe: {kind} under {caps}"),
+        description: format!("capability probe: {kind} under {caps} ({})", target.as_str()),
         args: ["--seconds", "3", "--induced", "3", "--alloc-mb-per-s", "50"].map(String::from).to_vec(),
-        target: Some(TargetKind::Container),
+        target: Some(target),
         image: Some(suite.to_string()),
         capabilities: Some(cap_list(caps)?.iter().map(|c| c.to_string()).collect()),
         timeout_s: timeout.as_secs(),
         collectors: vec![kind.probe_spec()],
-        ..Scenario::new(&format!("probe-{kind}-{}", caps.to_lowercase().replace('+', "-")), WorkloadRef::Named("gc-heavy".into()))
+        ..Scenario::new(
+            &format!("probe-{kind}-{}{}", caps.to_lowercase().replace('+', "-"), if target == TargetKind::Sidecar { "-sidecar" } else { "" }),
+            WorkloadRef::Named("gc-heavy".into()),
+        )
     })
 }
 
 /// Runs one probe to its end.
-fn run_probe(kind: CollectorKind, caps: &str, options: &MatrixOptions, work: &Path) -> Result<Probe> {
+fn run_probe(kind: CollectorKind, target: TargetKind, caps: &str, options: &MatrixOptions, work: &Path) -> Result<Probe> {
     let started = Instant::now();
-    let scenario = probe_scenario(kind, caps, &options.suite, options.timeout)?;
+    let scenario = probe_scenario(kind, target, caps, &options.suite, options.timeout)?;
     let run = crate::engine::RunOptions { results_root: Some(work.to_path_buf()), ..Default::default() };
-    let mut probe =
-        Probe { collector: kind.as_str().into(), caps: caps.into(), works: false, detail: String::new(), error: None, seconds: 0.0 };
+    let mut probe = Probe {
+        collector: kind.as_str().into(),
+        target: target.as_str().into(),
+        caps: caps.into(),
+        works: false,
+        detail: String::new(),
+        error: None,
+        seconds: 0.0,
+    };
     match crate::engine::run(&scenario, &run) {
         Err(e) => probe.error = Some(format!("{e:#}")),
         Ok(outcome) => {
@@ -117,9 +136,9 @@ pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> 
         }
     };
     let mut probes = Vec::new();
-    for kind in &options.collectors {
+    for (kind, target) in probed_rows(options) {
         for caps in &options.cap_sets {
-            let probe = run_probe(*kind, caps, options, &work)?;
+            let probe = run_probe(kind, target, caps, options, &work)?;
             on_probe(&probe);
             probes.push(probe);
         }
@@ -132,9 +151,22 @@ pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> 
         docker_version: docker.server_version().unwrap_or_default(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into(),
         least: BTreeMap::new(),
+        least_sidecar: BTreeMap::new(),
         probes,
     }
     .with_least())
+}
+
+/// The rows a run probes: (collector, target), containers first.
+pub fn probed_rows(options: &MatrixOptions) -> Vec<(CollectorKind, TargetKind)> {
+    match options.target {
+        Some(target) => options.collectors.iter().map(|k| (*k, target)).collect(),
+        None => {
+            let mut rows: Vec<_> = options.collectors.iter().map(|k| (*k, TargetKind::Container)).collect();
+            rows.extend(options.collectors.iter().filter(|k| SIDECAR_ROWS.contains(k)).map(|k| (*k, TargetKind::Sidecar)));
+            rows
+        }
+    }
 }
 
 /// Writes `caps.md` and `caps.json` into `results/<utc>-matrix-caps/`.
@@ -151,10 +183,18 @@ pub fn write_table(matrix: &Matrix) -> Result<PathBuf> {
 
 /// The cells of a default run (`collector × capability set`).
 pub fn cells() -> Result<Vec<String>> {
-    Ok(CollectorKind::ALL
-        .iter()
-        .flat_map(|k| CAP_SETS.iter().map(move |(caps, _)| format!("{k} / {caps}")))
-        .collect())
+    Ok(cell_names(&MatrixOptions::default()))
+}
+
+/// `collector / caps` (container) and `collector (sidecar) / caps` for every cell a run probes.
+pub fn cell_names(options: &MatrixOptions) -> Vec<String> {
+    probed_rows(options)
+        .into_iter()
+        .flat_map(|(k, target)| {
+            let on = if target == TargetKind::Container { String::new() } else { format!(" ({})", target.as_str()) };
+            options.cap_sets.iter().map(move |caps| format!("{k}{on} / {caps}"))
+        })
+        .collect()
 }
 
 /// A full run: result folder plus the committed table.
@@ -180,7 +220,7 @@ pub enum TableUpdate {
 pub fn run_and_print(options: &MatrixOptions, update: TableUpdate) -> Result<()> {
     let table = run_matrix(options, &mut |p| {
         let what = if p.works { p.detail.clone() } else { p.error.clone().unwrap_or_default() };
-        println!("{:<13} {:<21} {} {what}", p.collector, p.caps, if p.works { "works" } else { "FAILS" });
+        println!("{:<13} {:<9} {:<21} {} {what}", p.collector, p.target, p.caps, if p.works { "works" } else { "FAILS" });
     })?;
     let dir = write(&table, &super::results_root())?;
     println!("\n{}", table.markdown());
@@ -211,6 +251,20 @@ mod tests {
         assert_eq!(back.probes[0].collector, "lttng");
         // No half-written folder is left beside it.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn default_run_probes_the_sidecar_rows_too() {
+        let names = cell_names(&MatrixOptions::default());
+        assert_eq!(names.len(), (CollectorKind::ALL.len() + SIDECAR_ROWS.len()) * CAP_SETS.len());
+        assert!(names.contains(&"perf-offwake (sidecar) / SYS_ADMIN".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.starts_with("lttng (sidecar)")), "{names:?}");
+        let only = MatrixOptions { target: Some(TargetKind::Sidecar), collectors: vec![CollectorKind::PerfSyscalls], ..Default::default() };
+        assert_eq!(probed_rows(&only), [(CollectorKind::PerfSyscalls, TargetKind::Sidecar)]);
+        let s = probe_scenario(CollectorKind::PerfSyscalls, TargetKind::Sidecar, "SYS_ADMIN", "bullseye", Duration::from_secs(20)).unwrap();
+        assert_eq!(s.target, Some(TargetKind::Sidecar));
+        assert_eq!(s.capabilities.as_deref(), Some(&["SYS_ADMIN".to_string()][..]));
+        assert!(probe_scenario(CollectorKind::PerfCpu, TargetKind::Host, "none", "bullseye", Duration::from_secs(20)).is_err());
     }
 
     #[test]

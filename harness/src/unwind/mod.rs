@@ -179,6 +179,11 @@ impl TracepointFormat {
     }
 
     /// An unsigned little-endian field of a raw record (sizes 1, 2, 4, 8).
+    /// The bytes the fields span: a record of the tracepoint holds at least these.
+    pub fn size(&self) -> usize {
+        self.fields.values().map(|(off, size)| off + size).max().unwrap_or(0)
+    }
+
     pub fn read_u64(&self, raw: &[u8], field: &str) -> Option<u64> {
         let (off, size) = *self.fields.get(field)?;
         let b = raw.get(off..off.checked_add(size)?)?;
@@ -712,10 +717,25 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
             }
         };
         let PerfFileRecord::EventRecord { attr_index, record } = record else { continue };
+        // The reader hands records over sorted by time: a damaged one is found in the file by its
+        // bytes, so its error names where it lies.
+        let at = |record: &reader::RawEventRecord| -> String {
+            match perfdata::find_record(bytes, path, record.record_type.0, &record.data.as_slice()) {
+                Some(offset) => format!("at byte offset {offset}"),
+                None => "(not found again in the file)".to_string(),
+            }
+        };
         let common = record.common_data().unwrap_or(CommonData::default());
         let parsed = match record.parse() {
             Ok(p) => p,
-            Err(_) => continue,
+            Err(e) => {
+                return Err(anyhow!(
+                    "{}: the {:?} record {} is malformed ({e}); the file is corrupt: re-record it with perf record",
+                    path.display(),
+                    record.record_type,
+                    at(&record)
+                ));
+            }
         };
         if let Some(t) = common.timestamp {
             out.first_time_ns = out.first_time_ns.min(t);
@@ -762,6 +782,21 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                     (None, Some(r)) => r.as_slice().to_vec(),
                     _ => Vec::new(),
                 };
+                // A tracepoint record shorter than its format would read as missing fields later,
+                // far from the file; refused here with its place.
+                let name = &out.event_names[attr_index];
+                if let (Some(format), Some(r)) = (out.formats.get(name), &s.raw)
+                    && r.len() < format.size()
+                {
+                    return Err(anyhow!(
+                        "{}: the {name} sample {} holds {} bytes of tracepoint data, its format needs {}; the file is corrupt: \
+                         re-record it with perf record",
+                        path.display(),
+                        at(&record),
+                        r.len(),
+                        format.size()
+                    ));
+                }
                 let (frames, user_frames, end, user_stack_bytes) = unwinder.sample_frames(&s);
                 out.samples.push(UnwoundSample {
                     event: attr_index,

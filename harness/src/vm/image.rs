@@ -324,6 +324,10 @@ mkdir -p /newroot
 if ! mount -t ext4 /dev/vda /newroot; then
   echo "TRACELAB-INITRAMFS: cannot mount /dev/vda"; ls /dev; exit 1
 fi
+# The loopback interface starts down and the root disk has no `ip`: system-events' loopback
+# connections got "Network is unreachable 127.0.0.1" on 6.1. lo stays up across switch_root
+# (one network namespace); the kernel gives it 127.0.0.1 as it comes up.
+ip link set lo up || ifconfig lo 127.0.0.1 up || echo "TRACELAB-INITRAMFS: cannot bring up lo"
 umount /proc /sys
 mount --move /dev /newroot/dev
 exec switch_root /newroot /opt/tracelab/guest-init
