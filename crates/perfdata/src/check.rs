@@ -84,6 +84,23 @@ pub(crate) fn check_header(bytes: &[u8], path: &Path) -> Result<Section> {
     Ok(data)
 }
 
+/// See [`crate::feature_section`]: feature sections follow the data section in the order of
+/// their bits, each entry an (offset, size) pair.
+pub(crate) fn feature_section(bytes: &[u8], bit: usize) -> Option<(u64, u64)> {
+    let u64_at = |at: usize| bytes.get(at..at.checked_add(8)?).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let bits = bytes.get(72..104)?;
+    let has = |b: usize| bits[b / 8] & (1 << (b % 8)) != 0;
+    if bit >= 256 || !has(bit) {
+        return None;
+    }
+    let index = (0..bit).filter(|b| has(*b)).count() as u64;
+    let entry = u64_at(40)?.checked_add(u64_at(48)?)?.checked_add(16 * index)?;
+    let entry = usize::try_from(entry).ok()?;
+    let (offset, size) = (u64_at(entry)?, u64_at(entry.checked_add(8)?)?);
+    let end = offset.checked_add(size)?;
+    (end <= bytes.len() as u64).then_some((offset, end))
+}
+
 /// HEADER_EVENT_DESC (feature bit 12, tools/perf/util/header.h).
 const FEATURE_EVENT_DESC: usize = 12;
 

@@ -31,6 +31,12 @@ pub fn check(bytes: &[u8], path: &std::path::Path) -> Result<()> {
     check::check_recording(bytes, path).map(|_| ())
 }
 
+/// Byte offsets (start, end) of feature section `bit` (tools/perf/util/header.h: 1 = tracing data,
+/// 12 = event descriptions) of a recording whose header [`check`] accepted; None when absent.
+pub fn feature_section(bytes: &[u8], bit: usize) -> Option<(u64, u64)> {
+    check::feature_section(bytes, bit)
+}
+
 /// The byte offset of the record of type `record_type` whose body (after its 8-byte header) is
 /// `body`: where a record a time-sorting reader handed over lies in the file, for its errors.
 pub fn find_record(bytes: &[u8], path: &std::path::Path, record_type: u32, body: &[u8]) -> Option<u64> {

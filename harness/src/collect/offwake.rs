@@ -290,8 +290,14 @@ fn wakings(unwound: &Unwound) -> Result<HashMap<u32, Vec<Waking>>> {
         };
         let field = |f: &str| format.read_u64(&s.raw, f);
         let (Some(flags), Some(waker), Some(wakee)) = (field("common_flags"), field("common_pid"), field("pid")) else {
+            // The unwinder refused records shorter than the format, so here the format itself
+            // names no usable common_flags/common_pid/pid: the tracing data is damaged.
+            let place = match unwound.tracing_data_at {
+                Some((start, end)) => format!("HEADER_TRACING_DATA at byte offsets {start}..{end}"),
+                None => "HEADER_TRACING_DATA".to_string(),
+            };
             bail!(
-                "{name} sample {i} at {} ns: its raw record ({} bytes) is shorter than the tracepoint's format; re-record with perf record",
+                "{name} sample {i} at {} ns: its format (read from {place}) has no readable common_flags, common_pid and pid                  within the record's {} bytes: the file is corrupt; re-record with perf record",
                 s.time_ns,
                 s.raw.len()
             );

@@ -148,6 +148,9 @@ pub struct Unwound {
     /// Field layouts (name → (offset, size)) of the recorded tracepoints, by event name as in
     /// `event_names`, from the format perf saved in HEADER_TRACING_DATA.
     pub formats: BTreeMap<String, TracepointFormat>,
+    /// Byte offsets (start, end) of the file's tracing data (HEADER_TRACING_DATA), where
+    /// `formats` were read: the place to name when a format does not fit its records.
+    pub tracing_data_at: Option<(u64, u64)>,
 }
 
 /// A tracepoint's fields: name → (offset, size) in the raw record.
@@ -676,9 +679,22 @@ pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> 
     })
 }
 
+/// Where a file the reader refuses as a whole went wrong: its header and the event attribute
+/// section the header points to (perf.data's header: attrs section offset and size at bytes 24
+/// and 32), when that section lies within the file.
+fn header_place(bytes: &[u8]) -> String {
+    let u64_at = |at: usize| bytes.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    match (u64_at(24), u64_at(32)) {
+        (Some(offset), Some(size)) if offset.checked_add(size).is_some_and(|end| end <= bytes.len() as u64) => {
+            format!("the header (byte offsets 0..104) or the event attributes it points to (byte offsets {offset}..{})", offset + size)
+        }
+        _ => "the header (byte offsets 0..104)".to_string(),
+    }
+}
+
 fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<Unwound> {
     let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(std::io::Cursor::new(bytes))
-        .map_err(|e| anyhow!("{}: not a perf.data file perf 5+ writes ({e}); file size {} bytes", path.display(), bytes.len()))?;
+        .map_err(|e| anyhow!("{}: not a perf.data file perf 5+ writes ({e}) in {}; file size {} bytes", path.display(), header_place(bytes), bytes.len()))?;
     let event_names: Vec<String> = perf_file
         .event_attributes()
         .iter()
@@ -703,16 +719,23 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
         })
         .unwrap_or_default();
 
-    let mut out = Unwound { event_names, formats, first_time_ns: u64::MAX, ..Default::default() };
+    let tracing_data_at = perfdata::feature_section(bytes, 1);
+    let mut out = Unwound { event_names, formats, tracing_data_at, first_time_ns: u64::MAX, ..Default::default() };
     loop {
         let record = match record_iter.next_record(&mut perf_file) {
             Ok(Some(r)) => r,
             Ok(None) => break,
             Err(e) => {
+                // The reader failed before handing the record over (e.g. a compressed batch that
+                // does not decompress): the place known is the data section (header bytes 40, 48).
+                let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("checked header"));
+                let (start, size) = (u64_at(40), u64_at(48));
                 return Err(anyhow!(
-                    "{}: record {} is malformed ({e}); the file may be truncated (perf killed before it flushed?)",
+                    "{}: record {} is malformed ({e}), in the data section (byte offsets {start}..{}); the file may be truncated \
+                     (perf killed before it flushed?) or corrupt: re-record it with perf record",
                     path.display(),
-                    out.samples.len()
+                    out.samples.len(),
+                    start.saturating_add(size)
                 ));
             }
         };
