@@ -253,69 +253,12 @@ impl State {
         Ok((raw, signed))
     }
 
+    /// Reads a node into a new value: [`State::read_into`] over an empty slot, so one decoder
+    /// serves fresh and recycled events alike.
     fn read(&mut self, node: &Node, cur: &mut Cursor) -> Result<Value, Error> {
-        Ok(match node {
-            Node::Int(n) => {
-                let (raw, signed) = self.int(n, cur)?;
-                if n.signed { Value::SInt(signed) } else { Value::UInt(raw) }
-            }
-            Node::Enum { int, labels } => {
-                let (raw, signed) = self.int(int, cur)?;
-                let value = if int.signed { signed } else { raw as i64 };
-                let label = labels.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&value)).map(|l| l.2.clone());
-                Value::Enum { value, label }
-            }
-            Node::Float { bits, align, le } => {
-                cur.align(*align)?;
-                let raw = cur.uint(*bits, *le)?;
-                Value::Float(if *bits == 32 { f32::from_bits(raw as u32) as f64 } else { f64::from_bits(raw) })
-            }
-            Node::Str => Value::Str(text(cur.cstring()?)),
-            Node::Struct { fields, .. } => {
-                cur.align(node.align())?;
-                let mut out = Vec::with_capacity(fields.len());
-                for (name, f) in fields {
-                    out.push((name.clone(), self.read(f, cur)?));
-                }
-                Value::Struct(out)
-            }
-            Node::Variant { tag_slot, options, select } => {
-                let i = self.select(*tag_slot, select, cur)?;
-                let (name, n) = &options[i];
-                Value::Variant { option: name.clone(), value: Box::new(self.read(n, cur)?) }
-            }
-            Node::Array { elem, len, bytes } => self.elements(elem, *len, *bytes, cur)?,
-            Node::Sequence { elem, len_slot, bytes } => {
-                let len = self.slots[*len_slot];
-                if len < 0 {
-                    return Err(cur.err(format!("sequence length {len} is negative")));
-                }
-                self.elements(elem, len as u64, *bytes, cur)?
-            }
-        })
-    }
-
-    fn elements(&mut self, elem: &Node, len: u64, bytes: ByteKind, cur: &mut Cursor) -> Result<Value, Error> {
-        match bytes {
-            ByteKind::Bytes => {
-                cur.align(8)?;
-                Ok(Value::Bytes(cur.bytes(len)?.to_vec()))
-            }
-            ByteKind::Text => {
-                cur.align(8)?;
-                let b = cur.bytes(len)?;
-                let b = &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())];
-                Ok(Value::Str(text(b)))
-            }
-            ByteKind::No => {
-                self.check_count(elem, len, cur)?;
-                let mut out = Vec::with_capacity(len.min(cur.end - cur.pos + 1) as usize);
-                for _ in 0..len {
-                    out.push(self.read(elem, cur)?);
-                }
-                Ok(Value::Array(out))
-            }
-        }
+        let mut value = Value::UInt(0);
+        self.read_into(node, cur, &mut value)?;
+        Ok(value)
     }
 
     fn check_count(&self, elem: &Node, len: u64, cur: &Cursor) -> Result<(), Error> {
@@ -426,8 +369,23 @@ impl State {
                 }
                 self.elements_into(elem, len as u64, *bytes, cur, slot)?
             }
-            // Numbers, enums and variants hold nothing worth reusing.
-            _ => *slot = self.read(node, cur)?,
+            // Enums, floats and variants hold nothing worth reusing.
+            Node::Enum { int, labels } => {
+                let (raw, signed) = self.int(int, cur)?;
+                let value = if int.signed { signed } else { raw as i64 };
+                let label = labels.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&value)).map(|l| l.2.clone());
+                *slot = Value::Enum { value, label };
+            }
+            Node::Float { bits, align, le } => {
+                cur.align(*align)?;
+                let raw = cur.uint(*bits, *le)?;
+                *slot = Value::Float(if *bits == 32 { f32::from_bits(raw as u32) as f64 } else { f64::from_bits(raw) });
+            }
+            Node::Variant { tag_slot, options, select } => {
+                let i = self.select(*tag_slot, select, cur)?;
+                let (name, n) = &options[i];
+                *slot = Value::Variant { option: name.clone(), value: Box::new(self.read(n, cur)?) };
+            }
         }
         Ok(())
     }

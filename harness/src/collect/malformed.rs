@@ -97,7 +97,8 @@ fn a_short_tracepoint_record_is_named_by_its_offset() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a longer campaign by hand (3,000 cases pass).
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48), ..ProptestConfig::default() })]
 
     /// perf killed mid-write: the file ends anywhere.
     #[test]
@@ -128,14 +129,7 @@ proptest! {
         let path = dir.path().join(name);
         std::fs::write(&path, &bytes).unwrap();
         if let Err(e) = decode(&path, mode) {
-            let text = format!("{e:#}");
-            // A panic inside linux-perf-event-reader (caught by the unwinder) and a damaged
-            // HEADER_TRACING_DATA (its formats unreadable) have no place yet.
-            if text.contains("the record reader gave up") || text.contains("HEADER_TRACING_DATA is missing") {
-                prop_assert!(text.contains(&path.display().to_string()), "the error names no file: {}", text);
-            } else {
-                check_error(&path, &e, n);
-            }
+            check_error(&path, &e, n);
         }
     }
 }

@@ -286,7 +286,13 @@ fn wakings(unwound: &Unwound) -> Result<HashMap<u32, Vec<Waking>>> {
     let format = unwound.formats.get(name);
     for (i, s) in unwound.samples.iter().enumerate().filter(|(_, s)| s.event == event) {
         let Some(format) = format else {
-            bail!("the recording has {name} samples but no format for them (HEADER_TRACING_DATA is missing): re-record with perf record");
+            // Where the format should have come from: the tracing data when the file has one
+            // (then it is damaged), else the header's feature bits that should list it.
+            let place = match unwound.tracing_data_at {
+                Some((start, end)) => format!("HEADER_TRACING_DATA at byte offsets {start}..{end} holds no readable format for it"),
+                None => "HEADER_TRACING_DATA is missing: the header's feature bits at byte offsets 72..104 do not list it".to_string(),
+            };
+            bail!("the recording has {name} samples but no format for them ({place}): the file is corrupt; re-record with perf record");
         };
         let field = |f: &str| format.read_u64(&s.raw, f);
         let (Some(flags), Some(waker), Some(wakee)) = (field("common_flags"), field("common_pid"), field("pid")) else {

@@ -105,6 +105,8 @@ pub struct PerfCpuCollector {
     tool: Option<ToolProcess>,
     commands: Vec<String>,
     perf_stderr: Option<std::thread::JoinHandle<String>>,
+    /// perf's control FIFOs, removed when the recording ends.
+    control: Option<super::perf_record::PerfControl>,
 }
 
 /// What a container needs for perf_event_open (shared/DESIGN.md §6: PERFMON is unknown to
@@ -170,6 +172,7 @@ impl PerfCpuCollector {
             tool: None,
             commands: Vec::new(),
             perf_stderr: None,
+            control: None,
         })
     }
 
@@ -243,6 +246,9 @@ impl Collector for PerfCpuCollector {
             "-o".into(),
             out_in_target.display().to_string(),
         ]);
+        let mut control = super::perf_record::PerfControl::beside(&host_out, app)?;
+        let argv = super::perf_record::with_control(argv, &control);
+        control.request_enable()?;
         self.commands.push(crate::run::quoted(&argv));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take();
@@ -259,8 +265,8 @@ impl Collector for PerfCpuCollector {
                 all
             })
         });
-        // Sentinel: perf writes its header and the synthesized MMAP/COMM records of the process
-        // once its events are open; the file then grows past the header.
+        // perf answers on its control FIFO once its events are enabled (see PerfControl): from
+        // then on every sample of the app is recorded.
         let limit = super::perf_record::start_limit();
         let deadline = Instant::now() + limit;
         let mut early_stderr = String::new();
@@ -273,14 +279,14 @@ impl Collector for PerfCpuCollector {
                 let all = self.perf_stderr.take().and_then(|h| h.join().ok()).unwrap_or(early_stderr);
                 bail!("perf exited at start ({status}): {}", explain_perf_failure(&all));
             }
-            let size = std::fs::metadata(&host_out).map(|m| m.len()).unwrap_or(0);
-            if size > perfdata::PERF_HEADER_SIZE as u64 {
+            if control.acknowledged() {
                 break;
             }
             if Instant::now() > deadline {
                 let _ = tool.interrupt();
+                let size = std::fs::metadata(&host_out).map(|m| m.len()).unwrap_or(0);
                 bail!(
-                    "perf did not start recording within {} s ({} stayed at {size} bytes); perf said: {}",
+                    "perf did not enable its events within {} s (no `ack` on its control FIFO; {} holds {size} bytes); perf said: {}",
                     limit.as_secs(),
                     host_out.display(),
                     early_stderr.trim()
@@ -288,16 +294,8 @@ impl Collector for PerfCpuCollector {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // perf writes the header before it finishes synthesizing; a short settle lets an error
-        // that comes right after (an event it cannot open) show as an exit.
-        std::thread::sleep(Duration::from_millis(100));
-        if let Some(status) = tool.child.try_wait()? {
-            let all = self.perf_stderr.take().and_then(|h| h.join().ok()).unwrap_or_default();
-            if !status.success() {
-                bail!("perf exited at start ({status}): {}", explain_perf_failure(&all));
-            }
-        }
         self.tool = Some(tool);
+        self.control = Some(control);
         Ok(())
     }
 
@@ -314,6 +312,7 @@ impl Collector for PerfCpuCollector {
                 tool.interrupt()?;
             }
             let status = tool.wait(Duration::from_secs(30))?;
+            self.control = None;
             let stderr = self.perf_stderr.take().and_then(|h| h.join().ok()).unwrap_or_default();
             if let Some(artifacts) = &self.artifacts {
                 let _ = std::fs::write(artifacts.join(format!("{}.perf-record.txt", self.name)), &stderr);

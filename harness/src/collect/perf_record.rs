@@ -101,9 +101,109 @@ pub fn start_limit() -> Duration {
     if std::env::var_os("TRACELAB_IN_GUEST").is_some() { Duration::from_secs(180) } else { Duration::from_secs(20) }
 }
 
+/// perf's control FIFOs (`--control fifo:CTL,ACK` with `-D -1`): perf opens its events disabled,
+/// synthesizes the app's mappings, and enables them when told, answering `ack` once the enabling
+/// ioctls are done. That answer is the moment recording surely runs: a header on disk and a
+/// fixed wait (what came before) raced the app under emulation, where 6.12's guest lost the first
+/// of three rounds of openat calls. The FIFOs lie beside the output file, which the target sees
+/// at the same relative place, and are removed when this is dropped.
+pub struct PerfControl {
+    ctl_host: PathBuf,
+    ack_host: PathBuf,
+    ctl: std::fs::File,
+    ack: std::fs::File,
+    ctl_in_target: PathBuf,
+    ack_in_target: PathBuf,
+    acked: String,
+}
+
+impl PerfControl {
+    /// Makes the two FIFOs beside `host_output` (the recording, in the artifacts folder).
+    pub fn beside(host_output: &Path, app: &RunningApp) -> Result<PerfControl> {
+        let name = host_output.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let dir = host_output.parent().unwrap_or(Path::new("."));
+        let (ctl_host, ack_host) = (dir.join(format!(".{name}.ctl")), dir.join(format!(".{name}.ack")));
+        let open = |path: &Path| -> Result<std::fs::File> {
+            let _ = std::fs::remove_file(path);
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("a FIFO path with a NUL byte")?;
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot make perf's control FIFO {}", path.display()));
+            }
+            // Read-write and non-blocking, as perf opens them: neither side waits for the other to
+            // open, and what is written stays until read.
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .with_context(|| format!("cannot open perf's control FIFO {}", path.display()))
+        };
+        let ctl = open(&ctl_host)?;
+        let ack = open(&ack_host).inspect_err(|_| {
+            let _ = std::fs::remove_file(&ctl_host);
+        })?;
+        Ok(PerfControl {
+            ctl_in_target: target_view(&ctl_host, app),
+            ack_in_target: target_view(&ack_host, app),
+            ctl_host,
+            ack_host,
+            ctl,
+            ack,
+            acked: String::new(),
+        })
+    }
+
+    /// perf's options for it: events start disabled, enabled through the FIFOs.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "-D".into(),
+            "-1".into(),
+            "--control".into(),
+            format!("fifo:{},{}", self.ctl_in_target.display(), self.ack_in_target.display()),
+        ]
+    }
+
+    /// Asks perf to enable its events (read when perf reaches its recording loop).
+    pub fn request_enable(&mut self) -> Result<()> {
+        use std::io::Write;
+        self.ctl.write_all(b"enable\n").context("cannot write to perf's control FIFO")
+    }
+
+    /// Whether perf has answered `ack` (events enabled); reads what has arrived, never waits.
+    pub fn acknowledged(&mut self) -> bool {
+        use std::io::Read;
+        let mut buf = [0u8; 64];
+        while let Ok(n) = self.ack.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            self.acked.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        self.acked.contains("ack")
+    }
+}
+
+impl Drop for PerfControl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.ctl_host);
+        let _ = std::fs::remove_file(&self.ack_host);
+    }
+}
+
+/// Inserts `control`'s options right after `record` in a `perf record` command line.
+pub fn with_control(mut argv: Vec<String>, control: &PerfControl) -> Vec<String> {
+    let at = argv.iter().position(|a| a == "record").map_or(argv.len(), |i| i + 1);
+    argv.splice(at..at, control.args());
+    argv
+}
+
 /// A running `perf record`.
 pub struct PerfRecord {
     tool: ToolProcess,
+    /// Kept until the recording ends: perf holds the FIFOs open.
+    _control: PerfControl,
     argv: Vec<String>,
     stderr: Option<std::thread::JoinHandle<String>>,
     log: PathBuf,
@@ -111,10 +211,13 @@ pub struct PerfRecord {
 
 impl PerfRecord {
     /// Starts `argv` (a `perf record … -o FILE` whose FILE the host sees at `host_output`) in the
-    /// target and returns once perf is recording: its header written, then 300 ms for it to
-    /// synthesize the app's mappings and enable its events.
+    /// target with its events disabled and returns once perf has acknowledged enabling them
+    /// ([`PerfControl`]): from then on every event of the app is recorded.
     pub fn start(target: &mut dyn Target, app: &RunningApp, argv: Vec<String>, host_output: PathBuf, log: PathBuf) -> Result<PerfRecord> {
         let _ = std::fs::remove_file(&host_output);
+        let mut control = PerfControl::beside(&host_output, app)?;
+        let argv = with_control(argv, &control);
+        control.request_enable()?;
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take().map(|mut e| {
             std::thread::spawn(move || {
@@ -139,17 +242,22 @@ impl PerfRecord {
                     crate::collect::perf::explain_perf_failure(&err)
                 );
             }
-            if std::fs::metadata(&host_output).map(|m| m.len() >= 104).unwrap_or(false) {
+            if control.acknowledged() {
                 break;
             }
             if Instant::now() >= deadline {
                 let _ = tool.interrupt();
-                bail!("`{}` wrote no {} within {} s", argv.join(" "), host_output.display(), limit.as_secs());
+                let wrote = std::fs::metadata(&host_output).map(|m| m.len()).unwrap_or(0);
+                bail!(
+                    "`{}` did not enable its events within {} s (no `ack` on its control FIFO; {} holds {wrote} bytes)",
+                    argv.join(" "),
+                    limit.as_secs(),
+                    host_output.display()
+                );
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(300));
-        Ok(PerfRecord { tool, argv, stderr, log })
+        Ok(PerfRecord { tool, _control: control, argv, stderr, log })
     }
 
     /// Ends the recording: a per-process perf (`-p`) ends with the app; one still running
@@ -178,6 +286,32 @@ impl PerfRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_options_go_right_after_record() {
+        let argv: Vec<String> = ["perf", "record", "-k", "1", "-p", "7", "-o", "x.data"].iter().map(|s| s.to_string()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        // A host app (no container, no child): tools see the artifacts folder where the host does.
+        let app = RunningApp {
+            host_pid: 7,
+            target_pid: 7,
+            tmp_dir_host: dir.path().to_path_buf(),
+            work_dir_in_target: dir.path().to_path_buf(),
+            container_id: None,
+            output: std::sync::mpsc::channel().1,
+            child: None,
+            transcript: Vec::new(),
+        };
+        let control = PerfControl::beside(&dir.path().join("x.data"), &app).unwrap();
+        let ctl = dir.path().join(".x.data.ctl");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata(&ctl).unwrap().file_type().is_fifo());
+        let with = with_control(argv, &control);
+        assert_eq!(&with[..6], ["perf", "record", "-D", "-1", "--control", &format!("fifo:{},{}", ctl.display(), dir.path().join(".x.data.ack").display())]);
+        assert_eq!(&with[6..], ["-k", "1", "-p", "7", "-o", "x.data"]);
+        drop(control);
+        assert!(!ctl.exists(), "the FIFOs are removed with the control");
+    }
 
     #[test]
     fn a_missing_tracepoint_is_quoted() {

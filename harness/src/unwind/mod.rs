@@ -672,9 +672,16 @@ pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> 
         read_all(&bytes, perf_data, unwinder)
     }))
     .unwrap_or_else(|_| {
+        // A panic while the reader sorted records, before it handed one over (a record's own
+        // panic is caught around it in read_all and named by its offset): the place known is the
+        // data section (header bytes 40 and 48, checked above).
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("checked header"));
+        let (start, size) = (u64_at(40), u64_at(48));
         Err(anyhow!(
-            "{}: malformed perf.data (the record reader gave up); re-record it with perf record",
-            perf_data.display()
+            "{}: malformed perf.data: the record reader panicked in the data section (byte offsets {start}..{}); \
+             re-record it with perf record",
+            perf_data.display(),
+            start.saturating_add(size)
         ))
     })
 }
@@ -748,8 +755,19 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                 None => "(not found again in the file)".to_string(),
             }
         };
-        let common = record.common_data().unwrap_or(CommonData::default());
-        let parsed = match record.parse() {
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (record.common_data().unwrap_or(CommonData::default()), record.parse())
+        }));
+        let Ok((common, parsed)) = read else {
+            return Err(anyhow!(
+                "{}: the {:?} record {} has fields that do not fit its size (the record reader panicked on it); the file is \
+                 corrupt: re-record it with perf record",
+                path.display(),
+                record.record_type,
+                at(&record)
+            ));
+        };
+        let parsed = match parsed {
             Ok(p) => p,
             Err(e) => {
                 return Err(anyhow!(
