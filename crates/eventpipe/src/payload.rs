@@ -136,13 +136,14 @@ impl<'a> Reader<'a> {
 /// (counted arrays, fields added by a newer runtime) are kept as `__rest__`.
 pub fn decode_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<Fields> {
     let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
-    let mut out = Fields::new();
     let builtin = match (meta.provider.as_str(), meta.event_id) {
         ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
         ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
         _ => None,
     };
     let template = meta.template.or(builtin);
+    // Sized once (fields, plus `__rest__`): growing the list by pushes reallocated it per event.
+    let mut out = Fields::with_capacity(template.map_or(meta.fields.len(), |t| t.fields.len()) + 1);
     if let Some(t) = template {
         for &(name, ty) in t.fields {
             // Older writers end some payloads early (optional trailing fields).
