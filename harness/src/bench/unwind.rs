@@ -84,14 +84,44 @@ pub fn run(opts: &Options) -> Result<()> {
     if copied {
         std::fs::copy(&map, &tmp_map).with_context(|| format!("could not copy {} to /tmp", map.display()))?;
     }
-    let result = bench(opts, &perf, &data);
+    // perf reads the images at their recorded paths: the runtime's folder of the recording
+    // machine (/usr/share/dotnet) is this machine's SDK, given to perf through a symfs of links,
+    // as our unwinder is given the same folders (fixture_options). Without it perf stopped at the
+    // first libcoreclr frame, an unfair peer.
+    let symfs = tempfile::Builder::new().prefix("tracelab-unwind-symfs-").tempdir()?;
+    let dotnet = crate::dotnet::Dotnet::locate_with(&crate::dotnet::Search::from_env())?;
+    std::fs::create_dir_all(symfs.path().join("usr/share"))?;
+    std::os::unix::fs::symlink(&dotnet.root, symfs.path().join("usr/share/dotnet"))?;
+    std::os::unix::fs::symlink("/usr/lib", symfs.path().join("usr/lib"))?;
+    std::fs::create_dir_all(symfs.path().join("tmp"))?;
+    std::fs::copy(&map, symfs.path().join(format!("tmp/perf-{APP_PID}.map")))?;
+    let result = bench(opts, &perf, &data, symfs.path());
     if copied {
         let _ = std::fs::remove_file(&tmp_map);
     }
     result
 }
 
-fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
+/// Where perf's unwinding of a sample ended (its last frame's image), by the kind of its last frame's image: a
+/// ReadyToRun `.dll` (perf has no unwind information for precompiled managed code: it is in the
+/// image's R2R runtime-functions table, not in an .eh_frame), or the file itself.
+fn perf_stop(block: &str) -> String {
+    let last = block.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let dso = last.rsplit_once('(').map(|(_, d)| d.trim_end_matches(')')).unwrap_or("");
+    let file = dso.rsplit('/').next().unwrap_or(dso);
+    if dso == "inlined" {
+        // perf prints a frame inlined into its caller without an image: name the function.
+        format!("an inlined frame (`{}`)", last.split_whitespace().nth(1).unwrap_or("?"))
+    } else if file.ends_with(".dll") {
+        "a ReadyToRun image".to_string()
+    } else if file.is_empty() {
+        format!("`{}`", last.trim())
+    } else {
+        file.to_string()
+    }
+}
+
+fn bench(opts: &Options, perf: &Path, data: &Path, symfs: &Path) -> Result<()> {
     cargo_build_release(&["-p", "harness", "--example", "unwind-fixture"])?;
     let exe = crate::project_root().join("target/release/examples/unwind-fixture");
     let dir = crate::project_root().join(".build/bench/unwind");
@@ -109,7 +139,7 @@ fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
     };
     let run_perf = || -> Result<super::ChildRun> {
         let r = run_measured(
-            measured(Command::new(perf).args(["script", "-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"]).arg(data))
+            measured(Command::new(perf).arg("script").arg("--symfs").arg(symfs).args(["-F", "comm,pid,tid,time,event,ip,sym,dso", "-i"]).arg(data))
                 .stdout(std::fs::File::create(&script_out)?)
                 .stderr(Stdio::null()),
         )?;
@@ -141,27 +171,46 @@ fn bench(opts: &Options, perf: &Path, data: &Path) -> Result<()> {
     // callchain has a frame from the app's perf map).
     let script = std::fs::read_to_string(&script_out)?;
     let mut perf_managed = BTreeSet::new();
+    let mut perf_stops = std::collections::BTreeMap::new();
     let mut perf_app = 0;
     for block in script.split("\n\n").filter(|b| b.contains(&format!(" {APP_PID}/"))) {
         perf_app += 1;
-        if !block.contains(&format!("perf-{APP_PID}.map")) {
-            continue;
-        }
         // `comm pid/tid time: event:` — the time is seconds with µs.
         let time = block.split_whitespace().find(|w| w.ends_with(':') && w.contains('.')).and_then(|w| w.trim_end_matches(':').parse::<f64>().ok());
-        if let Some(t) = time {
-            perf_managed.insert((t * 1e6).round() as u64);
+        let Some(t) = time.map(|t| (t * 1e6).round() as u64) else { continue };
+        if block.contains(&format!("perf-{APP_PID}.map")) {
+            perf_managed.insert(t);
+        } else {
+            perf_stops.insert(t, perf_stop(block));
         }
     }
     let ours_managed: BTreeSet<u64> = std::fs::read_to_string(&ours_out)?.lines().filter_map(|l| l.trim().parse().ok()).collect();
     println!("the app's switch-outs reaching managed code: tracelab {}, perf script {} (of {perf_app})", ours_managed.len(), perf_managed.len());
     let mut diffs = Vec::new();
     for t in ours_managed.difference(&perf_managed) {
-        diffs.push(Difference::new("only we reach managed code", format!("sample at {t} µs"), "managed", "not"));
+        let stop = perf_stops.get(t).map_or("?", String::as_str);
+        diffs.push(Difference::new(&format!("only we reach managed code; perf stops in {stop}"), format!("sample at {t} µs"), "managed", "not"));
     }
     for t in perf_managed.difference(&ours_managed) {
         diffs.push(Difference::new("only perf reaches managed code", format!("sample at {t} µs"), "not", "managed"));
     }
     let _ = std::fs::remove_file(&script_out);
     report_differences("unwind", &format!("{perf_app} samples of the app, by time"), &diffs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::perf_stop;
+
+    /// Blocks as `perf script -F comm,pid,tid,time,event,ip,sym,dso` printed them for the
+    /// off-CPU fixture (../shared/fixtures/perf/perf-offcpu-dwarf.data, with --symfs).
+    #[test]
+    fn perf_stops_are_named_by_the_last_frames_image() {
+        let r2r = "dotnet 28884/28884  3786.509246: sched:sched_switch: \n\t 5fa4af [unknown] (/usr/share/dotnet/shared/Microsoft.NETCore.App/10.0.12/libcoreclr.so)\n\t 877f [unknown] (/usr/share/dotnet/shared/Microsoft.NETCore.App/10.0.12/System.Console.dll)";
+        assert_eq!(perf_stop(r2r), "a ReadyToRun image");
+        let libc = "dotnet 28884/28884  3786.520681: sched:sched_switch: \n\t 85f16 __futex_abstimed_wait_common (/usr/lib/x86_64-linux-gnu/libc.so.6)\n";
+        assert_eq!(perf_stop(libc), "libc.so.6");
+        let inlined = "dotnet 28884/28884  3786.493515: sched:sched_switch: \n\tffffffff81000c82 [unknown] ([kernel.kallsyms])\n\t 222a3 index (inlined)";
+        assert_eq!(perf_stop(inlined), "an inlined frame (`index`)");
+    }
 }
