@@ -182,7 +182,8 @@ impl Collector for DotnetTrace {
 
     fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         let (dotnet, launcher) = ensure_installed()?;
-        let trace_path = artifacts.join("dotnet-trace.nettrace");
+        // Named by the collector, as every collector's files are: two in one run keep a trace each.
+        let trace_path = artifacts.join(format!("{}.nettrace", self.name));
         let mut argv: Vec<String> = vec![
             launcher.display().to_string(),
             "collect".into(),
@@ -274,7 +275,7 @@ impl Collector for DotnetTrace {
     }
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
-        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join("dotnet-trace.nettrace"));
+        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
         decode_nettrace(&path, &self.name)
     }
 

@@ -1,6 +1,6 @@
 //! Collector `eventpipe`: our own EventPipe session through the diagnostics IPC client of the
 //! `eventpipe` crate — no .NET tooling involved. The runtime streams a nettrace file over the
-//! session's connection; a thread drains it into `artifacts/eventpipe.nettrace` (DESIGN.md §7:
+//! session's connection; a thread drains it into `artifacts/NAME.nettrace` (DESIGN.md §7:
 //! a client that stops reading makes StopTracing and the app's exit hang).
 //!
 //! Options (`[[collector]] kind = "eventpipe"`):
@@ -131,7 +131,8 @@ pub struct EventPipeCollector {
     session_id: u64,
     /// Where the stream is written while the session runs.
     stream_path: Option<PathBuf>,
-    /// `artifacts/eventpipe.nettrace`.
+    /// `artifacts/NAME.nettrace` (the collector's name: two EventPipe collectors in one run keep
+    /// a trace each).
     trace_path: Option<PathBuf>,
     host_pid: u32,
     commands: Vec<String>,
@@ -231,7 +232,7 @@ impl Collector for EventPipeCollector {
         };
         let env_value = listener.diagnostic_ports_value();
         let config = self.config.clone();
-        let stream_path = dir.path().join("eventpipe.nettrace");
+        let stream_path = dir.path().join(format!("{}.nettrace", self.name));
         let thread = std::thread::spawn(move || -> StartupResult {
             let (session, _advertise) =
                 listener.start_suspended_session(&config, STARTUP_CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
@@ -248,7 +249,7 @@ impl Collector for EventPipeCollector {
 
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         self.host_pid = app.host_pid;
-        let trace_path = artifacts.join("eventpipe.nettrace");
+        let trace_path = artifacts.join(format!("{}.nettrace", self.name));
         self.trace_path = Some(trace_path.clone());
         if self.startup {
             if target.kind() != TargetKind::Host {
@@ -266,7 +267,7 @@ impl Collector for EventPipeCollector {
                 .map_err(|e| anyhow::anyhow!("startup tracing failed: {e}"))?;
             self.drain = Some(drain);
             self.session_id = id;
-            self.stream_path = Some(self.startup_dir.as_ref().unwrap().path().join("eventpipe.nettrace"));
+            self.stream_path = Some(self.startup_dir.as_ref().unwrap().path().join(format!("{}.nettrace", self.name)));
             self.commands.push(format!(
                 "eventpipe startup session {id} via DOTNET_DiagnosticPorts={},connect,suspend ({})",
                 self.startup_socket().unwrap().display(),
@@ -319,7 +320,7 @@ impl Collector for EventPipeCollector {
     }
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
-        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join("eventpipe.nettrace"));
+        let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
         decode_nettrace(&path, &self.name)
     }
 

@@ -542,6 +542,12 @@ profile = "exceptions"
 kind = "dotnet-trace"
 providers = ["Microsoft-Windows-DotNETRuntime:0x8000:4"]
 
+# A second EventPipe session without the exception keyword: each collector keeps its own trace.
+[[collector]]
+kind = "eventpipe"
+name = "eventpipe-gc"
+profile = "gc"
+
 [[expect]]
 kind = "exceptions"
 name = "thrown at OrderValidator.Reject (EventPipe)"
@@ -565,4 +571,14 @@ throw_method = "OrderValidator.Reject"
         assert!(c.measured.contains("top managed frame: Orders.OrderValidator.Reject ×"), "{}", describe(&o));
         assert!(c.values["count"] >= 50.0, "{collector}: {} exceptions over 4 s: {}", c.values["count"], describe(&o));
     }
+    // Two EventPipe collectors, two traces (they shared artifacts/eventpipe.nettrace before).
+    let artifacts = o.dir.join("artifacts");
+    let (exceptions, gc) = (artifacts.join("eventpipe.nettrace"), artifacts.join("eventpipe-gc.nettrace"));
+    assert!(exceptions.is_file() && gc.is_file(), "one trace per EventPipe collector in {}: {}", artifacts.display(), describe(&o));
+    let thrown = |path: &std::path::Path| {
+        let d = eventpipe::decode(std::fs::File::open(path).unwrap(), &eventpipe::DecodeOptions::default()).unwrap();
+        d.count("Microsoft-Windows-DotNETRuntime", 80)
+    };
+    assert!(thrown(&exceptions) >= 50, "{}", describe(&o));
+    assert_eq!(thrown(&gc), 0, "the gc session has no exception keyword: {}", describe(&o));
 }
