@@ -9,7 +9,7 @@ use std::io::Read;
 use crate::error::Result;
 use crate::metadata::EventMetadata;
 use crate::nettrace::{EventRef, NettraceReader, Stats, TraceInfo};
-use crate::payload::{Fields, Value, decode_payload};
+use crate::payload::{FieldCount, Fields, Value, count_payload, decode_payload};
 use crate::symbols::{Method, MethodMap};
 
 pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -123,6 +123,10 @@ pub struct StreamEvent<'a> {
     /// The payload's fields, or empty when fields were not asked for or the payload did not
     /// match its layout (then counted in [`StreamDecoder::payload_error_count`]).
     pub fields: Fields,
+    /// Fields and strings of the payload: those of `fields` when it was decoded, else counted by
+    /// walking its layout ([`StreamDecoder::decode_fields_of`]); zero when the payload did not
+    /// match its layout or fields were not asked for.
+    pub field_count: FieldCount,
     pub payload: &'a [u8],
     pub payload_offset: u64,
 }
@@ -133,6 +137,8 @@ struct MetaClass {
     count: u64,
     is_sample: bool,
     wants_methods: bool,
+    /// Fields built as values (else the payload is only checked and counted).
+    wants_values: bool,
 }
 
 /// Decodes a trace event by event with memory bounded by what is distinct in it (metadata, stacks,
@@ -152,9 +158,21 @@ pub struct StreamDecoder<R> {
     methods: MethodMap,
     payload_errors: Vec<(u64, String)>,
     payload_error_count: u64,
+    /// Events whose fields are built as values; others are checked against their layout and
+    /// counted only. None: every event's.
+    values_of: Option<fn(&EventMetadata) -> bool>,
 }
 
 impl<R: Read> StreamDecoder<R> {
+    /// Builds field values only for events `wanted` says yes to (decided once per metadata id);
+    /// every other payload is still checked against its layout, its errors counted, its fields
+    /// counted into [`StreamEvent::field_count`], with nothing allocated. Method events are always
+    /// decoded (the method map needs them).
+    pub fn decode_fields_of(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
+        self.values_of = Some(wanted);
+        self
+    }
+
     /// `options` says which items to hand out; `fields` whether to decode payloads of events.
     pub fn new(input: R, options: &DecodeOptions, fields: bool) -> Result<Self> {
         let reader = NettraceReader::new(input)?;
@@ -170,6 +188,7 @@ impl<R: Read> StreamDecoder<R> {
             methods: MethodMap::default(),
             payload_errors: Vec::new(),
             payload_error_count: 0,
+            values_of: None,
         })
     }
 
@@ -190,11 +209,12 @@ impl<R: Read> StreamDecoder<R> {
     /// framing end decoding; a payload that does not fit its layout is counted and decoding goes on.
     pub fn next_item(&mut self) -> Result<Option<StreamItem<'_>>> {
         let (samples, events, fields, pointer_size) = (self.samples, self.events, self.fields, self.info.pointer_size);
-        let (classes, methods) = (&mut self.classes, &mut self.methods);
+        let (classes, methods, values_of) = (&mut self.classes, &mut self.methods, self.values_of);
         let (errors, error_count) = (&mut self.payload_errors, &mut self.payload_error_count);
         // Method events are observed here, inside the reader's loop, whether or not they are handed
         // out; their fields are kept for the caller when they are.
         let mut decoded: Option<Fields> = None;
+        let mut counted = FieldCount::default();
         let mut is_sample = false;
         let keep = |ev: &EventRef<'_>| {
             let meta = ev.metadata;
@@ -202,6 +222,7 @@ impl<R: Read> StreamDecoder<R> {
                 count: 0,
                 is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
                 wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
+                wants_values: values_of.is_none_or(|wanted| wanted(meta)),
             });
             class.count += 1;
             is_sample = class.is_sample;
@@ -211,15 +232,29 @@ impl<R: Read> StreamDecoder<R> {
             if !(class.wants_methods || (fields && events)) {
                 return events;
             }
+            let mut note = |e: crate::Error| {
+                *error_count += 1;
+                if errors.len() < 100 {
+                    errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
+                }
+            };
+            if !(class.wants_methods || class.wants_values) {
+                match count_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
+                    Ok(c) => counted = c,
+                    Err(e) => note(e),
+                }
+                return events;
+            }
             let f = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
                 Ok(f) => f,
                 Err(e) => {
-                    *error_count += 1;
-                    if errors.len() < 100 {
-                        errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
-                    }
+                    note(e);
                     Fields::new()
                 }
+            };
+            counted = FieldCount {
+                fields: f.len() as u32,
+                strings: f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u32,
             };
             if class.wants_methods {
                 methods.observe(&meta.provider, meta.event_id, &f);
@@ -247,6 +282,7 @@ impl<R: Read> StreamDecoder<R> {
             thread_id: ev.thread_id,
             stack,
             fields: decoded.unwrap_or_default(),
+            field_count: counted,
             payload: ev.payload,
             payload_offset: ev.payload_offset,
         })))

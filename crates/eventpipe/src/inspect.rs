@@ -10,7 +10,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::decode::{DecodeOptions, Decoded, SampleKind, StreamDecoder, StreamItem, frame_label};
-use crate::payload::Value;
 use crate::symbols::RUNTIME_PROVIDER;
 
 /// Samples counted per (thread, stack): what the summary, folded stacks and speedscope need,
@@ -101,7 +100,10 @@ impl FullDecode {
 
 /// Decodes every payload of `input`, streaming: bounded memory at any trace size.
 pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
-    let mut decoder = StreamDecoder::new(input, &DecodeOptions::default(), true)?;
+    // Values for the events the summary reads (GCStart, ExceptionThrown); every other payload is
+    // checked against its layout and its fields counted without building them.
+    let mut decoder = StreamDecoder::new(input, &DecodeOptions::default(), true)?
+        .decode_fields_of(|m| m.provider == RUNTIME_PROVIDER && matches!(m.event_id, 1 | 80));
     let mut samples = SampleCounts::default();
     let (mut fields, mut string_fields, mut gc_starts) = (0u64, 0u64, 0u64);
     let mut gc_start_detail = Vec::new();
@@ -110,8 +112,8 @@ pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
         match item {
             StreamItem::Sample(s) => samples.add(s.thread_id, s.stack, s.kind),
             StreamItem::Event(e) => {
-                fields += e.fields.len() as u64;
-                string_fields += e.fields.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
+                fields += u64::from(e.field_count.fields);
+                string_fields += u64::from(e.field_count.strings);
                 if e.metadata.provider != RUNTIME_PROVIDER {
                     continue;
                 }

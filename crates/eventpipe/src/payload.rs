@@ -131,6 +131,116 @@ impl<'a> Reader<'a> {
     }
 }
 
+impl Reader<'_> {
+    /// Steps over one field the way [`Reader::read`] reads it (same sizes, same errors), without
+    /// building its value; true for a string.
+    fn skip(&mut self, ty: FieldType, field: &str) -> Result<bool> {
+        let size = match ty {
+            FieldType::U8 => 1,
+            FieldType::U16 => 2,
+            FieldType::U32 | FieldType::I32 | FieldType::Bool | FieldType::F32 => 4,
+            FieldType::U64 | FieldType::I64 | FieldType::F64 => 8,
+            FieldType::Ptr if self.pointer_size == 4 => 4,
+            FieldType::Ptr => 8,
+            FieldType::Guid => 16,
+            FieldType::Utf16 => {
+                let rest = &self.buf[self.pos..];
+                let units = rest.chunks_exact(2).position(|u| u == [0, 0]).ok_or_else(|| {
+                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
+                })?;
+                self.pos += 2 * units + 2;
+                return Ok(true);
+            }
+            FieldType::Ansi => {
+                let rest = &self.buf[self.pos..];
+                let end = rest.iter().position(|&b| b == 0).ok_or_else(|| {
+                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
+                })?;
+                self.pos += end + 1;
+                return Ok(true);
+            }
+        };
+        self.take(size, field)?;
+        Ok(false)
+    }
+}
+
+/// How many fields a payload holds, and how many of them are strings: what [`decode_payload`]
+/// would give (`fields.len()` and its [`Value::Str`]s), with the same errors (a field of a nested
+/// object named without its parent's prefix), found by walking the
+/// layout without building values. A full decode that needs the values of a few events only
+/// (`inspect --full`) checks every other payload against its layout this way: no allocation per
+/// event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldCount {
+    pub fields: u32,
+    pub strings: u32,
+}
+
+/// [`decode_payload`]'s walk without the values (see [`FieldCount`]).
+pub fn count_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
+    let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
+    let builtin = match (meta.provider.as_str(), meta.event_id) {
+        ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
+        ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
+        _ => None,
+    };
+    let template = meta.template.or(builtin);
+    let mut count = FieldCount::default();
+    if let Some(t) = template {
+        for &(name, ty) in t.fields {
+            if r.pos == payload.len() && count.fields > 0 {
+                break;
+            }
+            count.strings += u32::from(r.skip(ty, name)?);
+            count.fields += 1;
+        }
+    } else if !meta.fields.is_empty() {
+        count_fields(&mut r, &meta.fields, &mut count, 0)?;
+    }
+    if r.pos < payload.len() && (template.is_some() || !meta.fields.is_empty()) {
+        count.fields += 1;
+    }
+    Ok(count)
+}
+
+fn count_fields(r: &mut Reader<'_>, fields: &[crate::metadata::FieldDef], count: &mut FieldCount, depth: u32) -> Result<bool> {
+    for f in fields {
+        let Some(ty) = field_type(&f.kind) else {
+            match &f.kind {
+                FieldKind::Object(inner) if depth < 8 => {
+                    if !count_fields(r, inner, count, depth + 1)? {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                _ => return Ok(false),
+            }
+        };
+        count.strings += u32::from(r.skip(ty, &f.name)?);
+        count.fields += 1;
+    }
+    Ok(true)
+}
+
+/// The wire type of an EventSource field, or None for objects, arrays and unknown codes.
+fn field_type(kind: &FieldKind) -> Option<FieldType> {
+    Some(match kind {
+        FieldKind::Boolean => FieldType::Bool,
+        FieldKind::Char | FieldKind::I16 | FieldKind::U16 => FieldType::U16,
+        FieldKind::I8 | FieldKind::U8 => FieldType::U8,
+        FieldKind::I32 => FieldType::I32,
+        FieldKind::U32 => FieldType::U32,
+        FieldKind::I64 => FieldType::I64,
+        FieldKind::U64 | FieldKind::DateTime => FieldType::U64,
+        FieldKind::F32 => FieldType::F32,
+        FieldKind::F64 => FieldType::F64,
+        FieldKind::Guid => FieldType::Guid,
+        FieldKind::String => FieldType::Utf16,
+        _ => return None,
+    })
+}
+
 /// Decodes an event's payload into named fields. `offset` is the payload's stream offset (for
 /// errors). Events without a known layout give no fields; bytes past a template's fixed fields
 /// (counted arrays, fields added by a newer runtime) are kept as `__rest__`.
@@ -164,26 +274,17 @@ pub fn decode_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, o
 fn decode_fields(r: &mut Reader<'_>, fields: &[crate::metadata::FieldDef], prefix: &str, out: &mut Fields, depth: u32) -> Result<bool> {
     for f in fields {
         let name = if prefix.is_empty() { f.name.clone() } else { format!("{prefix}.{}", f.name) };
-        let ty = match &f.kind {
-            FieldKind::Boolean => FieldType::Bool,
-            FieldKind::Char | FieldKind::I16 | FieldKind::U16 => FieldType::U16,
-            FieldKind::I8 | FieldKind::U8 => FieldType::U8,
-            FieldKind::I32 => FieldType::I32,
-            FieldKind::U32 => FieldType::U32,
-            FieldKind::I64 => FieldType::I64,
-            FieldKind::U64 | FieldKind::DateTime => FieldType::U64,
-            FieldKind::F32 => FieldType::F32,
-            FieldKind::F64 => FieldType::F64,
-            FieldKind::Guid => FieldType::Guid,
-            FieldKind::String => FieldType::Utf16,
-            FieldKind::Object(inner) if depth < 8 => {
-                if !decode_fields(r, inner, &name, out, depth + 1)? {
-                    return Ok(false);
+        let Some(ty) = field_type(&f.kind) else {
+            match &f.kind {
+                FieldKind::Object(inner) if depth < 8 => {
+                    if !decode_fields(r, inner, &name, out, depth + 1)? {
+                        return Ok(false);
+                    }
+                    continue;
                 }
-                continue;
+                // Arrays, decimals and unknown codes: the rest of the payload stays raw bytes.
+                _ => return Ok(false),
             }
-            // Arrays, decimals and unknown codes: the rest of the payload stays raw bytes.
-            _ => return Ok(false),
         };
         let v = r.read(ty, &name)?;
         out.push((Cow::Owned(name), v));

@@ -170,3 +170,43 @@ fn exception_catch_payloads_decode() {
     assert!(name.contains("Exceptions"), "{name}");
     assert!(catches[0].fields.iter().all(|(n, _)| n != "__rest__"), "{:?}", catches[0].fields);
 }
+
+/// The counting walk (`count_payload`, what `inspect --full` uses for events whose values it does
+/// not read) agrees with the full decode on every payload of every fixture: the same fields, the
+/// same strings, the same errors — also on each payload cut short at every third byte.
+#[test]
+fn counting_a_payload_agrees_with_decoding_it() {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(fixtures_dir()).unwrap().map(|e| e.unwrap().path()).collect();
+    names.retain(|p| p.extension().is_some_and(|e| e == "nettrace"));
+    names.sort();
+    assert!(names.len() >= 5, "fixtures: {names:?}");
+    let (mut payloads, mut cuts, mut errors) = (0u64, 0u64, 0u64);
+    for path in names {
+        let mut reader = eventpipe::NettraceReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+        let pointer_size = reader.info().pointer_size;
+        while let Some(ev) = reader.next_event_where(|_| true).unwrap() {
+            let mut check = |payload: &[u8]| {
+                let decoded = eventpipe::decode_payload(ev.metadata, payload, pointer_size, ev.payload_offset);
+                let counted = eventpipe::count_payload(ev.metadata, payload, pointer_size, ev.payload_offset);
+                match (&decoded, &counted) {
+                    (Ok(fields), Ok(count)) => {
+                        let strings = fields.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u32;
+                        assert_eq!((count.fields, count.strings), (fields.len() as u32, strings), "{}: {}", path.display(), ev.metadata.name);
+                    }
+                    (Err(d), Err(c)) => {
+                        errors += 1;
+                        assert_eq!(d.offset(), c.offset(), "{}: {}: {d} / {c}", path.display(), ev.metadata.name);
+                    }
+                    _ => panic!("{}: {}: decode {decoded:?}, count {counted:?}", path.display(), ev.metadata.name),
+                }
+            };
+            check(ev.payload);
+            payloads += 1;
+            for cut in (0..ev.payload.len()).step_by(3) {
+                check(&ev.payload[..cut]);
+                cuts += 1;
+            }
+        }
+    }
+    assert!(payloads > 10_000 && errors > 0, "{payloads} payloads, {cuts} cut ones, {errors} errors");
+}
