@@ -89,22 +89,24 @@ impl<'a> Cursor<'a> {
 
 /// Reads a NUL-terminated UTF-16LE string; returns it and the bytes used (terminator included).
 pub(crate) fn read_utf16z(buf: &[u8]) -> Option<(String, usize)> {
-    let units = buf.chunks_exact(2);
-    let len = units.clone().position(|u| u == [0, 0])?;
-    let body = &buf[..2 * len];
+    let len = buf.chunks_exact(2).position(|u| u == [0, 0])?;
+    Some((utf16_text(&buf[..2 * len]), 2 * len + 2))
+}
+
+/// UTF-16LE bytes (no terminator) as text, unpaired surrogates as U+FFFD.
+pub(crate) fn utf16_text(body: &[u8]) -> String {
     // Most strings of a trace (type names, paths, method names) are ASCII: one byte per unit, no
     // intermediate list of units (a quarter of a full decode's instructions went to allocating).
-    let mut ascii = Vec::with_capacity(len);
+    let mut ascii = Vec::with_capacity(body.len() / 2);
     for u in body.chunks_exact(2) {
         if u[1] != 0 || u[0] >= 0x80 {
-            let text = char::decode_utf16(body.chunks_exact(2).map(|u| u16::from_le_bytes([u[0], u[1]])))
+            return char::decode_utf16(body.chunks_exact(2).map(|u| u16::from_le_bytes([u[0], u[1]])))
                 .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
                 .collect();
-            return Some((text, 2 * len + 2));
         }
         ascii.push(u[0]);
     }
-    Some((String::from_utf8(ascii).expect("ASCII bytes are UTF-8"), 2 * len + 2))
+    String::from_utf8(ascii).expect("ASCII bytes are UTF-8")
 }
 
 impl EventMetadata {

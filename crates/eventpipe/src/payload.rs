@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
-use crate::metadata::{EventMetadata, FieldKind, read_utf16z};
+use crate::metadata::{EventMetadata, FieldKind, utf16_text};
 use crate::manifest::Template;
 
 /// Field types of the runtime manifest (`win:*` in-types).
@@ -112,22 +112,24 @@ impl<'a> Reader<'a> {
             FieldType::F32 => Value::F64(f32::from_le_bytes(self.fixed(field)?).into()),
             FieldType::F64 => Value::F64(f64::from_le_bytes(self.fixed(field)?)),
             FieldType::Guid => Value::Guid(self.fixed(field)?),
-            FieldType::Utf16 => {
-                let (s, used) = read_utf16z(&self.buf[self.pos..]).ok_or_else(|| {
-                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
-                })?;
-                self.pos += used;
-                Value::Str(s)
-            }
-            FieldType::Ansi => {
-                let rest = &self.buf[self.pos..];
-                let end = rest.iter().position(|&b| b == 0).ok_or_else(|| {
-                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
-                })?;
-                self.pos += end + 1;
-                Value::Str(String::from_utf8_lossy(&rest[..end]).into_owned())
-            }
+            FieldType::Utf16 => Value::Str(utf16_text(self.string(true, field)?)),
+            FieldType::Ansi => Value::Str(String::from_utf8_lossy(self.string(false, field)?).into_owned()),
         })
+    }
+
+    /// A NUL-terminated string's bytes (UTF-16 when `wide`), the reader moved past its NUL.
+    fn string(&mut self, wide: bool, field: &str) -> Result<&'a [u8]> {
+        let rest = &self.buf[self.pos..];
+        let (len, nul) = if wide {
+            (rest.chunks_exact(2).position(|u| u == [0, 0]).map(|u| 2 * u), 2)
+        } else {
+            (rest.iter().position(|&b| b == 0), 1)
+        };
+        let len = len.ok_or_else(|| {
+            Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
+        })?;
+        self.pos += len + nul;
+        Ok(&rest[..len])
     }
 }
 
@@ -143,20 +145,8 @@ impl Reader<'_> {
             FieldType::Ptr if self.pointer_size == 4 => 4,
             FieldType::Ptr => 8,
             FieldType::Guid => 16,
-            FieldType::Utf16 => {
-                let rest = &self.buf[self.pos..];
-                let units = rest.chunks_exact(2).position(|u| u == [0, 0]).ok_or_else(|| {
-                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
-                })?;
-                self.pos += 2 * units + 2;
-                return Ok(true);
-            }
-            FieldType::Ansi => {
-                let rest = &self.buf[self.pos..];
-                let end = rest.iter().position(|&b| b == 0).ok_or_else(|| {
-                    Error::format(self.offset + self.pos as u64, format_args!("payload string `{field}` has no terminating NUL"))
-                })?;
-                self.pos += end + 1;
+            FieldType::Utf16 | FieldType::Ansi => {
+                self.string(ty == FieldType::Utf16, field)?;
                 return Ok(true);
             }
         };
@@ -177,15 +167,21 @@ pub struct FieldCount {
     pub strings: u32,
 }
 
-/// [`decode_payload`]'s walk without the values (see [`FieldCount`]).
-pub fn count_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
-    let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
+/// The layout of an event's payload: its manifest template, or one of the two events the runtime
+/// writes without a manifest (thread samples, process info).
+fn template_of(meta: &EventMetadata) -> Option<&'static Template> {
     let builtin = match (meta.provider.as_str(), meta.event_id) {
         ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
         ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
         _ => None,
     };
-    let template = meta.template.or(builtin);
+    meta.template.or(builtin)
+}
+
+/// [`decode_payload`]'s walk without the values (see [`FieldCount`]).
+pub fn count_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
+    let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
+    let template = template_of(meta);
     let mut count = FieldCount::default();
     if let Some(t) = template {
         for &(name, ty) in t.fields {
@@ -246,12 +242,7 @@ fn field_type(kind: &FieldKind) -> Option<FieldType> {
 /// (counted arrays, fields added by a newer runtime) are kept as `__rest__`.
 pub fn decode_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<Fields> {
     let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
-    let builtin = match (meta.provider.as_str(), meta.event_id) {
-        ("Microsoft-DotNETCore-SampleProfiler", 0) => Some(&THREAD_SAMPLE),
-        ("Microsoft-DotNETCore-EventPipe", 1) => Some(&PROCESS_INFO),
-        _ => None,
-    };
-    let template = meta.template.or(builtin);
+    let template = template_of(meta);
     // Sized once (fields, plus `__rest__`): growing the list by pushes reallocated it per event.
     let mut out = Fields::with_capacity(template.map_or(meta.fields.len(), |t| t.fields.len()) + 1);
     if let Some(t) = template {
