@@ -123,12 +123,22 @@ pub struct StreamEvent<'a> {
     /// The payload's fields, or empty when fields were not asked for or the payload did not
     /// match its layout (then counted in [`StreamDecoder::payload_error_count`]).
     pub fields: Fields,
-    /// Fields and strings of the payload: those of `fields` when it was decoded, else counted by
-    /// walking its layout ([`StreamDecoder::decode_fields_of`]); zero when the payload did not
-    /// match its layout or fields were not asked for.
-    pub field_count: FieldCount,
+    /// Fields and strings counted by walking the payload's layout, for an event whose values were
+    /// not built ([`StreamDecoder::decode_fields_of`]); None when `fields` holds them.
+    counted: Option<FieldCount>,
     pub payload: &'a [u8],
     pub payload_offset: u64,
+}
+
+impl StreamEvent<'_> {
+    /// Fields and strings of the payload, whether decoded or only counted; zero when the payload
+    /// did not match its layout or fields were not asked for.
+    pub fn field_count(&self) -> FieldCount {
+        self.counted.unwrap_or_else(|| FieldCount {
+            fields: self.fields.len() as u32,
+            strings: self.fields.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u32,
+        })
+    }
 }
 
 /// How the decoder treats events with one metadata id (decided once per id, not per event).
@@ -214,7 +224,7 @@ impl<R: Read> StreamDecoder<R> {
         // Method events are observed here, inside the reader's loop, whether or not they are handed
         // out; their fields are kept for the caller when they are.
         let mut decoded: Option<Fields> = None;
-        let mut counted = FieldCount::default();
+        let mut counted = None;
         let mut is_sample = false;
         let keep = |ev: &EventRef<'_>| {
             let meta = ev.metadata;
@@ -240,8 +250,11 @@ impl<R: Read> StreamDecoder<R> {
             };
             if !(class.wants_methods || class.wants_values) {
                 match count_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
-                    Ok(c) => counted = c,
-                    Err(e) => note(e),
+                    Ok(c) => counted = Some(c),
+                    Err(e) => {
+                        note(e);
+                        counted = Some(FieldCount::default());
+                    }
                 }
                 return events;
             }
@@ -251,10 +264,6 @@ impl<R: Read> StreamDecoder<R> {
                     note(e);
                     Fields::new()
                 }
-            };
-            counted = FieldCount {
-                fields: f.len() as u32,
-                strings: f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u32,
             };
             if class.wants_methods {
                 methods.observe(&meta.provider, meta.event_id, &f);
@@ -282,7 +291,7 @@ impl<R: Read> StreamDecoder<R> {
             thread_id: ev.thread_id,
             stack,
             fields: decoded.unwrap_or_default(),
-            field_count: counted,
+            counted,
             payload: ev.payload,
             payload_offset: ev.payload_offset,
         })))

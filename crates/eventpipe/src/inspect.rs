@@ -112,8 +112,9 @@ pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
         match item {
             StreamItem::Sample(s) => samples.add(s.thread_id, s.stack, s.kind),
             StreamItem::Event(e) => {
-                fields += u64::from(e.field_count.fields);
-                string_fields += u64::from(e.field_count.strings);
+                let count = e.field_count();
+                fields += u64::from(count.fields);
+                string_fields += u64::from(count.strings);
                 if e.metadata.provider != RUNTIME_PROVIDER {
                     continue;
                 }

@@ -76,7 +76,7 @@ pub fn run(opts: &Options) -> Result<()> {
         bail!("{} is missing (../shared/fixtures)", data.display());
     }
     let perf = crate::collect::perf::detect_perf_binary().context("no `perf` on PATH: install linux-perf")?;
-    crate::dotnet::Dotnet::locate_or_install()?;
+    let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
     let map = fixtures.join(format!("perf-offcpu-dwarf.perf-{APP_PID}.map"));
     // perf script finds JIT names only in /tmp/perf-PID.map: copied there for the bench, removed after.
     let tmp_map = PathBuf::from(format!("/tmp/perf-{APP_PID}.map"));
@@ -87,14 +87,11 @@ pub fn run(opts: &Options) -> Result<()> {
     // perf reads the images at their recorded paths: the runtime's folder of the recording
     // machine (/usr/share/dotnet) is this machine's SDK, given to perf through a symfs of links,
     // as our unwinder is given the same folders (fixture_options). Without it perf stopped at the
-    // first libcoreclr frame, an unfair peer.
+    // first libcoreclr frame, an unfair peer. (The perf map is read from /tmp, not the symfs.)
     let symfs = tempfile::Builder::new().prefix("tracelab-unwind-symfs-").tempdir()?;
-    let dotnet = crate::dotnet::Dotnet::locate_with(&crate::dotnet::Search::from_env())?;
     std::fs::create_dir_all(symfs.path().join("usr/share"))?;
     std::os::unix::fs::symlink(&dotnet.root, symfs.path().join("usr/share/dotnet"))?;
     std::os::unix::fs::symlink("/usr/lib", symfs.path().join("usr/lib"))?;
-    std::fs::create_dir_all(symfs.path().join("tmp"))?;
-    std::fs::copy(&map, symfs.path().join(format!("tmp/perf-{APP_PID}.map")))?;
     let result = bench(opts, &perf, &data, symfs.path());
     if copied {
         let _ = std::fs::remove_file(&tmp_map);
@@ -102,9 +99,9 @@ pub fn run(opts: &Options) -> Result<()> {
     result
 }
 
-/// Where perf's unwinding of a sample ended (its last frame's image), by the kind of its last frame's image: a
-/// ReadyToRun `.dll` (perf has no unwind information for precompiled managed code: it is in the
-/// image's R2R runtime-functions table, not in an .eh_frame), or the file itself.
+/// Where perf's unwinding of a sample ended, by its last frame's image: a ReadyToRun `.dll`
+/// (perf has no unwind information for precompiled managed code: it is in the image's R2R
+/// runtime-functions table, not in an .eh_frame), an inlined frame, or the file itself.
 fn perf_stop(block: &str) -> String {
     let last = block.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
     let dso = last.rsplit_once('(').map(|(_, d)| d.trim_end_matches(')')).unwrap_or("");

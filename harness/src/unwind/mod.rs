@@ -674,16 +674,22 @@ pub fn unwind_perf_data_with(perf_data: &Path, unwinder: &mut StackUnwinder) -> 
     .unwrap_or_else(|_| {
         // A panic while the reader sorted records, before it handed one over (a record's own
         // panic is caught around it in read_all and named by its offset): the place known is the
-        // data section (header bytes 40 and 48, checked above).
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("checked header"));
-        let (start, size) = (u64_at(40), u64_at(48));
+        // data section.
+        let (start, end) = data_section(&bytes);
         Err(anyhow!(
-            "{}: malformed perf.data: the record reader panicked in the data section (byte offsets {start}..{}); \
+            "{}: malformed perf.data: the record reader panicked in the data section (byte offsets {start}..{end}); \
              re-record it with perf record",
-            perf_data.display(),
-            start.saturating_add(size)
+            perf_data.display()
         ))
     })
+}
+
+/// The data section's byte offsets (start, end) from the header (offset and size at bytes 40 and
+/// 48, which `perfdata::check` has seen), for errors that can name no record.
+fn data_section(bytes: &[u8]) -> (u64, u64) {
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("checked header"));
+    let start = u64_at(40);
+    (start, start.saturating_add(u64_at(48)))
 }
 
 /// Where a file the reader refuses as a whole went wrong: its header and the event attribute
@@ -734,15 +740,13 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
             Ok(None) => break,
             Err(e) => {
                 // The reader failed before handing the record over (e.g. a compressed batch that
-                // does not decompress): the place known is the data section (header bytes 40, 48).
-                let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("checked header"));
-                let (start, size) = (u64_at(40), u64_at(48));
+                // does not decompress): the place known is the data section.
+                let (start, end) = data_section(bytes);
                 return Err(anyhow!(
-                    "{}: record {} is malformed ({e}), in the data section (byte offsets {start}..{}); the file may be truncated \
+                    "{}: record {} is malformed ({e}), in the data section (byte offsets {start}..{end}); the file may be truncated \
                      (perf killed before it flushed?) or corrupt: re-record it with perf record",
                     path.display(),
-                    out.samples.len(),
-                    start.saturating_add(size)
+                    out.samples.len()
                 ));
             }
         };
