@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Difference, Side, cargo_build_release, load_average, measured, print_table, ratio, report_differences, run_measured};
 use crate::model::DsoClass;
-use crate::unwind::{StackUnwinder, UnwindOptions, unwind_perf_data_with};
+use crate::unwind::{StackUnwinder, UnwindOptions, UnwoundSample, unwind_perf_data_with};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -56,13 +56,17 @@ pub fn unwind_main(args: &[String]) -> Result<()> {
     let dotnet = crate::dotnet::Dotnet::locate_with(&crate::dotnet::Search::from_env())?;
     let u = unwind_perf_data_with(&data, &mut StackUnwinder::new(fixture_options(&fixtures, &dotnet)))?;
     let app: Vec<_> = u.samples.iter().filter(|s| s.pid == APP_PID && s.sched_switch.is_some()).collect();
-    let managed: Vec<u64> = app
+    let managed: Vec<_> = app
         .iter()
         .filter(|s| s.frames.iter().any(|f| f.class == DsoClass::Jit && f.name.as_deref().is_some_and(|n| !n.starts_with("stub "))))
-        .map(|s| s.time_ns / 1000)
         .collect();
     if let Some(out) = args.first() {
-        std::fs::write(out, managed.iter().map(|t| format!("{t}\n")).collect::<String>())?;
+        // `µs<TAB>leaf <- … <- root`: the bench shows our stack beside perf's for a difference.
+        let line = |s: &&&UnwoundSample| {
+            let frames: Vec<String> = s.frames.iter().map(|f| format!("{} ({})", f.name.as_deref().unwrap_or("[unknown]"), f.dso.as_deref().unwrap_or("?"))).collect();
+            format!("{}\t{}\n", s.time_ns / 1000, frames.join(" <- "))
+        };
+        std::fs::write(out, managed.iter().map(line).collect::<String>())?;
     }
     eprintln!("{} samples, {} of the app, {} reaching managed code", u.samples.len(), app.len(), managed.len());
     Ok(())
@@ -169,27 +173,43 @@ fn bench(opts: &Options, perf: &Path, data: &Path, symfs: &Path) -> Result<()> {
     let script = std::fs::read_to_string(&script_out)?;
     let mut perf_managed = BTreeSet::new();
     let mut perf_stops = std::collections::BTreeMap::new();
+    let mut perf_stacks = std::collections::BTreeMap::new();
     let mut perf_app = 0;
     for block in script.split("\n\n").filter(|b| b.contains(&format!(" {APP_PID}/"))) {
         perf_app += 1;
         // `comm pid/tid time: event:` — the time is seconds with µs.
         let time = block.split_whitespace().find(|w| w.ends_with(':') && w.contains('.')).and_then(|w| w.trim_end_matches(':').parse::<f64>().ok());
         let Some(t) = time.map(|t| (t * 1e6).round() as u64) else { continue };
+        let frames: Vec<&str> = block.lines().skip(1).map(str::trim).filter(|l| !l.is_empty()).collect();
+        perf_stacks.insert(t, frames.join(" <- "));
         if block.contains(&format!("perf-{APP_PID}.map")) {
             perf_managed.insert(t);
         } else {
             perf_stops.insert(t, perf_stop(block));
         }
     }
-    let ours_managed: BTreeSet<u64> = std::fs::read_to_string(&ours_out)?.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let ours_stacks: std::collections::BTreeMap<u64, String> = std::fs::read_to_string(&ours_out)?
+        .lines()
+        .filter_map(|l| {
+            let (t, stack) = l.split_once('\t').unwrap_or((l, ""));
+            Some((t.trim().parse().ok()?, stack.to_string()))
+        })
+        .collect();
+    let ours_managed: BTreeSet<u64> = ours_stacks.keys().copied().collect();
+    let stacks = |t: &u64| {
+        let get = |m: &std::collections::BTreeMap<u64, String>| m.get(t).cloned().unwrap_or_default();
+        (get(&ours_stacks), get(&perf_stacks))
+    };
     println!("the app's switch-outs reaching managed code: tracelab {}, perf script {} (of {perf_app})", ours_managed.len(), perf_managed.len());
     let mut diffs = Vec::new();
     for t in ours_managed.difference(&perf_managed) {
         let stop = perf_stops.get(t).map_or("?", String::as_str);
-        diffs.push(Difference::new(&format!("only we reach managed code; perf stops in {stop}"), format!("sample at {t} µs"), "managed", "not"));
+        let (ours, peer) = stacks(t);
+        diffs.push(Difference::new(&format!("only we reach managed code; perf stops in {stop}"), format!("sample at {t} µs"), ours, peer));
     }
     for t in perf_managed.difference(&ours_managed) {
-        diffs.push(Difference::new("only perf reaches managed code", format!("sample at {t} µs"), "not", "managed"));
+        let (ours, peer) = stacks(t);
+        diffs.push(Difference::new("only perf reaches managed code", format!("sample at {t} µs"), ours, peer));
     }
     let _ = std::fs::remove_file(&script_out);
     report_differences("unwind", &format!("{perf_app} samples of the app, by time"), &diffs)
