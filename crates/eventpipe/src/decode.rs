@@ -9,7 +9,7 @@ use std::io::Read;
 use crate::error::Result;
 use crate::metadata::EventMetadata;
 use crate::nettrace::{EventRef, NettraceReader, Stats, TraceInfo};
-use crate::payload::{FieldCount, Fields, Value, count_payload, decode_payload};
+use crate::payload::{FieldCount, Fields, PayloadLayout, Value, decode_payload};
 use crate::symbols::{Method, MethodMap};
 
 pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -149,6 +149,7 @@ struct MetaClass {
     wants_methods: bool,
     /// Fields built as values (else the payload is only checked and counted).
     wants_values: bool,
+    layout: PayloadLayout,
 }
 
 /// Decodes a trace event by event with memory bounded by what is distinct in it (metadata, stacks,
@@ -165,6 +166,9 @@ pub struct StreamDecoder<R> {
     classes: FxHashMap<u32, MetaClass>,
     stacks: Vec<Vec<u64>>,
     stack_ids: FxHashMap<Vec<u64>, u32>,
+    /// The stream's stack ids of the current epoch → index into `stacks`.
+    stack_by_id: FxHashMap<u32, Option<u32>>,
+    stack_epoch: u32,
     methods: MethodMap,
     payload_errors: Vec<(u64, String)>,
     payload_error_count: u64,
@@ -195,6 +199,8 @@ impl<R: Read> StreamDecoder<R> {
             classes: FxHashMap::default(),
             stacks: Vec::new(),
             stack_ids: FxHashMap::default(),
+            stack_by_id: FxHashMap::default(),
+            stack_epoch: 0,
             methods: MethodMap::default(),
             payload_errors: Vec::new(),
             payload_error_count: 0,
@@ -233,6 +239,7 @@ impl<R: Read> StreamDecoder<R> {
                 is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
                 wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
                 wants_values: values_of.is_none_or(|wanted| wanted(meta)),
+                layout: PayloadLayout::of(meta, pointer_size),
             });
             class.count += 1;
             is_sample = class.is_sample;
@@ -249,7 +256,7 @@ impl<R: Read> StreamDecoder<R> {
                 }
             };
             if !(class.wants_methods || class.wants_values) {
-                match count_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
+                match class.layout.count(meta, ev.payload, pointer_size, ev.payload_offset) {
                     Ok(c) => counted = Some(c),
                     Err(e) => {
                         note(e);
@@ -273,7 +280,23 @@ impl<R: Read> StreamDecoder<R> {
         };
         let Some(ev) = self.reader.next_event_where(keep)? else { return Ok(None) };
         let time_ns = self.info.qpc_to_ns(ev.timestamp);
-        let stack = intern(&mut self.stacks, &mut self.stack_ids, ev.stack);
+        // Events of one stack id share its content until the next sequence point: the content is
+        // hashed once per (epoch, id), not once per event.
+        if ev.stack_epoch != self.stack_epoch {
+            self.stack_epoch = ev.stack_epoch;
+            self.stack_by_id.clear();
+        }
+        let stack = match self.stack_by_id.get(&ev.stack_id) {
+            Some(&known) => known,
+            None => {
+                let id = intern(&mut self.stacks, &mut self.stack_ids, ev.stack);
+                // An id not defined yet (empty now) may be defined by a later stack block.
+                if id.is_some() || ev.stack_id == 0 {
+                    self.stack_by_id.insert(ev.stack_id, id);
+                }
+                id
+            }
+        };
         if is_sample {
             let kind = match ev.payload.get(0..4) {
                 Some(b) => match u32::from_le_bytes(b.try_into().unwrap()) {

@@ -32,7 +32,7 @@ pub use error::{Error, Result};
 pub use metadata::EventMetadata;
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
 pub use known::runtime_event_layout;
-pub use payload::{FieldCount, Value, count_payload, decode_payload, guid_string};
+pub use payload::{FieldCount, PayloadLayout, Value, count_payload, decode_payload, guid_string};
 pub use speedscope::to_speedscope;
 pub use symbols::{Method, MethodMap, Module};
 /// The nettrace varint encoding, for tools (and tests) that write nettrace streams.

@@ -105,6 +105,9 @@ pub struct EventRef<'a> {
     /// Instruction pointers, leaf first (managed frames only); empty when the event has none.
     pub stack: &'a [u64],
     pub stack_id: u32,
+    /// Sequence points read before this event: the writer restarts stack ids after each, so
+    /// (`stack_epoch`, `stack_id`) names one stack for the whole stream.
+    pub stack_epoch: u32,
     pub payload: &'a [u8],
     /// Byte offset of `payload` in the stream (for error messages).
     pub payload_offset: u64,
@@ -275,6 +278,8 @@ pub struct NettraceReader<R> {
     current_meta: Option<usize>,
     /// Stacks since the last sequence point: `stack_ranges[id - stack_base]` indexes `stack_ips`.
     stack_base: u32,
+    /// Sequence points read so far ([`EventRef::stack_epoch`]).
+    stack_epoch: u32,
     stack_ranges: Vec<(u32, u32)>,
     stack_ips: Vec<u64>,
     /// Last sequence number seen per capture thread.
@@ -361,6 +366,7 @@ impl<R: Read> NettraceReader<R> {
             metadata_index: FxHashMap::default(),
             current_meta: None,
             stack_base: 0,
+            stack_epoch: 0,
             stack_ranges: Vec::new(),
             stack_ips: Vec::new(),
             sequences: FxHashMap::default(),
@@ -431,6 +437,7 @@ impl<R: Read> NettraceReader<R> {
             related_activity_id: s.related_activity_id,
             stack: self.stack(s.stack_id),
             stack_id: s.stack_id,
+            stack_epoch: self.stack_epoch,
             payload: &self.block[payload_start..payload_start + payload_len],
             payload_offset: self.block_offset + payload_start as u64,
         }
@@ -712,6 +719,7 @@ impl<R: Read> NettraceReader<R> {
         self.stack_ranges.clear();
         self.stack_ips.clear();
         self.stack_base = 0;
+        self.stack_epoch = self.stack_epoch.wrapping_add(1);
         Ok(())
     }
 }

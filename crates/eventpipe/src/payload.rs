@@ -178,8 +178,64 @@ fn template_of(meta: &EventMetadata) -> Option<&'static Template> {
     meta.template.or(builtin)
 }
 
+/// What is known of a payload's layout before reading one: for a layout without strings, arrays
+/// or trailing optional parts, its size and field count. Worked out once per metadata id, so a
+/// full decode checks most payloads (fixed-size runtime events) with one length comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PayloadLayout {
+    fixed: Option<(usize, FieldCount)>,
+}
+
+impl PayloadLayout {
+    pub fn of(meta: &EventMetadata, pointer_size: u32) -> PayloadLayout {
+        let size_of = |ty: FieldType| -> Option<usize> {
+            Some(match ty {
+                FieldType::U8 => 1,
+                FieldType::U16 => 2,
+                FieldType::U32 | FieldType::I32 | FieldType::Bool | FieldType::F32 => 4,
+                FieldType::U64 | FieldType::I64 | FieldType::F64 => 8,
+                FieldType::Ptr => pointer_size as usize,
+                FieldType::Guid => 16,
+                FieldType::Utf16 | FieldType::Ansi => return None,
+            })
+        };
+        fn of_fields(fields: &[crate::metadata::FieldDef], size_of: &dyn Fn(FieldType) -> Option<usize>, depth: u32) -> Option<(usize, u32)> {
+            let (mut size, mut count) = (0, 0);
+            for f in fields {
+                let (s, c) = match (&f.kind, field_type(&f.kind)) {
+                    (_, Some(ty)) => (size_of(ty)?, 1),
+                    (FieldKind::Object(inner), None) if depth < 8 => of_fields(inner, size_of, depth + 1)?,
+                    _ => return None,
+                };
+                size += s;
+                count += c;
+            }
+            Some((size, count))
+        }
+        let fixed = match template_of(meta) {
+            Some(t) => t.fields.iter().try_fold((0, 0), |(size, n), &(_, ty)| Some((size + size_of(ty)?, n + 1))),
+            None => of_fields(&meta.fields, &size_of, 0),
+        };
+        PayloadLayout { fixed: fixed.map(|(size, fields)| (size, FieldCount { fields, strings: 0 })) }
+    }
+
+    /// [`count_payload`], with this layout worked out beforehand: a payload of exactly the fixed
+    /// size holds every field (the walk would read them all and find nothing after them); any
+    /// other payload is walked.
+    pub fn count(&self, meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
+        match self.fixed {
+            Some((size, count)) if payload.len() == size => Ok(count),
+            _ => walk_payload(meta, payload, pointer_size, offset),
+        }
+    }
+}
+
 /// [`decode_payload`]'s walk without the values (see [`FieldCount`]).
 pub fn count_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
+    PayloadLayout::of(meta, pointer_size).count(meta, payload, pointer_size, offset)
+}
+
+fn walk_payload(meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
     let mut r = Reader { buf: payload, pos: 0, offset, pointer_size };
     let template = template_of(meta);
     let mut count = FieldCount::default();

@@ -258,7 +258,10 @@ fn read_folded(path: &Path) -> Result<Vec<(Vec<String>, u64)>> {
 fn canonical(frame: &str) -> Option<String> {
     // inferno writes a frame perf could not name as its module in brackets (`[libcoreclr.so]`).
     let module_only = frame.starts_with('[') && frame.ends_with(']') && !frame.contains(' ');
-    if frame.starts_with("[unknown]") || module_only {
+    // A function known only by its start (`libcoreclr.so!fn@0x63cd50`) has no symbol: perf
+    // prints its module.
+    let anonymous = frame.rsplit_once('!').is_some_and(|(_, f)| crate::naming::anonymous_function_start(f).is_some());
+    if frame.starts_with("[unknown]") || module_only || anonymous {
         return None;
     }
     // inferno tidies names: a parameter list is cut (`Framework::Main(string[])` → `Framework::Main`).
@@ -267,6 +270,16 @@ fn canonical(frame: &str) -> Option<String> {
         Some(i) if i > 0 => &name[..i],
         _ => name,
     };
+    // perf prints a JIT frame in the perf map's spelling (`instance class [System.Runtime]System.
+    // Threading.Tasks.Task [Microsoft.AspNetCore.Http] Microsoft.AspNetCore.Http.
+    // DefaultHttpResponse::StartAsync`), our folded stacks as their label
+    // (`Microsoft.AspNetCore.Http.DefaultHttpResponse::StartAsync(…)`): both sides are given the
+    // label of the method (with an empty parameter list, as inferno cut it), so only what the
+    // method is can differ, not how it is spelled.
+    if name.contains("::") {
+        let label = crate::naming::method_label(&format!("{name}()")).into_owned();
+        return Some(label.strip_suffix("()").unwrap_or(&label).to_string());
+    }
     Some(name.to_string())
 }
 
@@ -321,41 +334,52 @@ fn compare_outputs(tools: &Tools, data: &Path, ours_path: &Path, samply_json: &P
         by_depth.entry(k.len()).or_default().push((k, n));
     }
     let show = |s: &Stack| s.iter().map(|f| f.as_deref().unwrap_or("[unknown]")).collect::<Vec<_>>().join(";");
-    for (stack, mut n) in ours {
-        while n > 0 {
-            let candidates = by_depth.get_mut(&stack.len());
-            let best = candidates.and_then(|c| {
-                // A peer stack that differs only where one side is unnamed is the match; a frame
-                // both sides name differently weighs far more than one only one side names.
-                let score = |p: &Stack| -> usize {
-                    p.iter()
-                        .zip(&stack)
-                        .map(|(a, b)| match (a, b) {
-                            (Some(x), Some(y)) if x != y => 1000,
-                            _ if a != b => 1,
-                            _ => 0,
-                        })
-                        .sum()
-                };
-                let i = (0..c.len()).filter(|&i| c[i].1 > 0).min_by_key(|&i| score(&c[i].0))?;
-                Some((i, c))
-            });
-            let Some((i, c)) = best else {
-                diffs.push(Difference::new("stack only in ours", show(&stack), n, 0));
-                break;
-            };
-            let m = n.min(c[i].1);
-            c[i].1 -= m;
-            n -= m;
-            for (o, p) in stack.iter().zip(&c[i].0) {
-                match (o, p) {
-                    (Some(o), None) => diffs.push(Difference::new("we name more", o.as_str(), m, "[unknown]")),
-                    (None, Some(p)) => diffs.push(Difference::new("perf names more", p.as_str(), "[unknown]", m)),
-                    (Some(o), Some(p)) if o != p => diffs.push(Difference::new("we disagree", format!("{o} | {p}"), o, p)),
-                    _ => {}
-                }
+    // A peer stack that differs only where one side is unnamed is the match; a frame both sides
+    // name differently weighs far more than one only one side names.
+    let score = |p: &Stack, stack: &Stack| -> usize {
+        p.iter()
+            .zip(stack)
+            .map(|(a, b)| match (a, b) {
+                (Some(x), Some(y)) if x != y => 1000,
+                _ if a != b => 1,
+                _ => 0,
+            })
+            .sum()
+    };
+    // Pairs are taken cheapest first over all stacks of a depth (not stack by stack): perf leaves
+    // R2R frames unnamed, so one peer stack can stand for several of ours, and a stack that fits
+    // many peer stacks must not take the samples of the one that another of ours fits exactly.
+    let mut ours: Vec<(Stack, u64)> = ours.into_iter().collect();
+    let mut pairs: Vec<(usize, usize, usize)> = Vec::new();
+    for (oi, (stack, _)) in ours.iter().enumerate() {
+        if let Some(c) = by_depth.get(&stack.len()) {
+            pairs.extend(c.iter().enumerate().map(|(pi, (p, _))| (score(p, stack), oi, pi)));
+        }
+    }
+    pairs.sort_unstable();
+    let pair = |stack: &Stack, n: &mut u64, p: &mut (Stack, u64), diffs: &mut Vec<Difference>| {
+        let m = (*n).min(p.1);
+        if m == 0 {
+            return;
+        }
+        p.1 -= m;
+        *n -= m;
+        for (o, p) in stack.iter().zip(&p.0) {
+            match (o, p) {
+                (Some(o), None) => diffs.push(Difference::new("we name more", o.as_str(), m, "[unknown]")),
+                (None, Some(p)) => diffs.push(Difference::new("perf names more", p.as_str(), "[unknown]", m)),
+                (Some(o), Some(p)) if o != p => diffs.push(Difference::new("we disagree", format!("{o} | {p}"), o, p)),
+                _ => {}
             }
         }
+    };
+    for (_, oi, pi) in pairs {
+        let (stack, n) = &mut ours[oi];
+        let c = by_depth.get_mut(&stack.len()).expect("paired at its depth");
+        pair(stack, n, &mut c[pi], &mut diffs);
+    }
+    for (stack, n) in ours.into_iter().filter(|(_, n)| *n > 0) {
+        diffs.push(Difference::new("stack only in ours", show(&stack), n, 0));
     }
     for (k, n) in by_depth.into_values().flatten().filter(|(_, n)| *n > 0) {
         diffs.push(Difference::new("stack only in perf's", show(&k), 0, n));
@@ -534,4 +558,25 @@ pub fn fold_main(args: &[String]) -> Result<()> {
         ms(t0, Instant::now())
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical;
+
+    /// perf's spelling of a JIT frame (the perf map's, parameters cut by inferno) and our folded
+    /// label of the same method compare equal; unnamed frames of either side are `None`.
+    #[test]
+    fn both_spellings_of_a_method_compare_equal() {
+        let peer = "instance class [System.Runtime]System.Threading.Tasks.Task [Microsoft.AspNetCore.Http] Microsoft.AspNetCore.Http.DefaultHttpResponse::StartAsync";
+        let ours = "Microsoft.AspNetCore.Http.DefaultHttpResponse::StartAsync(class [System.Runtime]System.Threading.CancellationToken)";
+        assert_eq!(canonical(peer), canonical(ours));
+        assert_eq!(canonical(peer).as_deref(), Some("Microsoft.AspNetCore.Http.DefaultHttpResponse::StartAsync"));
+        assert_eq!(canonical("string [web-routes] Tracelab.Workloads.WebRoutes::Measure[OptimizedTier1]"), canonical("Tracelab.Workloads.WebRoutes::Measure(int32)"));
+        assert_ne!(canonical(peer), canonical("Microsoft.AspNetCore.Http.DefaultHttpResponse::get_Headers()"));
+        assert_eq!(canonical("__schedule").as_deref(), Some("__schedule"));
+        assert_eq!(canonical("[libcoreclr.so]"), None);
+        assert_eq!(canonical("[unknown] (libcoreclr.so)"), None);
+        assert_eq!(canonical("libcoreclr.so!fn@0x63cd50"), None);
+    }
 }
