@@ -141,14 +141,23 @@ impl StreamEvent<'_> {
     }
 }
 
+/// Fields and strings summed over many payloads ([`StreamDecoder::field_totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldCount64 {
+    pub fields: u64,
+    pub strings: u64,
+}
+
 /// How the decoder treats events with one metadata id (decided once per id, not per event).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct MetaClass {
     count: u64,
     is_sample: bool,
     wants_methods: bool,
     /// Fields built as values (else the payload is only checked and counted).
     wants_values: bool,
+    /// Handed out to the caller (else checked, counted and passed over inside the decoder).
+    hand_out: bool,
     layout: PayloadLayout,
 }
 
@@ -175,6 +184,10 @@ pub struct StreamDecoder<R> {
     /// Events whose fields are built as values; others are checked against their layout and
     /// counted only. None: every event's.
     values_of: Option<fn(&EventMetadata) -> bool>,
+    /// Events handed out; the others are checked and counted only. None: every event.
+    hand_out_of: Option<fn(&EventMetadata) -> bool>,
+    /// Fields and strings of every payload checked so far (handed out or not).
+    field_totals: (u64, u64),
 }
 
 impl<R: Read> StreamDecoder<R> {
@@ -185,6 +198,20 @@ impl<R: Read> StreamDecoder<R> {
     pub fn decode_fields_of(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
         self.values_of = Some(wanted);
         self
+    }
+
+    /// Hands out only the events `wanted` says yes to (and samples); every other event's payload
+    /// is still checked and counted ([`StreamDecoder::field_totals`]) but passed over inside the
+    /// decoder, with no item built for it. For callers that aggregate a few kinds of event.
+    pub fn hand_out_only(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
+        self.hand_out_of = Some(wanted);
+        self
+    }
+
+    /// Fields and strings in every payload checked so far, whether the event was handed out or
+    /// not (what [`StreamEvent::field_count`] gives, summed); zero unless fields are decoded.
+    pub fn field_totals(&self) -> FieldCount64 {
+        FieldCount64 { fields: self.field_totals.0, strings: self.field_totals.1 }
     }
 
     /// `options` says which items to hand out; `fields` whether to decode payloads of events.
@@ -205,6 +232,8 @@ impl<R: Read> StreamDecoder<R> {
             payload_errors: Vec::new(),
             payload_error_count: 0,
             values_of: None,
+            hand_out_of: None,
+            field_totals: (0, 0),
         })
     }
 
@@ -227,18 +256,21 @@ impl<R: Read> StreamDecoder<R> {
         let (samples, events, fields, pointer_size) = (self.samples, self.events, self.fields, self.info.pointer_size);
         let (classes, methods, values_of) = (&mut self.classes, &mut self.methods, self.values_of);
         let (errors, error_count) = (&mut self.payload_errors, &mut self.payload_error_count);
+        let (hand_out_of, totals) = (self.hand_out_of, &mut self.field_totals);
         // Method events are observed here, inside the reader's loop, whether or not they are handed
         // out; their fields are kept for the caller when they are.
         let mut decoded: Option<Fields> = None;
         let mut counted = None;
         let mut is_sample = false;
         let keep = |ev: &EventRef<'_>| {
+            (decoded, counted) = (None, None);
             let meta = ev.metadata;
             let class = classes.entry(meta.metadata_id).or_insert_with(|| MetaClass {
                 count: 0,
                 is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
                 wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
                 wants_values: values_of.is_none_or(|wanted| wanted(meta)),
+                hand_out: hand_out_of.is_none_or(|wanted| wanted(meta)),
                 layout: PayloadLayout::of(meta, pointer_size),
             });
             class.count += 1;
@@ -256,14 +288,16 @@ impl<R: Read> StreamDecoder<R> {
                 }
             };
             if !(class.wants_methods || class.wants_values) {
-                match class.layout.count(meta, ev.payload, pointer_size, ev.payload_offset) {
-                    Ok(c) => counted = Some(c),
-                    Err(e) => {
-                        note(e);
-                        counted = Some(FieldCount::default());
-                    }
+                let c = class.layout.count(meta, ev.payload, pointer_size, ev.payload_offset).unwrap_or_else(|e| {
+                    note(e);
+                    FieldCount::default()
+                });
+                if fields && events {
+                    totals.0 += u64::from(c.fields);
+                    totals.1 += u64::from(c.strings);
                 }
-                return events;
+                counted = Some(c);
+                return events && class.hand_out;
             }
             let f = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
                 Ok(f) => f,
@@ -275,8 +309,12 @@ impl<R: Read> StreamDecoder<R> {
             if class.wants_methods {
                 methods.observe(&meta.provider, meta.event_id, &f);
             }
+            if fields && events {
+                totals.0 += f.len() as u64;
+                totals.1 += f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
+            }
             decoded = Some(f);
-            events
+            events && class.hand_out
         };
         let Some(ev) = self.reader.next_event_where(keep)? else { return Ok(None) };
         let time_ns = self.info.qpc_to_ns(ev.timestamp);

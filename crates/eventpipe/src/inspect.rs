@@ -10,6 +10,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::decode::{DecodeOptions, Decoded, SampleKind, StreamDecoder, StreamItem, frame_label};
+use crate::fxhash::FxHashMap;
+use crate::metadata::utf16_text;
 use crate::symbols::RUNTIME_PROVIDER;
 
 /// Samples counted per (thread, stack): what the summary, folded stacks and speedscope need,
@@ -100,40 +102,67 @@ impl FullDecode {
 
 /// Decodes every payload of `input`, streaming: bounded memory at any trace size.
 pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
-    // Values for the events the summary reads (GCStart, ExceptionThrown); every other payload is
-    // checked against its layout and its fields counted without building them.
+    // Values for the events the summary reads in full (GCStart); every other payload is checked
+    // against its layout and its fields counted without building them.
     let mut decoder = StreamDecoder::new(input, &DecodeOptions::default(), true)?
-        .decode_fields_of(|m| m.provider == RUNTIME_PROVIDER && matches!(m.event_id, 1 | 80));
+        .decode_fields_of(|m| m.provider == RUNTIME_PROVIDER && m.event_id == 1)
+        .hand_out_only(|m| m.provider == RUNTIME_PROVIDER && matches!(m.event_id, 1 | 80));
     let mut samples = SampleCounts::default();
-    let (mut fields, mut string_fields, mut gc_starts) = (0u64, 0u64, 0u64);
+    let mut gc_starts = 0u64;
     let mut gc_start_detail = Vec::new();
-    let mut exceptions: BTreeMap<String, u64> = BTreeMap::new();
+    // ExceptionThrown by its payload's leading bytes (ExceptionType and ExceptionMessage, as
+    // UTF-16 with their NULs): a repeated exception is a lookup by bytes, not two strings and a
+    // formatted key per event; the text is made once per distinct exception, at the end.
+    let mut thrown: FxHashMap<Vec<u8>, u64> = FxHashMap::default();
     while let Some(item) = decoder.next_item()? {
         match item {
             StreamItem::Sample(s) => samples.add(s.thread_id, s.stack, s.kind),
             StreamItem::Event(e) => {
                 let count = e.field_count();
-                fields += u64::from(count.fields);
-                string_fields += u64::from(count.strings);
-                if e.metadata.provider != RUNTIME_PROVIDER {
+                if e.metadata.event_id == 80 {
+                    // A payload that did not match its layout counts as an exception without text.
+                    let key = if count.fields == 0 { &[][..] } else { &e.payload[..exception_text_len(e.payload)] };
+                    match thrown.get_mut(key) {
+                        Some(n) => *n += 1,
+                        None => {
+                            thrown.insert(key.to_vec(), 1);
+                        }
+                    }
                     continue;
                 }
                 let num = |name: &str| e.fields.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_u64()).unwrap_or(0);
-                let text = |name: &str| e.fields.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_str()).unwrap_or("");
-                match e.metadata.event_id {
-                    1 => {
-                        gc_starts += 1;
-                        if gc_start_detail.len() < FullDecode::GC_DETAIL {
-                            gc_start_detail.push(GcStart { count: num("Count"), depth: num("Depth"), reason: num("Reason"), kind: num("Type") });
-                        }
-                    }
-                    80 => *exceptions.entry(format!("{}: {}", text("ExceptionType"), text("ExceptionMessage"))).or_default() += 1,
-                    _ => {}
+                gc_starts += 1;
+                if gc_start_detail.len() < FullDecode::GC_DETAIL {
+                    gc_start_detail.push(GcStart { count: num("Count"), depth: num("Depth"), reason: num("Reason"), kind: num("Type") });
                 }
             }
         }
     }
-    Ok(FullDecode { decoded: decoder.finish(), samples, fields, string_fields, gc_starts, gc_start_detail, exceptions })
+    let mut exceptions: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, n) in thrown {
+        let (kind, rest) = utf16z(&key);
+        let (message, _) = utf16z(rest);
+        *exceptions.entry(format!("{}: {}", utf16_text(kind), utf16_text(message))).or_default() += n;
+    }
+    let totals = decoder.field_totals();
+    Ok(FullDecode { decoded: decoder.finish(), samples, fields: totals.fields, string_fields: totals.strings, gc_starts, gc_start_detail, exceptions })
+}
+
+/// A NUL-terminated UTF-16 string at the start of `bytes`: its units' bytes, and what follows
+/// its NUL (empty when it has none: the rest is the string).
+fn utf16z(bytes: &[u8]) -> (&[u8], &[u8]) {
+    match bytes.chunks_exact(2).position(|u| u == [0, 0]) {
+        Some(units) => (&bytes[..2 * units], &bytes[2 * units + 2..]),
+        None => (&bytes[..bytes.len() & !1], &[]),
+    }
+}
+
+/// How many leading bytes of an ExceptionThrown payload hold its two strings (ExceptionType,
+/// ExceptionMessage) with their NULs.
+fn exception_text_len(payload: &[u8]) -> usize {
+    let (_, rest) = utf16z(payload);
+    let (_, after) = utf16z(rest);
+    payload.len() - after.len()
 }
 
 /// The summary of a full decode: [`summary`]'s lines, then what only a full decode knows.
@@ -313,7 +342,14 @@ mod tests {
             assert_eq!(f.decoded.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(),
                 whole.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(), "{name}: counts");
             assert_eq!(f.decoded.stats.events, whole.stats.events, "{name}");
-            assert_eq!(f.samples, SampleCounts::of(&whole), "{name}: samples");
+            // Stack ids differ (a full decode interns only the stacks of what it hands out):
+            // samples are compared by their stacks' addresses.
+            let by_content = |c: &SampleCounts, d: &Decoded| -> BTreeMap<(u64, Vec<u64>), u64> {
+                c.by_stack.iter().map(|(&(t, s), &n)| ((t, s.map_or_else(Vec::new, |id| d.stacks[id as usize].clone())), n)).collect()
+            };
+            let of_whole = SampleCounts::of(&whole);
+            assert_eq!(by_content(&f.samples, &f.decoded), by_content(&of_whole, &whole), "{name}: samples");
+            assert_eq!((f.samples.managed, f.samples.external, f.samples.other), (of_whole.managed, of_whole.external, of_whole.other), "{name}: sample kinds");
             assert_eq!(f.samples.folded(&f.decoded), whole.folded(), "{name}: folded");
             assert_eq!(f.fields, whole.events.iter().map(|e| e.fields.len() as u64).sum::<u64>(), "{name}: fields");
             let gcs = whole.events.iter().filter(|e| e.name == "GCStart").count() as u64;

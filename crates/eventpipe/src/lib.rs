@@ -27,7 +27,7 @@ pub mod inspect;
 pub mod ipc;
 
 pub use counters::{COUNTER_EVENT, CounterKind, CounterSample, CounterSeries, RUNTIME_COUNTERS, counter_sample, counter_series, interval_argument};
-pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
+pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, FieldCount64, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};

@@ -121,7 +121,7 @@ impl<'a> Reader<'a> {
     fn string(&mut self, wide: bool, field: &str) -> Result<&'a [u8]> {
         let rest = &self.buf[self.pos..];
         let (len, nul) = if wide {
-            (rest.chunks_exact(2).position(|u| u == [0, 0]).map(|u| 2 * u), 2)
+            (find_utf16_nul(rest), 2)
         } else {
             (rest.iter().position(|&b| b == 0), 1)
         };
@@ -178,56 +178,111 @@ fn template_of(meta: &EventMetadata) -> Option<&'static Template> {
     meta.template.or(builtin)
 }
 
-/// What is known of a payload's layout before reading one: for a layout without strings, arrays
-/// or trailing optional parts, its size and field count. Worked out once per metadata id, so a
-/// full decode checks most payloads (fixed-size runtime events) with one length comparison.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What is known of a payload's layout before reading one, worked out once per metadata id: its
+/// fields as runs of fixed-size bytes and strings, for a layout without arrays or objects
+/// nested too deep. A full decode then checks a payload with one step per run (one length
+/// comparison for the many fixed-size runtime events) instead of one per field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PayloadLayout {
-    fixed: Option<(usize, FieldCount)>,
+    /// The runs, and the count of a payload that holds exactly all of them; None: walk fields.
+    runs: Option<(Box<[Run]>, FieldCount)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    Fixed(usize),
+    /// A NUL-terminated string, UTF-16 when `wide`.
+    String { wide: bool },
 }
 
 impl PayloadLayout {
     pub fn of(meta: &EventMetadata, pointer_size: u32) -> PayloadLayout {
-        let size_of = |ty: FieldType| -> Option<usize> {
-            Some(match ty {
+        fn push(runs: &mut Vec<Run>, count: &mut FieldCount, ty: FieldType, pointer_size: u32) {
+            count.fields += 1;
+            let size = match ty {
                 FieldType::U8 => 1,
                 FieldType::U16 => 2,
                 FieldType::U32 | FieldType::I32 | FieldType::Bool | FieldType::F32 => 4,
                 FieldType::U64 | FieldType::I64 | FieldType::F64 => 8,
                 FieldType::Ptr => pointer_size as usize,
                 FieldType::Guid => 16,
-                FieldType::Utf16 | FieldType::Ansi => return None,
-            })
-        };
-        fn of_fields(fields: &[crate::metadata::FieldDef], size_of: &dyn Fn(FieldType) -> Option<usize>, depth: u32) -> Option<(usize, u32)> {
-            let (mut size, mut count) = (0, 0);
-            for f in fields {
-                let (s, c) = match (&f.kind, field_type(&f.kind)) {
-                    (_, Some(ty)) => (size_of(ty)?, 1),
-                    (FieldKind::Object(inner), None) if depth < 8 => of_fields(inner, size_of, depth + 1)?,
-                    _ => return None,
-                };
-                size += s;
-                count += c;
+                FieldType::Utf16 | FieldType::Ansi => {
+                    count.strings += 1;
+                    runs.push(Run::String { wide: ty == FieldType::Utf16 });
+                    return;
+                }
+            };
+            match runs.last_mut() {
+                Some(Run::Fixed(n)) => *n += size,
+                _ => runs.push(Run::Fixed(size)),
             }
-            Some((size, count))
         }
-        let fixed = match template_of(meta) {
-            Some(t) => t.fields.iter().try_fold((0, 0), |(size, n), &(_, ty)| Some((size + size_of(ty)?, n + 1))),
-            None => of_fields(&meta.fields, &size_of, 0),
+        fn of_fields(fields: &[crate::metadata::FieldDef], runs: &mut Vec<Run>, count: &mut FieldCount, pointer_size: u32, depth: u32) -> bool {
+            fields.iter().all(|f| match (&f.kind, field_type(&f.kind)) {
+                (_, Some(ty)) => {
+                    push(runs, count, ty, pointer_size);
+                    true
+                }
+                (FieldKind::Object(inner), None) if depth < 8 => of_fields(inner, runs, count, pointer_size, depth + 1),
+                _ => false,
+            })
+        }
+        let (mut runs, mut count) = (Vec::new(), FieldCount::default());
+        let known = match template_of(meta) {
+            Some(t) => {
+                t.fields.iter().for_each(|&(_, ty)| push(&mut runs, &mut count, ty, pointer_size));
+                true
+            }
+            None => of_fields(&meta.fields, &mut runs, &mut count, pointer_size, 0),
         };
-        PayloadLayout { fixed: fixed.map(|(size, fields)| (size, FieldCount { fields, strings: 0 })) }
+        PayloadLayout { runs: known.then(|| (runs.into_boxed_slice(), count)) }
     }
 
-    /// [`count_payload`], with this layout worked out beforehand: a payload of exactly the fixed
-    /// size holds every field (the walk would read them all and find nothing after them); any
-    /// other payload is walked.
+    /// [`count_payload`], with this layout worked out beforehand: a payload that holds exactly
+    /// every run holds every field (the walk would read them all and find nothing after them);
+    /// any other payload (ended early, longer, damaged) is walked field by field.
     pub fn count(&self, meta: &EventMetadata, payload: &[u8], pointer_size: u32, offset: u64) -> Result<FieldCount> {
-        match self.fixed {
-            Some((size, count)) if payload.len() == size => Ok(count),
-            _ => walk_payload(meta, payload, pointer_size, offset),
+        if let Some((runs, count)) = &self.runs {
+            let mut pos = 0;
+            let whole = runs.iter().all(|run| {
+                let rest = &payload[pos.min(payload.len())..];
+                let len = match *run {
+                    Run::Fixed(n) => n,
+                    Run::String { wide: true } => match find_utf16_nul(rest) {
+                        Some(i) => i + 2,
+                        None => return false,
+                    },
+                    Run::String { wide: false } => match rest.iter().position(|&b| b == 0) {
+                        Some(i) => i + 1,
+                        None => return false,
+                    },
+                };
+                pos += len;
+                pos <= payload.len()
+            });
+            if whole && pos == payload.len() {
+                return Ok(*count);
+            }
+        }
+        walk_payload(meta, payload, pointer_size, offset)
+    }
+}
+
+/// Byte index of the first UTF-16 NUL unit (two zero bytes at an even index), four units at a time.
+fn find_utf16_nul(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0001_0001_0001_0001;
+    const HIGHS: u64 = 0x8000_8000_8000_8000;
+    let mut chunks = bytes.chunks_exact(8);
+    for (i, chunk) in chunks.by_ref().enumerate() {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap());
+        // The lowest flagged lane is the first zero unit (a borrow only runs upwards from one).
+        let zero = w.wrapping_sub(ONES) & !w & HIGHS;
+        if zero != 0 {
+            return Some(i * 8 + (zero.trailing_zeros() / 16) as usize * 2);
         }
     }
+    let done = bytes.len() - chunks.remainder().len();
+    chunks.remainder().chunks_exact(2).position(|u| u == [0, 0]).map(|u| done + 2 * u)
 }
 
 /// [`decode_payload`]'s walk without the values (see [`FieldCount`]).
@@ -337,4 +392,21 @@ fn decode_fields(r: &mut Reader<'_>, fields: &[crate::metadata::FieldDef], prefi
         out.push((Cow::Owned(name), v));
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::find_utf16_nul;
+
+    proptest! {
+        /// The word-at-a-time search finds what a unit-by-unit search finds, wherever the NUL is
+        /// (or is not), including NUL bytes that straddle two units.
+        #[test]
+        fn utf16_nul_search_agrees_with_unit_by_unit(bytes in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>()], 0..64)) {
+            let plain = bytes.chunks_exact(2).position(|u| u == [0, 0]).map(|u| 2 * u);
+            prop_assert_eq!(find_utf16_nul(&bytes), plain);
+        }
+    }
 }
