@@ -424,6 +424,7 @@ impl<R: Read> NettraceReader<R> {
     }
 
     /// The event whose header is in `state` and whose payload is at `payload_start`.
+    #[inline]
     fn event_at(&self, meta_index: usize, payload_start: usize, payload_len: usize) -> EventRef<'_> {
         let s = &self.state;
         EventRef {
@@ -444,6 +445,7 @@ impl<R: Read> NettraceReader<R> {
     }
 
     /// Stack by id (leaf first); empty when unknown or 0.
+    #[inline]
     fn stack(&self, id: u32) -> &[u64] {
         if id == 0 || id < self.stack_base {
             return &[];
@@ -454,6 +456,7 @@ impl<R: Read> NettraceReader<R> {
         }
     }
 
+    #[inline]
     fn account_sequence(&mut self) {
         let (thread, seq) = (self.state.capture_thread_id, self.state.sequence);
         if thread == 0 && seq == 0 {
@@ -480,6 +483,7 @@ impl<R: Read> NettraceReader<R> {
 
     /// Parses one compressed event header at `pos` of the current block; returns the payload's
     /// position and length.
+    #[inline]
     fn parse_header(&mut self, pos: usize) -> Result<(usize, usize)> {
         let buf = &self.block;
         let mut p = pos;
