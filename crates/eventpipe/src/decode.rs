@@ -161,6 +161,35 @@ struct MetaClass {
     layout: PayloadLayout,
 }
 
+/// [`MetaClass`]es by metadata id: the runtime numbers its metadata 1, 2, 3 …, so most ids index
+/// a list (one load per event instead of a hash probe); an id past [`Classes::DENSE`] (possible
+/// in any stream, seen in none) goes to a map.
+#[derive(Default)]
+struct Classes {
+    dense: Vec<Option<MetaClass>>,
+    sparse: FxHashMap<u32, MetaClass>,
+}
+
+impl Classes {
+    const DENSE: u32 = 1 << 16;
+
+    #[inline]
+    fn get_or_insert_with(&mut self, id: u32, new: impl FnOnce() -> MetaClass) -> &mut MetaClass {
+        if id >= Self::DENSE {
+            return self.sparse.entry(id).or_insert_with(new);
+        }
+        let i = id as usize;
+        if i >= self.dense.len() {
+            self.dense.resize_with(i + 1, || None);
+        }
+        self.dense[i].get_or_insert_with(new)
+    }
+
+    fn get(&self, id: u32) -> Option<&MetaClass> {
+        if id >= Self::DENSE { self.sparse.get(&id) } else { self.dense.get(id as usize)?.as_ref() }
+    }
+}
+
 /// Decodes a trace event by event with memory bounded by what is distinct in it (metadata, stacks,
 /// methods), not by its length: nothing per event is kept. [`decode()`] is this with every item
 /// collected; `inspect --full` aggregates as it goes.
@@ -172,7 +201,7 @@ pub struct StreamDecoder<R> {
     /// Hand out samples / other events (method events are always observed).
     samples: bool,
     events: bool,
-    classes: FxHashMap<u32, MetaClass>,
+    classes: Classes,
     stacks: Vec<Vec<u64>>,
     stack_ids: FxHashMap<Vec<u64>, u32>,
     /// The stream's stack ids of the current epoch → index into `stacks`.
@@ -223,7 +252,7 @@ impl<R: Read> StreamDecoder<R> {
             fields,
             samples: options.keep_samples,
             events: options.keep_events,
-            classes: FxHashMap::default(),
+            classes: Classes::default(),
             stacks: Vec::new(),
             stack_ids: FxHashMap::default(),
             stack_by_id: FxHashMap::default(),
@@ -265,7 +294,7 @@ impl<R: Read> StreamDecoder<R> {
         let keep = |ev: &EventRef<'_>| {
             (decoded, counted) = (None, None);
             let meta = ev.metadata;
-            let class = classes.entry(meta.metadata_id).or_insert_with(|| MetaClass {
+            let class = classes.get_or_insert_with(meta.metadata_id, || MetaClass {
                 count: 0,
                 is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
                 wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
@@ -363,7 +392,7 @@ impl<R: Read> StreamDecoder<R> {
     pub fn finish(self) -> Decoded {
         let mut counts: BTreeMap<(String, u32), EventCount> = BTreeMap::new();
         for meta in self.reader.metadata() {
-            if let Some(c) = self.classes.get(&meta.metadata_id) {
+            if let Some(c) = self.classes.get(meta.metadata_id) {
                 let e = counts.entry((meta.provider.clone(), meta.event_id)).or_default();
                 e.count += c.count;
                 if e.name.is_empty() {
