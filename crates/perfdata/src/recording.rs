@@ -12,7 +12,8 @@ use linux_perf_data::PerfFileReader;
 use crate::check::{Section, check_recording};
 use crate::error::{Error, Result};
 use crate::order::{SampleOrder, file_order, merge_sorted, time_order};
-use crate::records::{RecordLayout, count_chains, decode_records, middle_record_boundary, scan_mmaps};
+use crate::check::RecordIndex;
+use crate::records::{RecordLayout, count_chains, decode_records, scan_mmaps};
 
 
 /// Callchain context markers (include/uapi/linux/perf_event.h, `enum perf_callchain_context`).
@@ -172,9 +173,9 @@ pub struct PerfComm {
 /// Checks a recording's framing and reads its header, attributes and feature sections (with
 /// linux-perf-data): the data section, the recording's metadata (no records yet), and how to
 /// read its records.
-pub(crate) fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, PerfRecording, RecordLayout)> {
+pub(crate) fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, RecordIndex, PerfRecording, RecordLayout)> {
     use linux_perf_data::linux_perf_event_reader::Endianness;
-    let data = check_recording(bytes, path)?;
+    let (data, index) = check_recording(bytes, path)?;
     let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(bytes))
         .map_err(|source| Error::Attributes { path: path.to_path_buf(), data_offset: data.offset, source })?;
     if perf_file.endian() != Endianness::LittleEndian {
@@ -196,7 +197,7 @@ pub(crate) fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, Perf
     }
     let layout = RecordLayout::new(attributes);
     rec.sample_regs_user = layout.sample_regs_user;
-    Ok((data, rec, layout))
+    Ok((data, index, rec, layout))
 }
 
 /// Work to run beside the decode of a recording, prepared from the recording's mappings and
@@ -251,13 +252,13 @@ impl PerfRecording {
         order: SampleOrder,
         prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
     ) -> Result<PerfRecording> {
-        let (data, mut rec, layout) = open_recording(bytes, path)?;
+        let (data, index, mut rec, layout) = open_recording(bytes, path)?;
 
         // The two halves of the data section decode on two threads: this is most of the time of
         // turning a recording into stacks, and records do not depend on each other.
         let end = (data.offset + data.size) as usize;
-        let middle = middle_record_boundary(bytes, data);
-        let job = prefetch(&scan_mmaps(bytes, data, &layout), rec.os_release.as_deref());
+        let middle = index.middle;
+        let job = prefetch(&scan_mmaps(bytes, &index.mmaps, &layout), rec.os_release.as_deref());
         let (first, second) = std::thread::scope(|scope| {
             if let Some(job) = job {
                 scope.spawn(job);
@@ -353,12 +354,12 @@ impl ChainCounts {
         path: &Path,
         prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
     ) -> Result<ChainCounts> {
-        let (data, mut rec, layout) = open_recording(bytes, path)?;
-        rec.mmaps = scan_mmaps(bytes, data, &layout);
+        let (data, index, mut rec, layout) = open_recording(bytes, path)?;
+        rec.mmaps = scan_mmaps(bytes, &index.mmaps, &layout);
         rec.fill_build_ids();
         let job = prefetch(&rec.mmaps, rec.os_release.as_deref());
         let end = (data.offset + data.size) as usize;
-        let middle = middle_record_boundary(bytes, data);
+        let middle = index.middle;
         let (first, second) = std::thread::scope(|scope| {
             if let Some(job) = job {
                 scope.spawn(job);
@@ -388,6 +389,31 @@ impl ChainCounts {
 mod tests {
     use super::*;
     use crate::check::check_header;
+
+    /// The framing check's index (MMAP records, the middle boundary) is what a plain walk over
+    /// the records finds, on every recorded perf fixture.
+    #[test]
+    fn the_framing_check_indexes_what_a_walk_finds() {
+        let dir = tracelab_fixtures::fixture("perf");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("data") {
+                continue;
+            }
+            seen += 1;
+            let bytes = std::fs::read(&path).unwrap();
+            let (data, index) = crate::check::check_recording(&bytes, &path).unwrap();
+            let end = (data.offset + data.size) as usize;
+            let middle = data.offset as usize + data.size as usize / 2;
+            let records: Vec<_> = crate::records::raw_records(&bytes, data.offset as usize, end).collect();
+            let mmaps: Vec<usize> = records.iter().filter(|r| r.ty == 1 || r.ty == 10).map(|r| r.offset).collect();
+            assert!(!mmaps.is_empty(), "{}", path.display());
+            assert_eq!(index.mmaps, mmaps, "{}", path.display());
+            assert_eq!(index.middle, records.iter().map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end), "{}", path.display());
+        }
+        assert!(seen >= 5, "expected the recorded perf fixtures in {}", dir.display());
+    }
 
     /// The two-thread decode gives what one pass over the whole data section gives, on real
     /// recordings with one event (cpu-clock) and with several (sched_switch + switch events,

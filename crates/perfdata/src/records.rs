@@ -7,7 +7,7 @@ use std::path::Path;
 
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, RawData, RecordType};
 
-use crate::check::{PERF_RECORD_AUXTRACE, PERF_RECORD_COMPRESSED, PERF_RECORD_COMPRESSED2, PERF_RECORD_USER_TYPE_START, Section, le_u64};
+use crate::check::{PERF_RECORD_AUXTRACE, PERF_RECORD_COMPRESSED, PERF_RECORD_COMPRESSED2, PERF_RECORD_USER_TYPE_START, le_u64};
 use crate::error::{Error, Result};
 use crate::recording::{ChainRange, PerfComm, PerfMmap, PerfSample, UserRegs};
 
@@ -78,7 +78,7 @@ pub(crate) struct RawRecord<'b> {
     pub(crate) body: &'b [u8],
 }
 
-/// The records of `bytes[start..end]`, whose framing [`first_bad_record`] has checked; an
+/// The records of `bytes[start..end]`, whose framing [`crate::check::check_recording`] has checked; an
 /// AUXTRACE record's trailing AUX data is stepped over.
 pub(crate) fn raw_records(bytes: &[u8], start: usize, end: usize) -> impl Iterator<Item = RawRecord<'_>> {
     let mut at = start;
@@ -191,16 +191,9 @@ pub(crate) struct RecordsPart {
     pub(crate) lost: u64,
 }
 
-/// The byte offset of the first record header at or after the middle of `data`, walking the
-/// (already checked) framing from its start.
-pub(crate) fn middle_record_boundary(bytes: &[u8], data: Section) -> usize {
-    let end = (data.offset + data.size) as usize;
-    let middle = data.offset as usize + data.size as usize / 2;
-    raw_records(bytes, data.offset as usize, end).map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end)
-}
 
 /// Decodes the records in `bytes[start..end]` (whole records, framing checked by
-/// [`first_bad_record`]); samples stay in file order, the other lists are sorted by time
+/// [`crate::check::check_recording`]); samples stay in file order, the other lists are sorted by time
 /// (stable: records of equal time keep their file order). The capacities size the sample list
 /// and the callchain pool: an upper bound only reserves address space, pages are touched as
 /// they fill.
@@ -332,13 +325,14 @@ pub(crate) fn mmap_of(record: EventRecord, time: Option<u64>) -> Option<PerfMmap
 /// that parses only those (a few hundred among the samples), so that symbol sources can be
 /// read while the samples are still being decoded. Records that do not parse are left to the
 /// full decode to report.
-pub(crate) fn scan_mmaps(bytes: &[u8], data: Section, layout: &RecordLayout) -> Vec<PerfMmap> {
-    let end = (data.offset + data.size) as usize;
+pub(crate) fn scan_mmaps(bytes: &[u8], at: &[usize], layout: &RecordLayout) -> Vec<PerfMmap> {
     let mut found = Vec::new();
-    for RawRecord { ty, misc, body, .. } in raw_records(bytes, data.offset as usize, end) {
-        if ty != RecordType::MMAP.0 && ty != RecordType::MMAP2.0 {
-            continue;
-        }
+    for &offset in at {
+        // Offsets from the framing check: whole records inside the data section.
+        let ty = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap());
+        let misc = u16::from_le_bytes([bytes[offset + 4], bytes[offset + 5]]);
+        let size = u16::from_le_bytes([bytes[offset + 6], bytes[offset + 7]]) as usize;
+        let body = &bytes[offset + 8..offset + size];
         if fields_parse_safely(ty, misc, body).is_err() {
             continue;
         }
