@@ -112,6 +112,11 @@ fn method_of(qualified: &str) -> &str {
 fn strip_comments(name: &str) -> Cow<'_, str> {
     static COMMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s*/\*.*?\*/").unwrap());
     static POINTER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\bpMT: 0x[0-9A-Fa-f]+").unwrap());
+    // Most names carry neither: no regex search for them (labels are made per distinct frame,
+    // tens of thousands in a large fold).
+    if !name.contains("/*") && !name.contains("pMT: 0x") {
+        return Cow::Borrowed(name);
+    }
     let uncommented = COMMENT.replace_all(name, "");
     match POINTER.replace_all(&uncommented, "pMT") {
         Cow::Borrowed(_) if matches!(uncommented, Cow::Borrowed(_)) => Cow::Borrowed(name),

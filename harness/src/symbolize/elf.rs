@@ -53,13 +53,15 @@ impl ElfSymbols {
             candidates.sort_by_key(|c| c.start);
             for same_start in candidates.chunk_by(|a, b| a.start == b.start) {
                 let best = same_start.iter().reduce(|best, next| if next.beats(best) { next } else { best }).unwrap();
-                let name = demangle(best.name);
+                // Kept mangled: demangling every symbol of libcoreclr was a twentieth of a fold;
+                // a name is demangled when a frame is named by it (`name_at_file_offset`).
+                let name = best.name;
                 // Size 0 means unknown (hand-written assembly), not empty: such a symbol reaches
                 // up to the next one. Any other size is kept, one byte included.
                 if best.size == 0 {
-                    table.push_unsized(best.start, &name);
+                    table.push_unsized(best.start, name);
                 } else {
-                    table.push(best.start, best.start + best.size, &name);
+                    table.push(best.start, best.start + best.size, name);
                 }
             }
             full_symtab = full;
@@ -91,8 +93,9 @@ impl ElfSymbols {
         self
     }
 
-    pub fn name_at_file_offset(&self, file_offset: u64) -> Option<&str> {
-        self.table.lookup(self.svma_of_file_offset(file_offset)?)
+    /// The (demangled) name of the function holding the byte at `file_offset`.
+    pub fn name_at_file_offset(&self, file_offset: u64) -> Option<std::borrow::Cow<'_, str>> {
+        self.table.lookup(self.svma_of_file_offset(file_offset)?).map(demangle)
     }
 }
 
@@ -281,10 +284,10 @@ mod tests {
     fn a_one_byte_symbol_does_not_name_the_function_after_it() {
         let libc = ElfSymbols::read(&tracelab_fixtures::fixture("perf/dsos/libc.so.6")).unwrap();
         assert!(!libc.full_symtab, "the fixture is the stripped libc");
-        assert_eq!(libc.name_at_file_offset(0x271c0), Some("__libc_init_first"));
-        assert_eq!(libc.name_at_file_offset(0x271c1), None);
-        assert_eq!(libc.name_at_file_offset(0x2724a), None, "perf script: 2724a __libc_start_call_main");
-        assert_eq!(libc.name_at_file_offset(0x27280), Some("__libc_start_main"));
+        assert_eq!(libc.name_at_file_offset(0x271c0).as_deref(), Some("__libc_init_first"));
+        assert_eq!(libc.name_at_file_offset(0x271c1).as_deref(), None);
+        assert_eq!(libc.name_at_file_offset(0x2724a).as_deref(), None, "perf script: 2724a __libc_start_call_main");
+        assert_eq!(libc.name_at_file_offset(0x27280).as_deref(), Some("__libc_start_main"));
     }
 
     #[test]

@@ -369,7 +369,7 @@ impl<'a> Symbolizer<'a> {
             DsoClass::Unknown => jit_name(self),
             _ => {
                 let offset = m.file_offset(addr);
-                let symbol = self.elf_symbols(&m).and_then(|e| e.name_at_file_offset(offset)).map(str::to_string);
+                let symbol = self.elf_symbols(&m).and_then(|e| e.name_at_file_offset(offset)).map(|n| n.into_owned());
                 symbol.or_else(|| self.function_start(&m, offset).map(crate::naming::anonymous_function))
             }
         };
