@@ -16,10 +16,11 @@ mod malformed;
 #[cfg(test)]
 mod split_debug;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use rustc_hash::FxHashMap;
 
 use perfdata::{KERNEL_PID, PerfMmap, PerfRecording, PrefetchJob};
 use crate::model::{DsoClass, Frame};
@@ -117,15 +118,15 @@ impl AddressSpace {
 
 /// Names frames of one perf recording.
 pub struct Symbolizer<'a> {
-    spaces: HashMap<u32, AddressSpace>,
-    jit: HashMap<u32, SymbolTable>,
+    spaces: FxHashMap<u32, AddressSpace>,
+    jit: FxHashMap<u32, SymbolTable>,
     kernel: Option<std::sync::Arc<SymbolTable>>,
     /// The running kernel's symbols are wanted but not read yet ([`Symbolizer::preload`] or the
     /// first kernel frame reads them).
     kernel_pending: bool,
-    elf: HashMap<String, Option<ElfSymbols>>,
+    elf: FxHashMap<String, Option<ElfSymbols>>,
     /// `.eh_frame` function ranges per mapped path, read on the first address no symbol covers.
-    functions: HashMap<String, Option<fde::FunctionRanges>>,
+    functions: FxHashMap<String, Option<fde::FunctionRanges>>,
     r2r: r2r::R2rResolver,
     path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
     symbol_dirs: Vec<PathBuf>,
@@ -162,18 +163,18 @@ impl<'a> Symbolizer<'a> {
         kernel_frames: bool,
         os_release: Option<&str>,
     ) -> Result<Symbolizer<'a>> {
-        let mut spaces: HashMap<u32, AddressSpace> = HashMap::new();
+        let mut spaces: FxHashMap<u32, AddressSpace> = FxHashMap::default();
         for m in mmaps {
             let pid = if m.in_kernel { KERNEL_PID } else { m.pid };
             spaces.entry(pid).or_default().insert(mapping_of(m));
         }
         let mut s = Symbolizer {
             spaces,
-            jit: HashMap::new(),
+            jit: FxHashMap::default(),
             kernel: None,
             kernel_pending: false,
-            elf: HashMap::new(),
-            functions: HashMap::new(),
+            elf: FxHashMap::default(),
+            functions: FxHashMap::default(),
             r2r: r2r::R2rResolver::new(),
             path_map: ctx.path_map,
             symbol_dirs: ctx.symbol_dirs.to_vec(),
