@@ -221,6 +221,24 @@ pub(crate) struct RecordIndex {
     pub middle: usize,
 }
 
+/// How far ahead of the walk to ask for memory: about ten records. The walk reads 8 bytes of
+/// each ~200-byte record of a file too large for the caches, so without a hint it waits on
+/// memory at every record.
+pub(crate) const PREFETCH_AHEAD: usize = 2048;
+
+/// Asks the CPU to bring the cache line holding `bytes[at]` (if in range) towards it; a hint
+/// only: it never faults and changes no result.
+#[inline]
+pub(crate) fn prefetch(bytes: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < bytes.len() {
+        // SAFETY: the pointer is inside `bytes`; a prefetch reads nothing and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes.as_ptr().add(at).cast()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
+}
+
 /// PERF_RECORD_MMAP and PERF_RECORD_MMAP2 (include/uapi/linux/perf_event.h).
 const PERF_RECORD_MMAP: u32 = 1;
 const PERF_RECORD_MMAP2: u32 = 10;
@@ -258,6 +276,7 @@ fn index_records(bytes: &[u8], data: Section) -> std::result::Result<RecordIndex
     let mut index = RecordIndex { mmaps: Vec::new(), middle: end as usize };
     let mut at = data.offset;
     while at < end {
+        prefetch(bytes, at as usize + PREFETCH_AHEAD);
         if at >= middle && index.middle == end as usize {
             index.middle = at as usize;
         }

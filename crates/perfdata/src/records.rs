@@ -87,6 +87,7 @@ pub(crate) fn raw_records(bytes: &[u8], start: usize, end: usize) -> impl Iterat
             return None;
         }
         let offset = at;
+        crate::check::prefetch(bytes, at + crate::check::PREFETCH_AHEAD);
         let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let misc = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]);
         let size = u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
