@@ -129,13 +129,45 @@ fn type_path(t: &str) -> Cow<'_, str> {
     if t.contains('/') { Cow::Owned(t.replace('/', "+")) } else { Cow::Borrowed(t) }
 }
 
+/// `p` with EventPipe's words for primitive types in the common spelling: each token
+/// (`[A-Za-z_][A-Za-z0-9_.]*`, leftmost first) `int` → `nint`, `wchar` → `char`,
+/// `System.String` → `string`, `System.Object` → `object`.
+fn primitive_words(p: &str) -> Cow<'_, str> {
+    let bytes = p.as_bytes();
+    let (mut out, mut copied, mut i) = (String::new(), 0, 0);
+    while i < bytes.len() {
+        if !(bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'.') {
+            i += 1;
+        }
+        let word = match &p[start..i] {
+            "int" => "nint",
+            "wchar" => "char",
+            "System.String" => "string",
+            "System.Object" => "object",
+            _ => continue,
+        };
+        out.push_str(&p[copied..start]);
+        out.push_str(word);
+        copied = i;
+    }
+    if copied == 0 {
+        return Cow::Borrowed(p);
+    }
+    out.push_str(&p[copied..]);
+    Cow::Owned(out)
+}
+
 /// A parameter list in one spelling (see the module docs).
 fn params(p: &str) -> String {
     static ASSEMBLY_REF: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[[A-Za-z0-9_.\-]+\]([A-Za-z_])").unwrap());
     static KEYWORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b(?:value class|valuetype|class) ").unwrap());
     static UNSIGNED: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"\b(?:native unsigned int|unsigned int(8|16|32|64)?|native int)\b").unwrap());
-    static TOKEN: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"[A-Za-z_][A-Za-z0-9_.]*").unwrap());
     // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
     // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
     let p = ASSEMBLY_REF.replace_all(p.trim(), "$1");
@@ -145,14 +177,10 @@ fn params(p: &str) -> String {
         ("native int", None) => "nint".to_string(),
         _ => "nuint".to_string(),
     });
-    // EventPipe's own words for the primitive types (its `int` is a native int).
-    let p = TOKEN.replace_all(&p, |c: &regex::Captures| match &c[0] {
-        "int" => "nint".to_string(),
-        "wchar" => "char".to_string(),
-        "System.String" => "string".to_string(),
-        "System.Object" => "object".to_string(),
-        other => other.to_string(),
-    });
+    // EventPipe's own words for the primitive types (its `int` is a native int). Checked token by
+    // token without a regex: a list holds one only in EventPipe's spelling, and a replacement
+    // per token allocated for every parameter of every frame's label.
+    let p = primitive_words(&p);
     let p = p.replace(", ", ",");
     if p.contains('/') { p.replace('/', "+") } else { p }
 }
@@ -372,6 +400,27 @@ pub fn unnamed_dso_hints(coll: &Collection) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The token scanner replaces what the regex `[A-Za-z_][A-Za-z0-9_.]*` matched, leftmost
+    /// first: whole tokens only, a token may start after a digit.
+    #[test]
+    fn primitive_words_are_replaced_as_whole_tokens() {
+        let re = Regex::new(r"[A-Za-z_][A-Za-z0-9_.]*").unwrap();
+        let by_regex = |p: &str| {
+            re.replace_all(p, |c: &regex::Captures| match &c[0] {
+                "int" => "nint".to_string(),
+                "wchar" => "char".to_string(),
+                "System.String" => "string".to_string(),
+                "System.Object" => "object".to_string(),
+                other => other.to_string(),
+            })
+            .into_owned()
+        };
+        for p in ["int,wchar*", "int32,uint", "2int", "System.String[],System.Object", "System.Strings", "", "x int y", "_int", "int_"] {
+            assert_eq!(primitive_words(p), by_regex(p), "{p:?}");
+        }
+        assert!(matches!(primitive_words("int32,bool"), Cow::Borrowed(_)));
+    }
     use super::*;
 
     #[test]
