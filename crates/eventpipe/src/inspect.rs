@@ -327,14 +327,9 @@ mod tests {
     /// counts, stats, folded stacks, GCs and exceptions.
     #[test]
     fn full_decode_streams_what_decode_keeps() {
-        let dir = tracelab_fixtures::fixture("nettrace");
-        let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().and_then(|e| e.to_str()) != Some("nettrace") {
-                continue;
-            }
-            seen += 1;
+        let traces = tracelab_fixtures::fixtures_with_extension("nettrace", "nettrace");
+        assert!(traces.len() >= 5, "expected the recorded nettrace fixtures, found {traces:?}");
+        for path in traces {
             let bytes = std::fs::read(&path).unwrap();
             let whole = crate::decode(&bytes[..], &DecodeOptions::default()).unwrap();
             let f = full(&bytes[..]).unwrap();
@@ -358,6 +353,5 @@ mod tests {
             assert_eq!(f.exceptions.values().sum::<u64>(), thrown, "{name}: exceptions");
             assert_eq!(summary_of(&f.decoded, &f.samples, "t"), summary(&whole, "t"), "{name}: summary");
         }
-        assert!(seen >= 5, "expected the recorded nettrace fixtures in {}", dir.display());
     }
 }

@@ -394,14 +394,9 @@ mod tests {
     /// the records finds, on every recorded perf fixture.
     #[test]
     fn the_framing_check_indexes_what_a_walk_finds() {
-        let dir = tracelab_fixtures::fixture("perf");
-        let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().and_then(|e| e.to_str()) != Some("data") {
-                continue;
-            }
-            seen += 1;
+        let recordings = tracelab_fixtures::fixtures_with_extension("perf", "data");
+        assert!(recordings.len() >= 5, "expected the recorded perf fixtures, found {recordings:?}");
+        for path in recordings {
             let bytes = std::fs::read(&path).unwrap();
             let (data, index) = crate::check::check_recording(&bytes, &path).unwrap();
             let end = (data.offset + data.size) as usize;
@@ -412,7 +407,6 @@ mod tests {
             assert_eq!(index.mmaps, mmaps, "{}", path.display());
             assert_eq!(index.middle, records.iter().map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end), "{}", path.display());
         }
-        assert!(seen >= 5, "expected the recorded perf fixtures in {}", dir.display());
     }
 
     /// The two-thread decode gives what one pass over the whole data section gives, on real
