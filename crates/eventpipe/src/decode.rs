@@ -216,7 +216,7 @@ pub struct StreamDecoder<R> {
     /// Events handed out; the others are checked and counted only. None: every event.
     hand_out_of: Option<fn(&EventMetadata) -> bool>,
     /// Fields and strings of every payload checked so far (handed out or not).
-    field_totals: (u64, u64),
+    field_totals: FieldCount64,
 }
 
 impl<R: Read> StreamDecoder<R> {
@@ -240,7 +240,7 @@ impl<R: Read> StreamDecoder<R> {
     /// Fields and strings in every payload checked so far, whether the event was handed out or
     /// not (what [`StreamEvent::field_count`] gives, summed); zero unless fields are decoded.
     pub fn field_totals(&self) -> FieldCount64 {
-        FieldCount64 { fields: self.field_totals.0, strings: self.field_totals.1 }
+        self.field_totals
     }
 
     /// `options` says which items to hand out; `fields` whether to decode payloads of events.
@@ -262,7 +262,7 @@ impl<R: Read> StreamDecoder<R> {
             payload_error_count: 0,
             values_of: None,
             hand_out_of: None,
-            field_totals: (0, 0),
+            field_totals: FieldCount64::default(),
         })
     }
 
@@ -322,8 +322,8 @@ impl<R: Read> StreamDecoder<R> {
                     FieldCount::default()
                 });
                 if fields && events {
-                    totals.0 += u64::from(c.fields);
-                    totals.1 += u64::from(c.strings);
+                    totals.fields += u64::from(c.fields);
+                    totals.strings += u64::from(c.strings);
                 }
                 counted = Some(c);
                 return events && class.hand_out;
@@ -339,8 +339,8 @@ impl<R: Read> StreamDecoder<R> {
                 methods.observe(&meta.provider, meta.event_id, &f);
             }
             if fields && events {
-                totals.0 += f.len() as u64;
-                totals.1 += f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
+                totals.fields += f.len() as u64;
+                totals.strings += f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
             }
             decoded = Some(f);
             events && class.hand_out
