@@ -511,9 +511,11 @@ fn record(perf: &Path, dir: &Path, app: &str, seconds: u32, frequency: u32) -> R
     let (pid, n) = counts.into_iter().max_by_key(|(_, n)| *n).context("the recording has no samples")?;
     let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
     std::fs::copy(&map, dir.join(format!("perf-{pid}.map"))).with_context(|| format!("the app wrote no {}", map.display()))?;
-    // The app's own perf map and perfinfo files are ours to remove: nothing left in /tmp.
-    let _ = std::fs::remove_file(&map);
-    let _ = std::fs::remove_file(format!("/tmp/perfinfo-{pid}.map"));
+    // The app's perf map, perfinfo, jitdump and diagnostic sockets are ours to remove: nothing
+    // left in /tmp (the jitdump was left behind before).
+    for file in crate::owner::runtime_files(pid, Path::new("/tmp")) {
+        let _ = std::fs::remove_file(file);
+    }
     std::fs::write(dir.join("pid.txt"), pid.to_string())?;
     std::fs::rename(&partial, &data)?;
     println!("recorded {} samples of the app ({} in all)", n, rec.samples.len());
