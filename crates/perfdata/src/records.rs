@@ -86,17 +86,22 @@ pub(crate) fn raw_records(bytes: &[u8], start: usize, end: usize) -> impl Iterat
         if at + 8 > end {
             return None;
         }
-        let offset = at;
         crate::check::prefetch(bytes, at + crate::check::PREFETCH_AHEAD);
-        let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-        let misc = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]);
-        let size = u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]) as usize;
-        at += size;
-        if ty == PERF_RECORD_AUXTRACE {
-            at += le_u64(bytes, offset + 8) as usize;
+        let record = record_at(bytes, at);
+        at += 8 + record.body.len();
+        if record.ty == PERF_RECORD_AUXTRACE {
+            at += le_u64(bytes, record.offset + 8) as usize;
         }
-        Some(RawRecord { offset, ty, misc, body: &bytes[offset + 8..offset + size] })
+        Some(record)
     })
+}
+
+/// The record whose header is at `offset` (a boundary the framing check found).
+fn record_at(bytes: &[u8], offset: usize) -> RawRecord<'_> {
+    let ty = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap());
+    let misc = u16::from_le_bytes([bytes[offset + 4], bytes[offset + 5]]);
+    let size = u16::from_le_bytes([bytes[offset + 6], bytes[offset + 7]]) as usize;
+    RawRecord { offset, ty, misc, body: &bytes[offset + 8..offset + size] }
 }
 
 fn refuse_compressed(ty: u32, offset: usize, path: &Path) -> Result<()> {
@@ -328,12 +333,8 @@ pub(crate) fn mmap_of(record: EventRecord, time: Option<u64>) -> Option<PerfMmap
 /// full decode to report.
 pub(crate) fn scan_mmaps(bytes: &[u8], at: &[usize], layout: &RecordLayout) -> Vec<PerfMmap> {
     let mut found = Vec::new();
-    for &offset in at {
-        // Offsets from the framing check: whole records inside the data section.
-        let ty = u32::from_le_bytes(bytes[offset..offset + 4].try_into().unwrap());
-        let misc = u16::from_le_bytes([bytes[offset + 4], bytes[offset + 5]]);
-        let size = u16::from_le_bytes([bytes[offset + 6], bytes[offset + 7]]) as usize;
-        let body = &bytes[offset + 8..offset + size];
+    // Offsets from the framing check: whole records inside the data section.
+    for RawRecord { ty, misc, body, .. } in at.iter().map(|&offset| record_at(bytes, offset)) {
         if fields_parse_safely(ty, misc, body).is_err() {
             continue;
         }
