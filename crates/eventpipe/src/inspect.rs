@@ -151,8 +151,8 @@ pub fn full<R: Read>(input: R) -> crate::Result<FullDecode> {
 /// A NUL-terminated UTF-16 string at the start of `bytes`: its units' bytes, and what follows
 /// its NUL (empty when it has none: the rest is the string).
 fn utf16z(bytes: &[u8]) -> (&[u8], &[u8]) {
-    match bytes.chunks_exact(2).position(|u| u == [0, 0]) {
-        Some(units) => (&bytes[..2 * units], &bytes[2 * units + 2..]),
+    match crate::payload::find_utf16_nul(bytes) {
+        Some(at) => (&bytes[..at], &bytes[at + 2..]),
         None => (&bytes[..bytes.len() & !1], &[]),
     }
 }

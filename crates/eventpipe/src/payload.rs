@@ -269,7 +269,7 @@ impl PayloadLayout {
 }
 
 /// Byte index of the first UTF-16 NUL unit (two zero bytes at an even index), four units at a time.
-fn find_utf16_nul(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn find_utf16_nul(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0001_0001_0001_0001;
     const HIGHS: u64 = 0x8000_8000_8000_8000;
     let mut chunks = bytes.chunks_exact(8);
