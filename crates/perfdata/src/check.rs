@@ -203,9 +203,10 @@ fn check_event_desc(d: &[u8]) -> std::result::Result<(), (usize, String)> {
 /// Everything linux-perf-data would take on trust, checked before it reads `bytes`: the header's
 /// sections, the event descriptions and the framing of every record (an AUXTRACE record's claimed
 /// size would otherwise be allocated as is). Returns the data section.
-pub(crate) fn check_recording(bytes: &[u8], path: &Path) -> Result<(Section, RecordIndex)> {
+pub(crate) fn check_recording(bytes: &[u8], path: &Path, map: Option<&memmap2::Mmap>) -> Result<(Section, RecordIndex)> {
     let data = check_header(bytes, path)?;
-    let index = index_records(bytes, data).map_err(|(offset, why)| Error::Framing { path: path.to_path_buf(), offset, why })?;
+    let pages = crate::records::PagesBehind::new(map, data.offset as usize);
+    let index = index_records(bytes, data, pages).map_err(|(offset, why)| Error::Framing { path: path.to_path_buf(), offset, why })?;
     Ok((data, index))
 }
 
@@ -270,13 +271,14 @@ pub(crate) fn find_record(bytes: &[u8], path: &Path, record_type: u32, body: &[u
 /// Walks record headers of the data section in file order, noting where the MMAP records are
 /// and the middle boundary ([`RecordIndex`]); the byte offset and a description of the first
 /// record whose framing is broken, if any.
-fn index_records(bytes: &[u8], data: Section) -> std::result::Result<RecordIndex, (u64, String)> {
+fn index_records(bytes: &[u8], data: Section, mut pages: crate::records::PagesBehind) -> std::result::Result<RecordIndex, (u64, String)> {
     let end = data.offset + data.size;
     let middle = data.offset + data.size / 2;
     let mut index = RecordIndex { mmaps: Vec::new(), middle: end as usize };
     let mut at = data.offset;
     while at < end {
         prefetch(bytes, at as usize + PREFETCH_AHEAD);
+        pages.passed(at as usize);
         if at >= middle && index.middle == end as usize {
             index.middle = at as usize;
         }

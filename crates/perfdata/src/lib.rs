@@ -28,7 +28,7 @@ pub use recording::{
 /// Checks a recording's header, sections, event descriptions and record framing without decoding
 /// it: what a reader that walks the records on its own (the DWARF unwinder) needs first.
 pub fn check(bytes: &[u8], path: &std::path::Path) -> Result<()> {
-    check::check_recording(bytes, path).map(|_| ())
+    check::check_recording(bytes, path, None).map(|_| ())
 }
 
 /// Byte offsets (start, end) of feature section `bit` (tools/perf/util/header.h: 1 = tracing data,

@@ -13,7 +13,7 @@ use crate::check::{Section, check_recording};
 use crate::error::{Error, Result};
 use crate::order::{SampleOrder, file_order, merge_sorted, time_order};
 use crate::check::RecordIndex;
-use crate::records::{RecordLayout, count_chains, decode_records, scan_mmaps};
+use crate::records::{PagesBehind, RecordLayout, count_chains, decode_records, scan_mmaps};
 
 
 /// Callchain context markers (include/uapi/linux/perf_event.h, `enum perf_callchain_context`).
@@ -173,9 +173,13 @@ pub struct PerfComm {
 /// Checks a recording's framing and reads its header, attributes and feature sections (with
 /// linux-perf-data): the data section, the recording's metadata (no records yet), and how to
 /// read its records.
-pub(crate) fn open_recording(bytes: &[u8], path: &Path) -> Result<(Section, RecordIndex, PerfRecording, RecordLayout)> {
+pub(crate) fn open_recording(
+    bytes: &[u8],
+    path: &Path,
+    map: Option<&memmap2::Mmap>,
+) -> Result<(Section, RecordIndex, PerfRecording, RecordLayout)> {
     use linux_perf_data::linux_perf_event_reader::Endianness;
-    let (data, index) = check_recording(bytes, path)?;
+    let (data, index) = check_recording(bytes, path, map)?;
     let PerfFileReader { perf_file, .. } = PerfFileReader::parse_file(Cursor::new(bytes))
         .map_err(|source| Error::Attributes { path: path.to_path_buf(), data_offset: data.offset, source })?;
     if perf_file.endian() != Endianness::LittleEndian {
@@ -252,7 +256,7 @@ impl PerfRecording {
         order: SampleOrder,
         prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
     ) -> Result<PerfRecording> {
-        let (data, index, mut rec, layout) = open_recording(bytes, path)?;
+        let (data, index, mut rec, layout) = open_recording(bytes, path, None)?;
 
         // The two halves of the data section decode on two threads: this is most of the time of
         // turning a recording into stacks, and records do not depend on each other.
@@ -324,8 +328,9 @@ pub struct CountedChain {
     pub pid: u32,
     /// Whether the sampled IP was in the kernel (the context the chain starts in).
     pub in_kernel: bool,
-    /// The raw callchain, context markers included (see [`chain_frames`]).
-    pub chain: Vec<u64>,
+    /// Where the raw callchain, context markers included (see [`chain_frames`]), lies in
+    /// [`ChainCounts::ips`]; [`ChainCounts::chain`] gives it.
+    pub chain: ChainRange,
     pub count: u64,
 }
 
@@ -337,15 +342,25 @@ pub struct ChainCounts {
     pub recording: PerfRecording,
     /// Distinct (pid, in kernel, callchain), in no particular order.
     pub chains: Vec<CountedChain>,
+    /// The chains' entries, one after the other (one arena rather than a list per chain: memory
+    /// grows with the distinct chains of a long recording).
+    pub ips: Vec<u64>,
 }
 
 impl ChainCounts {
+    /// The raw callchain of one of [`ChainCounts::chains`].
+    pub fn chain(&self, c: &CountedChain) -> &[u64] {
+        &self.ips[c.chain.start as usize..][..c.chain.len as usize]
+    }
+
     /// Counts the samples of a perf.data file by callchain, streaming over the mapped file on
     /// two threads (one per half of the data section); `prefetch` as in
     /// [`PerfRecording::read_with`].
     pub fn read_with(path: &Path, prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>) -> Result<ChainCounts> {
-        let bytes = map_file(path)?;
-        Self::from_bytes_with(&bytes, path, prefetch)
+        let map = map_file(path)?;
+        // The walks give the mapped pages back behind them: the fold's resident memory stays the
+        // same whatever the recording's size.
+        Self::count(&map, Some(&map), path, prefetch)
     }
 
     /// As [`ChainCounts::read_with`] over bytes in memory; `path` only names them in messages.
@@ -354,7 +369,17 @@ impl ChainCounts {
         path: &Path,
         prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
     ) -> Result<ChainCounts> {
-        let (data, index, mut rec, layout) = open_recording(bytes, path)?;
+        Self::count(bytes, None, path, prefetch)
+    }
+
+    /// Counts `bytes`, which are `map` when it is given.
+    fn count(
+        bytes: &[u8],
+        map: Option<&memmap2::Mmap>,
+        path: &Path,
+        prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>,
+    ) -> Result<ChainCounts> {
+        let (data, index, mut rec, layout) = open_recording(bytes, path, map)?;
         rec.mmaps = scan_mmaps(bytes, &index.mmaps, &layout);
         rec.fill_build_ids();
         let job = prefetch(&rec.mmaps, rec.os_release.as_deref());
@@ -364,24 +389,18 @@ impl ChainCounts {
             if let Some(job) = job {
                 scope.spawn(job);
             }
-            let second = scope.spawn(|| count_chains(bytes, middle, end, &layout, path));
-            let first = count_chains(bytes, data.offset as usize, middle, &layout, path);
+            let second = scope.spawn(|| count_chains(bytes, middle, end, &layout, path, PagesBehind::new(map, middle)));
+            let first = count_chains(bytes, data.offset as usize, middle, &layout, path, PagesBehind::new(map, data.offset as usize));
             (first, second.join().unwrap_or_else(|_| Err(Error::ThreadPanicked { path: path.to_path_buf() })))
         });
         let (mut counts, second) = (first?, second?);
-        for (key, n) in second {
-            *counts.entry(key).or_default() += n;
-        }
-        let chains = counts
-            .into_iter()
-            .map(|((pid, in_kernel, raw), count)| CountedChain {
-                pid,
-                in_kernel,
-                chain: raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect(),
-                count,
-            })
+        counts.merge(&second);
+        drop(second);
+        let (counted, ips) = counts.into_parts();
+        let chains = counted
+            .map(|c| CountedChain { pid: c.pid, in_kernel: c.in_kernel, chain: ChainRange { start: c.at, len: c.len }, count: c.count })
             .collect();
-        Ok(ChainCounts { recording: rec, chains })
+        Ok(ChainCounts { recording: rec, chains, ips })
     }
 }
 
@@ -398,7 +417,7 @@ mod tests {
         assert!(recordings.len() >= 5, "expected the recorded perf fixtures, found {recordings:?}");
         for path in recordings {
             let bytes = std::fs::read(&path).unwrap();
-            let (data, index) = crate::check::check_recording(&bytes, &path).unwrap();
+            let (data, index) = crate::check::check_recording(&bytes, &path, None).unwrap();
             let end = (data.offset + data.size) as usize;
             let middle = data.offset as usize + data.size as usize / 2;
             let records: Vec<_> = crate::records::raw_records(&bytes, data.offset as usize, end).collect();
@@ -406,6 +425,31 @@ mod tests {
             assert!(!mmaps.is_empty(), "{}", path.display());
             assert_eq!(index.mmaps, mmaps, "{}", path.display());
             assert_eq!(index.middle, records.iter().map(|r| r.offset).find(|&at| at >= middle).unwrap_or(end), "{}", path.display());
+        }
+    }
+
+    /// Giving a mapped recording's pages back behind the walk, page by page, changes no count:
+    /// the counts hold copies of the chains, and a passed page read again faults back in.
+    #[test]
+    fn releasing_passed_pages_changes_no_count() {
+        for path in tracelab_fixtures::fixtures_with_extension("perf", "data") {
+            let map = map_file(&path).unwrap();
+            let (data, index, _, layout) = open_recording(&map, &path, Some(&map)).unwrap();
+            let (start, end) = (data.offset as usize, (data.offset + data.size) as usize);
+            let sorted = |counts: crate::records::ChainTable| {
+                let mut all: Vec<_> = counts.iter().map(|(pid, k, chain, n)| (pid, k, chain.to_vec(), n)).collect();
+                all.sort();
+                all
+            };
+            let released = crate::records::count_chains(&map, start, end, &layout, &path, PagesBehind::eager(Some(&map), start)).unwrap();
+            // Read again after every page was given back, and from a copy in memory.
+            let again = crate::records::count_chains(&map, start, end, &layout, &path, PagesBehind::new(None, start)).unwrap();
+            let copy = map.to_vec();
+            let in_memory = crate::records::count_chains(&copy, start, end, &layout, &path, PagesBehind::new(None, start)).unwrap();
+            let (released, again, in_memory) = (sorted(released), sorted(again), sorted(in_memory));
+            assert!(!in_memory.is_empty() || index.mmaps.is_empty(), "{}", path.display());
+            assert_eq!(released, in_memory, "{}", path.display());
+            assert_eq!(again, in_memory, "{}", path.display());
         }
     }
 

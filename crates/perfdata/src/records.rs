@@ -111,15 +111,144 @@ fn refuse_compressed(ty: u32, offset: usize, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Samples counted by (pid, sampled in the kernel, raw callchain bytes).
-pub(crate) type ChainCounts<'b> = rustc_hash::FxHashMap<(u32, bool, &'b [u8]), u64>;
+/// Samples counted by (pid, sampled in the kernel, raw callchain). Each chain is copied into one
+/// arena of entries the first time it is seen, so that the counts hold nothing of the recording
+/// and a walk can give the recording's pages back behind it (see [`PagesBehind`]); memory grows
+/// with distinct chains, not with samples, and the arena is what the caller gets in the end.
+#[derive(Default)]
+pub(crate) struct ChainTable {
+    table: hashbrown::HashTable<Counted>,
+    pub(crate) ips: Vec<u64>,
+}
+
+/// One distinct chain: where its entries lie in the arena, and its count.
+pub(crate) struct Counted {
+    hash: u64,
+    pub(crate) pid: u32,
+    pub(crate) in_kernel: bool,
+    pub(crate) at: u32,
+    pub(crate) len: u32,
+    pub(crate) count: u64,
+}
+
+/// Whether the chain's raw little-endian bytes are `ips`.
+#[inline]
+fn same_chain(raw: &[u8], ips: &[u64]) -> bool {
+    if raw.len() != ips.len() * 8 {
+        return false;
+    }
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: any u64 may be read as its 8 bytes; on a little-endian machine those are the
+        // bytes the recording holds.
+        let bytes = unsafe { std::slice::from_raw_parts(ips.as_ptr().cast::<u8>(), raw.len()) };
+        bytes == raw
+    }
+    #[cfg(not(target_endian = "little"))]
+    raw.chunks_exact(8).zip(ips).all(|(b, ip)| u64::from_le_bytes(b.try_into().unwrap()) == *ip)
+}
+
+impl ChainTable {
+    /// Adds `n` samples of (`pid`, `in_kernel`, the chain whose raw bytes are `raw`).
+    #[inline]
+    pub(crate) fn add(&mut self, pid: u32, in_kernel: bool, raw: &[u8], n: u64) {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hasher = rustc_hash::FxBuildHasher.build_hasher();
+        (pid, in_kernel).hash(&mut hasher);
+        hasher.write(raw);
+        let hash = hasher.finish();
+        let ips = &self.ips;
+        let found = self.table.find_mut(hash, |c| {
+            c.pid == pid && c.in_kernel == in_kernel && same_chain(raw, &ips[c.at as usize..][..c.len as usize])
+        });
+        match found {
+            Some(counted) => counted.count += n,
+            None => {
+                let at = self.ips.len() as u32;
+                self.ips.extend(raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())));
+                let counted = Counted { hash, pid, in_kernel, at, len: (raw.len() / 8) as u32, count: n };
+                self.table.insert_unique(hash, counted, |c| c.hash);
+            }
+        }
+    }
+
+    /// Adds every count of `other`.
+    pub(crate) fn merge(&mut self, other: &ChainTable) {
+        let mut raw = Vec::new();
+        for (pid, in_kernel, chain, n) in other.iter() {
+            raw.clear();
+            raw.extend(chain.iter().flat_map(|ip| ip.to_le_bytes()));
+            self.add(pid, in_kernel, &raw, n);
+        }
+    }
+
+    /// (pid, in kernel, chain, count) of each distinct chain, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, bool, &[u64], u64)> {
+        self.table.iter().map(|c| (c.pid, c.in_kernel, &self.ips[c.at as usize..][..c.len as usize], c.count))
+    }
+
+    /// The distinct chains (each an arena range) and the arena.
+    pub(crate) fn into_parts(self) -> (impl Iterator<Item = Counted>, Vec<u64>) {
+        (self.table.into_iter(), self.ips)
+    }
+}
+
+/// Gives the pages of a mapped recording back to the kernel once a walk has passed them. The
+/// mapped pages a walk touches count in the process's resident memory, so without this a fold's
+/// RSS grows with the recording (36 → 56 MB from a 0.8 to a 28.7 MB file). The pages stay mapped:
+/// a later read faults them in again from the page cache.
+pub(crate) struct PagesBehind<'m> {
+    map: Option<&'m memmap2::Mmap>,
+    released: usize,
+    window: usize,
+}
+
+impl<'m> PagesBehind<'m> {
+    /// How far a walk goes between two releases: a few madvise calls per recording, and a
+    /// resident window of this size per walking thread.
+    const WINDOW: usize = 2 << 20;
+    const PAGE: usize = 4096;
+
+    /// Releases pages of `map` (none when the bytes are not a file mapping) from `start` on.
+    pub(crate) fn new(map: Option<&'m memmap2::Mmap>, start: usize) -> PagesBehind<'m> {
+        PagesBehind { map, released: start & !(Self::PAGE - 1), window: Self::WINDOW }
+    }
+
+    /// As [`PagesBehind::new`], releasing every page as soon as it is passed (for tests).
+    #[cfg(test)]
+    pub(crate) fn eager(map: Option<&'m memmap2::Mmap>, start: usize) -> PagesBehind<'m> {
+        PagesBehind { window: Self::PAGE, ..Self::new(map, start) }
+    }
+
+    /// The walk has read everything before `at`.
+    #[inline]
+    pub(crate) fn passed(&mut self, at: usize) {
+        if at >= self.released + self.window {
+            self.release_to(at);
+        }
+    }
+
+    #[cold]
+    fn release_to(&mut self, at: usize) {
+        let upto = at & !(Self::PAGE - 1);
+        if let Some(map) = self.map {
+            // SAFETY: the map is a read-only mapping of a file, never written: MADV_DONTNEED
+            // only drops its pages from this process, and any later read of them faults the
+            // file's unchanged contents back in. A failed advice changes nothing but the RSS.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.released, upto - self.released) };
+        }
+        self.released = upto;
+    }
+}
 
 /// Counts the samples of `bytes[start..end]` by callchain, reading each sample's pid and chain
-/// where its attribute's format puts them, without decoding the rest of the record.
-pub(crate) fn count_chains<'b>(bytes: &'b [u8], start: usize, end: usize, layout: &RecordLayout, path: &Path) -> Result<ChainCounts<'b>> {
+/// where its attribute's format puts them, without decoding the rest of the record; `pages`
+/// gives the walked stretch back as it goes.
+pub(crate) fn count_chains(bytes: &[u8], start: usize, end: usize, layout: &RecordLayout, path: &Path, mut pages: PagesBehind) -> Result<ChainTable> {
     use linux_perf_data::linux_perf_event_reader::SampleFormat;
-    let mut counts = ChainCounts::default();
+    let mut counts = ChainTable::default();
     for RawRecord { offset, ty, misc, body } in raw_records(bytes, start, end) {
+        pages.passed(offset);
         refuse_compressed(ty, offset, path)?;
         if ty != RecordType::SAMPLE.0 {
             continue;
@@ -136,7 +265,7 @@ pub(crate) fn count_chains<'b>(bytes: &'b [u8], start: usize, end: usize, layout
             u32::MAX
         };
         let in_kernel = cpu_mode_is_kernel(CpuMode::from_misc(misc));
-        *counts.entry((pid, in_kernel, chain)).or_default() += 1;
+        counts.add(pid, in_kernel, chain, 1);
     }
     Ok(counts)
 }
