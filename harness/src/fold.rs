@@ -79,6 +79,28 @@ impl FoldedStacks {
 
     /// Writes `root;…;leaf WEIGHT` lines, in byte order of the lines (what [`folded_text`] writes
     /// for the same stacks).
+    /// Writes the folded text into `path` whole or not at all (through a file beside it, renamed
+    /// when complete), streaming: a long recording's text runs to megabytes, and building it in
+    /// memory first was a fifth of the fold's peak memory.
+    pub fn write_file(&self, path: &Path) -> Result<()> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let write = || -> std::io::Result<()> {
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+            self.write_to(&mut out)?;
+            out.into_inner().map_err(|e| e.into_error())?;
+            tmp.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        };
+        write().with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Writes the folded text to standard output.
+    pub fn write_stdout(&self) -> Result<()> {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        self.write_to(&mut out).and_then(|()| std::io::Write::flush(&mut out)).context("cannot write to standard output")
+    }
+
     pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
         for (stack, weight) in &self.stacks {
             for (i, id) in stack.iter().enumerate() {
@@ -145,7 +167,7 @@ pub fn fold_interned<'s>(samples: impl Iterator<Item = (&'s [u32], u64)>, mut la
         *by_frames.entry(ids).or_default() += weight;
     }
     let mut labels: Vec<String> = Vec::new();
-    let mut label_ids: HashMap<String, u32> = HashMap::new();
+    let mut label_ids: rustc_hash::FxHashMap<String, u32> = Default::default();
     let mut intern = |text: String, labels: &mut Vec<String>| -> u32 {
         *label_ids.entry(text).or_insert_with_key(|text| {
             labels.push(text.clone());
@@ -598,16 +620,19 @@ pub struct PerfFold {
 /// once. No per-sample structure is built: for folding, that was most of the cost. What
 /// `cargo xtask trace fold` and `cargo xtask bench perf` run.
 pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
-    let ChainCounts { recording: rec, chains } =
-        ChainCounts::read_with(path, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+    let counts = ChainCounts::read_with(path, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+    let (rec, chains) = (&counts.recording, &counts.chains);
     let mut pids: Vec<u32> = chains.iter().map(|c| c.pid).collect();
     pids.sort_unstable();
     pids.dedup();
-    let kernel_frames = chains.iter().any(|c| chain_frames(&c.chain, c.in_kernel).any(|f| f.in_kernel));
+    let kernel_frames = chains.iter().any(|c| chain_frames(counts.chain(c), c.in_kernel).any(|f| f.in_kernel));
     let mut symbolizer = Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
     let samples = chains.iter().map(|c| c.count).sum();
     let distinct_callchains = chains.len();
-    let folded = fold_chains(chains.iter().map(|c| (c.pid, c.in_kernel, c.chain.as_slice(), c.count)), &mut symbolizer);
+    let stacks = name_chains(chains.iter().map(|c| (c.pid, c.in_kernel, counts.chain(c), c.count)), &mut symbolizer);
+    // The raw chains are not needed once named: their memory goes before the fold's.
+    drop(counts);
+    let folded = stacks.fold(&symbolizer);
     Ok(PerfFold { folded, samples, distinct_callchains, sources: symbolizer.sources.clone(), warnings: symbolizer.warnings.clone() })
 }
 
@@ -621,28 +646,37 @@ pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> Folde
     for s in &rec.samples {
         *chains.entry((s.pid, s.in_kernel, rec.callchain(s))).or_default() += 1;
     }
-    fold_chains(chains.into_iter().map(|((pid, in_kernel, chain), n)| (pid, in_kernel, chain, n)), symbolizer)
+    name_chains(chains.into_iter().map(|((pid, in_kernel, chain), n)| (pid, in_kernel, chain, n)), symbolizer).fold(symbolizer)
 }
 
-/// Folds distinct (pid, sampled in the kernel, raw callchain, count): names every address once
-/// (symbol sources read in parallel first), then labels each distinct frame once.
-fn fold_chains<'c>(
-    chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>,
-    symbolizer: &mut Symbolizer,
-) -> FoldedStacks {
+/// Distinct stacks as frame ids (leaf first), one after the other, with their counts.
+struct NamedStacks {
+    ids: Vec<u32>,
+    stacks: Vec<(std::ops::Range<u32>, u64)>,
+}
+
+impl NamedStacks {
+    /// Labels each distinct frame once and folds.
+    fn fold(&self, symbolizer: &Symbolizer) -> FoldedStacks {
+        let stacks = self.stacks.iter().map(|(range, count)| (&self.ids[range.start as usize..range.end as usize], *count));
+        fold_interned(stacks, |id| frame_label(symbolizer.frame_by_id(id)))
+    }
+}
+
+/// Names distinct (pid, sampled in the kernel, raw callchain, count): every address once, the
+/// symbol sources read in parallel first.
+fn name_chains<'c>(chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>, symbolizer: &mut Symbolizer) -> NamedStacks {
     let chains: Vec<(u32, bool, &[u64], u64)> = chains.collect();
     symbolizer.preload(
         chains.iter().flat_map(|&(pid, in_kernel, chain, _)| chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))),
     );
-    let stacks: Vec<(Vec<u32>, u64)> = chains
-        .iter()
-        .map(|&(pid, in_kernel, chain, count)| {
-            (chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)).collect(), count)
-        })
-        .collect();
-    fold_interned(stacks.iter().map(|(ids, count)| (ids.as_slice(), *count)), |id| {
-        frame_label(symbolizer.frame_by_id(id))
-    })
+    let mut named = NamedStacks { ids: Vec::with_capacity(chains.iter().map(|c| c.2.len()).sum()), stacks: Vec::with_capacity(chains.len()) };
+    for &(pid, in_kernel, chain, count) in &chains {
+        let start = named.ids.len() as u32;
+        named.ids.extend(chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)));
+        named.stacks.push((start..named.ids.len() as u32, count));
+    }
+    named
 }
 
 #[cfg(test)]

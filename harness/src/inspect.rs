@@ -50,7 +50,6 @@ pub fn perf_fold(file: &Path, out: Option<&Path>, symbols: &[PathBuf]) -> Result
         symbol_dirs: symbols,
     };
     let fold = crate::fold::fold_perf_file(file, &ctx)?;
-    let text = fold.folded.text();
     for w in &fold.warnings {
         eprintln!("warning: {w}");
     }
@@ -63,8 +62,7 @@ pub fn perf_fold(file: &Path, out: Option<&Path>, symbols: &[PathBuf]) -> Result
         if fold.sources.is_empty() { "nothing (no perf map, no kernel symbols)".to_string() } else { fold.sources.join("; ") }
     );
     match out {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?,
-        None => print!("{text}"),
+        Some(path) => fold.folded.write_file(path),
+        None => fold.folded.write_stdout(),
     }
-    Ok(())
 }
