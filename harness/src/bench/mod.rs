@@ -250,19 +250,20 @@ impl Difference {
 pub fn report_differences(bench: &str, compared: &str, differences: &[Difference]) -> Result<()> {
     let known = known_differences(bench);
     let mut unknown = Vec::new();
-    let mut by_kind: std::collections::BTreeMap<&str, (usize, Option<&KnownDifference>)> = Default::default();
+    // Counted by kind and by the entry that knows them (one kind may have several, each with
+    // its own reason).
+    let mut by_kind: std::collections::BTreeMap<(&str, Option<usize>), usize> = Default::default();
     for d in differences {
-        let k = known.iter().find(|k| k.kind == d.kind && d.key.contains(&k.key));
-        let e = by_kind.entry(&d.kind).or_insert((0, k));
-        e.0 += 1;
+        let k = known.iter().position(|k| k.kind == d.kind && d.key.contains(&k.key));
+        *by_kind.entry((&d.kind, k)).or_default() += 1;
         if k.is_none() {
             unknown.push(d);
         }
     }
     println!("output comparison: {compared}; {} differences", differences.len());
-    for (kind, (n, k)) in &by_kind {
+    for ((kind, k), n) in &by_kind {
         match k {
-            Some(k) => println!("  {n:>7}  {kind} (known: {})", k.reason),
+            Some(k) => println!("  {n:>7}  {kind} (known: {})", known[*k].reason),
             None => println!("  {n:>7}  {kind}"),
         }
     }

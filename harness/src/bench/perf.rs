@@ -11,9 +11,11 @@
 //! Per input: a warm-up run of every side, then interleaved rounds (tracelab, inferno, samply;
 //! A B C A B C …); min/median/max wall time, peak RSS per side (wait4), the ratios, the load; then
 //! one cold run of each (page cache dropped, tracelab's symbol cache empty; needs root). Then the
-//! outputs are compared stack by stack with the inferno pipeline's (perf script without periods,
-//! so both count samples) and each differing frame is classified: we name more, perf names more,
-//! we disagree; a difference not in harness/data/bench-known-differences.toml fails the bench.
+//! outputs are compared: the fold's stacks must be exactly the folding of the recording decoded
+//! sample by sample with the fold's symbolizer, and each of those samples is compared frame by
+//! frame with the same sample in `perf script`'s output (matched by thread and time); each
+//! differing frame is classified: we name more, perf names more, we disagree (and a stack one
+//! side has deeper); a difference not in harness/data/bench-known-differences.toml fails the bench.
 //! samply does less work than either: its import names JIT frames (perf maps) and leaves native
 //! and ReadyToRun frames as addresses for its viewer to symbolize later; only its sample total is
 //! compared.
@@ -30,7 +32,8 @@ use super::{Difference, Side, cargo_build_release, load_average, measured, print
 use crate::collect::perf::detect_perf_binary;
 use crate::fold::fold_perf_file;
 use crate::model::merge_code_version;
-use crate::symbolize::DecodeContext;
+use crate::naming::frame_label;
+use crate::symbolize::{DecodeContext, Symbolizer};
 use perfdata::PerfRecording;
 
 /// The recorded inputs: name, what runs, seconds.
@@ -230,7 +233,7 @@ fn bench_one(opts: &Options, tools: &Tools, dir: &Path, goals: bool) -> Result<(
         Err(e) => println!("cold: not measured ({e:#})"),
     }
     println!("load average: {load_before} before, {load_after} after");
-    compare_outputs(tools, &data, &ours_out, &samply_out, samples as u64)
+    compare_outputs(tools, &data, pid, &ours_out, &samply_out, samples as u64)
 }
 
 fn cargo_bin(name: &str) -> PathBuf {
@@ -283,108 +286,116 @@ fn canonical(frame: &str) -> Option<String> {
     Some(name.to_string())
 }
 
-/// Stack-by-stack comparison with `perf script | inferno-collapse-perf` (perf script without the
-/// period field, so inferno counts samples as we do). inferno's root frame is the command name:
-/// dropped. Equal stacks match; each left-over stack of ours is paired with the peer's left-over
-/// stack of the same depth that differs in the fewest named frames, and each differing frame is
-/// a difference: `we name more` (perf: unknown), `perf names more` (ours: unknown) or `we disagree`.
-fn compare_outputs(tools: &Tools, data: &Path, ours_path: &Path, samply_json: &Path, samples: u64) -> Result<()> {
-    let dir = data.parent().unwrap_or(Path::new("."));
-    let counted = dir.join("peer-samples.folded");
-    let script = format!(
-        "{} script -F comm,pid,tid,time,event,ip,sym,dso -i {} 2>/dev/null | {} > {}",
-        tools.perf.display(),
-        data.display(),
-        tools.collapse.display(),
-        counted.display()
-    );
-    let status = Command::new("sh").arg("-c").arg(&script).status()?;
-    if !status.success() {
-        bail!("`{script}` failed: {status}");
-    }
-    type Stack = Vec<Option<String>>;
-    let mut ours: BTreeMap<Stack, u64> = BTreeMap::new();
-    for (frames, n) in read_folded(ours_path)? {
-        *ours.entry(frames.iter().map(|f| canonical(f)).collect()).or_default() += n;
-    }
-    let mut peer: BTreeMap<Stack, u64> = BTreeMap::new();
-    for (frames, n) in read_folded(&counted)? {
-        *peer.entry(frames.iter().skip(1).map(|f| canonical(f)).collect()).or_default() += n;
-    }
-    let (ours_total, peer_total): (u64, u64) = (ours.values().sum(), peer.values().sum());
+/// Sample-by-sample comparison with `perf script` on the same recording (the perf map in /tmp,
+/// as for the timed pipeline). Our side is the fold's own naming, one sample at a time: the
+/// recording decoded sample by sample, each frame named by the fold's symbolizer and labelled as
+/// the fold labels it; first the fold's output must be exactly the folding of those samples,
+/// then each sample is matched to perf's by thread and time (perf prints µs) and compared frame
+/// by frame, leaf first, after [`canonical`]. Each differing frame is a difference — `we name
+/// more` (perf: unknown), `perf names more` (ours: unknown) or `we disagree` — and a stack one
+/// side has deeper is one too. Comparing stacks sample by sample leaves nothing to pair up: the
+/// earlier comparison of folded stacks had to guess which of perf's stacks stood for which of
+/// ours, and its guesses were differences of their own.
+fn compare_outputs(tools: &Tools, data: &Path, pid: u32, ours_path: &Path, samply_json: &Path, samples: u64) -> Result<()> {
+    let rec = PerfRecording::read(data)?;
+    let dir = data.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
+    let ctx = DecodeContext { artifacts: &dir, app_tmp_dir: &dir, host_pid: pid, target_pid: pid, path_map: &identity, symbol_dirs: &[] };
+    let mut pids: Vec<u32> = rec.samples.iter().map(|s| s.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let kernel_frames = rec.samples.iter().any(|s| rec.frames(s).any(|f| f.in_kernel));
+    let mut symbolizer = Symbolizer::for_mappings(&ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
+    let chains: rustc_hash::FxHashSet<(u32, bool, &[u64])> = rec.samples.iter().map(|s| (s.pid, s.in_kernel, rec.callchain(s))).collect();
+    symbolizer.preload(chains.iter().flat_map(|&(pid, in_kernel, chain)| {
+        perfdata::chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))
+    }));
+    let stacks: Vec<Vec<u32>> =
+        rec.samples.iter().map(|s| rec.frames(s).map(|f| symbolizer.frame_id(s.pid, f.addr, f.in_kernel)).collect()).collect();
     let mut diffs = Vec::new();
-    if ours_total != peer_total {
-        diffs.push(Difference::new("sample total", "all samples", ours_total, peer_total));
-    }
-    let stacks = ours.len().max(peer.len());
-    // Equal stacks: the smaller count matches; what is left over of either is paired below.
-    let keys: Vec<Stack> = ours.keys().cloned().collect();
-    for k in keys {
-        if let Some(p) = peer.get_mut(&k) {
-            let o = ours.get_mut(&k).unwrap();
-            let m = (*o).min(*p);
-            *o -= m;
-            *p -= m;
+
+    // The fold's output is the folding of these samples, stack for stack.
+    let from_samples = crate::fold::fold_interned(stacks.iter().map(|s| (s.as_slice(), 1)), |id| frame_label(symbolizer.frame_by_id(id))).to_map();
+    let folded: BTreeMap<String, u64> =
+        read_folded(ours_path)?.into_iter().map(|(frames, n)| (frames.join(";"), n)).collect();
+    for (stack, n) in &folded {
+        if from_samples.get(stack) != Some(n) {
+            diffs.push(Difference::new("fold differs from its samples", stack.as_str(), n, from_samples.get(stack).copied().unwrap_or(0)));
         }
     }
-    ours.retain(|_, n| *n > 0);
-    peer.retain(|_, n| *n > 0);
-    let mut by_depth: BTreeMap<usize, Vec<(Stack, u64)>> = BTreeMap::new();
-    for (k, n) in peer {
-        by_depth.entry(k.len()).or_default().push((k, n));
+    for (stack, n) in from_samples.iter().filter(|(stack, _)| !folded.contains_key(*stack)) {
+        diffs.push(Difference::new("fold differs from its samples", stack.as_str(), 0, n));
     }
-    let show = |s: &Stack| s.iter().map(|f| f.as_deref().unwrap_or("[unknown]")).collect::<Vec<_>>().join(";");
-    // A peer stack that differs only where one side is unnamed is the match; a frame both sides
-    // name differently weighs far more than one only one side names.
-    let score = |p: &Stack, stack: &Stack| -> usize {
-        p.iter()
-            .zip(stack)
-            .map(|(a, b)| match (a, b) {
-                (Some(x), Some(y)) if x != y => 1000,
-                _ if a != b => 1,
-                _ => 0,
-            })
-            .sum()
+
+    // perf's samples, streamed as perf writes them, each matched to ours by thread and time.
+    let mut ours_at: std::collections::HashMap<(u32, u64), Vec<usize>> = Default::default();
+    for (i, s) in rec.samples.iter().enumerate().rev() {
+        ours_at.entry((s.tid, s.time_ns / 1000)).or_default().push(i);
+    }
+    let mut canon: Vec<Option<Option<String>>> = Vec::new();
+    let mut canon_of = |id: u32| -> Option<String> {
+        let i = id as usize;
+        if canon.len() <= i {
+            canon.resize(i + 1, None);
+        }
+        canon[i].get_or_insert_with(|| canonical(&frame_label(symbolizer.frame_by_id(id)))).clone()
     };
-    // Pairs are taken cheapest first over all stacks of a depth (not stack by stack): perf leaves
-    // R2R frames unnamed, so one peer stack can stand for several of ours, and a stack that fits
-    // many peer stacks must not take the samples of the one that another of ours fits exactly.
-    let mut ours: Vec<(Stack, u64)> = ours.into_iter().collect();
-    let mut pairs: Vec<(usize, usize, usize)> = Vec::new();
-    for (oi, (stack, _)) in ours.iter().enumerate() {
-        if let Some(c) = by_depth.get(&stack.len()) {
-            pairs.extend(c.iter().enumerate().map(|(pi, (p, _))| (score(p, stack), oi, pi)));
-        }
-    }
-    pairs.sort_unstable();
-    let pair = |stack: &Stack, n: &mut u64, p: &mut (Stack, u64), diffs: &mut Vec<Difference>| {
-        let m = (*n).min(p.1);
-        if m == 0 {
+    let mut child = Command::new(&tools.perf)
+        .args(["script", "-F", "comm,pid,tid,time,ip,sym,dso", "-i"])
+        .arg(data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot run perf script")?;
+    let source = format!("perf script -i {}", data.display());
+    let mut reader = crate::collect::perf_script::ScriptReader::new(&source);
+    let (mut compared, mut peer_total) = (0u64, 0u64);
+    let mut compare = |theirs: crate::collect::perf_script::ScriptSample, diffs: &mut Vec<Difference>| {
+        peer_total += 1;
+        let show = |frames: &[Option<String>]| frames.iter().rev().map(|f| f.as_deref().unwrap_or("[unknown]")).collect::<Vec<_>>().join(";");
+        let perf_frames: Vec<Option<String>> = theirs.frames.iter().map(|f| f.symbol.as_deref().and_then(canonical)).collect();
+        let Some(i) = theirs.tid.and_then(|tid| ours_at.get_mut(&(tid, theirs.time_us))).and_then(|v| v.pop()) else {
+            diffs.push(Difference::new("sample only in perf's", show(&perf_frames), "-", format!("{:?} at {} µs", theirs.tid, theirs.time_us)));
             return;
-        }
-        p.1 -= m;
-        *n -= m;
-        for (o, p) in stack.iter().zip(&p.0) {
+        };
+        compared += 1;
+        let ours: Vec<Option<String>> = stacks[i].iter().map(|&id| canon_of(id)).collect();
+        for ((o, p), id) in ours.iter().zip(&perf_frames).zip(&stacks[i]) {
             match (o, p) {
-                (Some(o), None) => diffs.push(Difference::new("we name more", o.as_str(), m, "[unknown]")),
-                (None, Some(p)) => diffs.push(Difference::new("perf names more", p.as_str(), "[unknown]", m)),
+                // The key names the image too: the known difference is about the ReadyToRun
+                // images (.dll), and must not cover a frame named more anywhere else.
+                (Some(o), None) => {
+                    let image = symbolizer.frame_by_id(*id).dso.as_deref().map_or("?", crate::naming::dso_file);
+                    diffs.push(Difference::new("we name more", format!("{o} (in {image})"), o, "[unknown]"))
+                }
+                (None, Some(p)) => diffs.push(Difference::new("perf names more", p.as_str(), "[unknown]", p)),
                 (Some(o), Some(p)) if o != p => diffs.push(Difference::new("we disagree", format!("{o} | {p}"), o, p)),
                 _ => {}
             }
         }
+        if ours.len() != perf_frames.len() {
+            let kind = if ours.len() > perf_frames.len() { "our stack is deeper" } else { "perf's stack is deeper" };
+            diffs.push(Difference::new(kind, format!("{} | {}", show(&ours), show(&perf_frames)), show(&ours), show(&perf_frames)));
+        }
     };
-    for (_, oi, pi) in pairs {
-        let (stack, n) = &mut ours[oi];
-        let c = by_depth.get_mut(&stack.len()).expect("paired at its depth");
-        pair(stack, n, &mut c[pi], &mut diffs);
+    let stdout = child.stdout.take().context("perf script's output")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        if let Some(sample) = reader.line(&line.with_context(|| format!("reading {source}"))?)? {
+            compare(sample, &mut diffs);
+        }
     }
-    for (stack, n) in ours.into_iter().filter(|(_, n)| *n > 0) {
-        diffs.push(Difference::new("stack only in ours", show(&stack), n, 0));
+    if let Some(sample) = reader.finish() {
+        compare(sample, &mut diffs);
     }
-    for (k, n) in by_depth.into_values().flatten().filter(|(_, n)| *n > 0) {
-        diffs.push(Difference::new("stack only in perf's", show(&k), 0, n));
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`{source}` failed: {status}");
     }
-    // Differences are counted per distinct frame (a frame differs in many stacks).
+    let unmatched: u64 = ours_at.values().map(|v| v.len() as u64).sum();
+    if unmatched > 0 {
+        diffs.push(Difference::new("sample only in ours", format!("{unmatched} samples"), unmatched, 0));
+    }
+    // Differences are counted per distinct frame (a frame differs in many samples).
     let mut merged: BTreeMap<(String, String), Difference> = BTreeMap::new();
     for d in diffs {
         merged.entry((d.kind.clone(), d.key.clone())).or_insert(d);
@@ -392,9 +403,11 @@ fn compare_outputs(tools: &Tools, data: &Path, ours_path: &Path, samply_json: &P
     let diffs: Vec<Difference> = merged.into_values().collect();
     let samply_total = samply_samples(samply_json).unwrap_or(0);
     println!("samply: {samply_total} samples in its profile (recording: {samples})");
-    report_differences("perf", &format!("{stacks} stacks of {peer_total} samples against {}", counted.display()), &diffs)?;
-    let _ = std::fs::remove_file(&counted);
-    Ok(())
+    report_differences(
+        "perf",
+        &format!("{compared} of {} samples matched to perf script's {peer_total} by thread and time, frame by frame; the fold's {} stacks against those samples", rec.samples.len(), folded.len()),
+        &diffs,
+    )
 }
 
 /// Samples in a Firefox Profiler processed profile as `samply import` saves it.
@@ -545,10 +558,9 @@ pub fn fold_main(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let fold = fold_perf_file(&data, &ctx)?;
     let t1 = Instant::now();
-    let text = fold.folded.text();
     match args.get(2) {
-        Some(out) => std::fs::write(out, text)?,
-        None => print!("{text}"),
+        Some(out) => fold.folded.write_file(Path::new(out))?,
+        None => fold.folded.write_stdout()?,
     }
     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
     eprintln!(

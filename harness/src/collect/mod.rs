@@ -17,6 +17,7 @@ pub mod dump;
 mod malformed;
 #[cfg(test)]
 pub(crate) mod perf_fixtures;
+pub(crate) mod perf_script;
 #[cfg(test)]
 mod perf_script_names;
 

@@ -18,85 +18,10 @@ use crate::model::{DsoClass, Frame};
 use crate::symbolize::{AddressSpace, Mapping};
 use crate::testing::{prerequisites, require_program};
 
+use super::perf_script::{ScriptFrame, ScriptSample, parse_script};
+
 fn fixture(name: &str) -> PathBuf {
     tracelab_fixtures::fixture(&format!("perf/{name}"))
-}
-
-/// One frame as `perf script` prints it: `ADDR SYMBOL (DSO)`.
-#[derive(Debug)]
-struct ScriptFrame {
-    addr: u64,
-    /// `None` for `[unknown]`.
-    symbol: Option<String>,
-    dso: String,
-}
-
-/// One sample: its time in µs and its frames, leaf first.
-#[derive(Debug)]
-struct ScriptSample {
-    time_us: u64,
-    frames: Vec<ScriptFrame>,
-}
-
-/// Parses `perf script` text with callchains (`-F …,ip,sym,dso`); `source` names it in errors.
-fn parse_script(text: &str, source: &str) -> Vec<ScriptSample> {
-    let mut out: Vec<ScriptSample> = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        if !line.starts_with(char::is_whitespace) {
-            // `dotnet 16459/16459   734.742372:    1001001 cpu-clock: `
-            let time = line
-                .split_whitespace()
-                .find(|w| w.ends_with(':') && w.contains('.') && w[..w.len() - 1].replace('.', "").bytes().all(|b| b.is_ascii_digit()))
-                .unwrap_or_else(|| panic!("{source} line {}: no `SECONDS.MICROS:` time in `{line}`", n + 1));
-            let (s, us) = time.trim_end_matches(':').split_once('.').unwrap();
-            out.push(ScriptSample { time_us: s.parse::<u64>().unwrap() * 1_000_000 + us.parse::<u64>().unwrap(), frames: Vec::new() });
-            continue;
-        }
-        let frame = line.trim();
-        let (addr, rest) = frame.split_once(' ').unwrap_or((frame, ""));
-        let addr = u64::from_str_radix(addr, 16).unwrap_or_else(|_| panic!("{source} line {}: `{addr}` is not an address", n + 1));
-        // The symbol may hold spaces and parentheses, and so may the dso (`/memfd:x (deleted)`):
-        // the dso is the last balanced `(…)`.
-        let open = dso_start(rest).unwrap_or_else(|| panic!("{source} line {}: no ` (dso)` in `{frame}`", n + 1));
-        let symbol = rest[..open].trim_end();
-        let dso = rest[open + 1..rest.len() - 1].to_string();
-        let symbol = (symbol != "[unknown]").then(|| strip_offset(symbol).to_string());
-        let sample = out.last_mut().unwrap_or_else(|| panic!("{source} line {}: a frame before any sample", n + 1));
-        sample.frames.push(ScriptFrame { addr, symbol, dso });
-    }
-    out
-}
-
-/// Byte index of the `(` that opens the `(dso)` ending `rest`.
-fn dso_start(rest: &str) -> Option<usize> {
-    if !rest.ends_with(')') {
-        return None;
-    }
-    let mut depth = 0;
-    for (i, b) in rest.bytes().enumerate().rev() {
-        match b {
-            b')' => depth += 1,
-            b'(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `name+0x1a` → `name` (perf's decoration with `-F +symoff`).
-fn strip_offset(symbol: &str) -> &str {
-    match symbol.rsplit_once("+0x") {
-        Some((name, hex)) if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) => name,
-        _ => symbol,
-    }
 }
 
 /// How our name and perf's compare for one frame.
@@ -257,7 +182,7 @@ fn raw_names_match_the_recorded_perf_script_of_every_fixture() {
     let mut disagree = 0;
     for (name, host_pid, ns_pid) in perf_fixtures() {
         let source = format!("{name}.script.txt");
-        let script = parse_script(&std::fs::read_to_string(fixture(&source)).unwrap(), &source);
+        let script = parse_script(&std::fs::read_to_string(fixture(&source)).unwrap(), &source).unwrap();
         let mut tally = Tally::default();
         compare(&name, host_pid, ns_pid, &script, &source, &mut tally);
         disagree += tally.count(Kind::WeDisagree);
@@ -298,7 +223,7 @@ fn raw_names_match_perf_script_run_here_on_every_fixture() {
             return crate::testing::skip(test, why);
         }
         let source = format!("perf script here on {name}.data");
-        let script = parse_script(&String::from_utf8_lossy(&out.stdout), &source);
+        let script = parse_script(&String::from_utf8_lossy(&out.stdout), &source).unwrap();
         let mut tally = Tally::default();
         compare(&name, host_pid, ns_pid, &script, &source, &mut tally);
         disagree += tally.count(Kind::WeDisagree);
@@ -306,21 +231,4 @@ fn raw_names_match_perf_script_run_here_on_every_fixture() {
     }
     println!("{report}");
     assert_eq!(disagree, 0, "we disagree with perf script:\n{report}");
-}
-
-#[test]
-fn script_lines_parse_with_offsets_and_parenthesised_symbols() {
-    let text = "dotnet 1/2   734.742372:    1001001 cpu-clock: \n\
-                \tffffffff821c5409 mas_leaf_max_gap+0x19 ([kernel.kallsyms])\n\
-                \t    7f0012345678 instance void [System.Runtime] X::Y(int32)[OptimizedTier1] (/tmp/perf-2.map)\n\
-                \t               0 [unknown] ([unknown])\n\
-                \t            1234 [unknown] (/memfd:doublemapper (deleted))\n";
-    let s = parse_script(text, "inline");
-    assert_eq!(s.len(), 1);
-    assert_eq!(s[0].time_us, 734_742_372);
-    assert_eq!(s[0].frames[0].symbol.as_deref(), Some("mas_leaf_max_gap"));
-    assert_eq!(s[0].frames[1].symbol.as_deref(), Some("instance void [System.Runtime] X::Y(int32)[OptimizedTier1]"));
-    assert_eq!(s[0].frames[1].dso, "/tmp/perf-2.map");
-    assert_eq!((s[0].frames[2].addr, s[0].frames[2].symbol.as_deref()), (0, None));
-    assert_eq!((s[0].frames[3].symbol.as_deref(), s[0].frames[3].dso.as_str()), (None, "/memfd:doublemapper (deleted)"));
 }
