@@ -400,6 +400,7 @@ pub fn unnamed_dso_hints(coll: &Collection) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// The token scanner replaces what the regex `[A-Za-z_][A-Za-z0-9_.]*` matched, leftmost
     /// first: whole tokens only, a token may start after a digit.
@@ -421,7 +422,6 @@ mod tests {
         }
         assert!(matches!(primitive_words("int32,bool"), Cow::Borrowed(_)));
     }
-    use super::*;
 
     #[test]
     fn perf_and_eventpipe_spellings_get_one_label() {

@@ -246,26 +246,72 @@ const PERF_RECORD_MMAP2: u32 = 10;
 
 /// The byte offset of the first record of the data section with type `record_type` whose body
 /// (the bytes after its 8-byte header) is `body`, walking the records in file order; `None` when
-/// the header or framing is broken or no record matches. A reader that gets records re-ordered by
-/// time (linux-perf-data sorts them) finds a damaged one's place in the file with it.
+/// the header or framing is broken before it or no record matches. A reader that gets records
+/// re-ordered by time (linux-perf-data sorts them) finds a damaged one's place in the file with it.
 pub(crate) fn find_record(bytes: &[u8], path: &Path, record_type: u32, body: &[u8]) -> Option<u64> {
     let data = check_header(bytes, path).ok()?;
-    let end = (data.offset + data.size).min(bytes.len() as u64);
+    checked_records(bytes, data)
+        .map_while(std::result::Result::ok)
+        .find(|r| r.ty == record_type && &bytes[r.offset as usize + 8..(r.offset + r.size) as usize] == body)
+        .map(|r| r.offset)
+}
+
+/// One record's framing: where it starts, its type and its size (header included).
+#[derive(Clone, Copy)]
+struct Framing {
+    offset: u64,
+    ty: u32,
+    size: u64,
+}
+
+/// The records of the data section in file order, each one's framing checked before it is
+/// handed out; the first broken one ends the walk with its byte offset and what is wrong with
+/// it. The one checked walk: the framing check ([`check_recording`]) and [`find_record`] take
+/// it; the decoders then walk the checked records without checks ([`crate::records::raw_records`]).
+fn checked_records(bytes: &[u8], data: Section) -> impl Iterator<Item = std::result::Result<Framing, (u64, String)>> + '_ {
+    let end = data.offset + data.size;
     let mut at = data.offset;
-    while at + 8 <= end {
-        let size = u16::from_le_bytes([bytes[at as usize + 6], bytes[at as usize + 7]]) as u64;
-        if size < 8 || at + size > end {
+    let mut broken = false;
+    std::iter::from_fn(move || {
+        if broken || at >= end {
             return None;
         }
-        let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
-        if ty == record_type && &bytes[at as usize + 8..(at + size) as usize] == body {
-            return Some(at);
+        prefetch(bytes, at as usize + PREFETCH_AHEAD);
+        let framing = frame_at(bytes, at, end);
+        match framing {
+            Ok(f) => at = f.offset + f.size + if f.ty == PERF_RECORD_AUXTRACE { le_u64(bytes, at as usize + 8) } else { 0 },
+            Err(_) => broken = true,
         }
-        // AUX data follows an AUXTRACE record, outside its size.
-        let aux = if ty == PERF_RECORD_AUXTRACE && size >= 16 { le_u64(bytes, at as usize + 8) } else { 0 };
-        at = (at + size).checked_add(aux)?;
+        Some(framing)
+    })
+}
+
+/// The framing of the record at `at`, checked against the data section's `end`.
+#[inline]
+fn frame_at(bytes: &[u8], at: u64, end: u64) -> std::result::Result<Framing, (u64, String)> {
+    if at + 8 > end {
+        return Err((at, format!("record header needs 8 bytes, {} left in the data section", end - at)));
     }
-    None
+    let size = u16::from_le_bytes([bytes[at as usize + 6], bytes[at as usize + 7]]) as u64;
+    if size < 8 {
+        return Err((at, format!("record size {size} is smaller than its 8-byte header")));
+    }
+    if at + size > end {
+        return Err((at, format!("record of {size} bytes runs past the data section's end at {end}")));
+    }
+    let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
+    if ty == PERF_RECORD_AUXTRACE {
+        // AUX data follows the record, outside its size; the reader allocates whatever size the
+        // record claims.
+        if size < 16 {
+            return Err((at, "AUXTRACE record too short for its size field".into()));
+        }
+        let aux = le_u64(bytes, at as usize + 8);
+        if !(at + size).checked_add(aux).is_some_and(|next| next <= end) {
+            return Err((at, format!("AUXTRACE record claims {aux} bytes of data beyond the data section")));
+        }
+    }
+    Ok(Framing { offset: at, ty, size })
 }
 
 /// Walks record headers of the data section in file order, noting where the MMAP records are
@@ -275,40 +321,15 @@ fn index_records(bytes: &[u8], data: Section, mut pages: crate::records::PagesBe
     let end = data.offset + data.size;
     let middle = data.offset + data.size / 2;
     let mut index = RecordIndex { mmaps: Vec::new(), middle: end as usize };
-    let mut at = data.offset;
-    while at < end {
-        prefetch(bytes, at as usize + PREFETCH_AHEAD);
-        pages.passed(at as usize);
-        if at >= middle && index.middle == end as usize {
-            index.middle = at as usize;
+    for framing in checked_records(bytes, data) {
+        let Framing { offset, ty, .. } = framing?;
+        pages.passed(offset as usize);
+        if offset >= middle && index.middle == end as usize {
+            index.middle = offset as usize;
         }
-        if at + 8 > end {
-            return Err((at, format!("record header needs 8 bytes, {} left in the data section", end - at)));
-        }
-        let size = u16::from_le_bytes([bytes[at as usize + 6], bytes[at as usize + 7]]) as u64;
-        if size < 8 {
-            return Err((at, format!("record size {size} is smaller than its 8-byte header")));
-        }
-        if at + size > end {
-            return Err((at, format!("record of {size} bytes runs past the data section's end at {end}")));
-        }
-        let ty = u32::from_le_bytes(bytes[at as usize..at as usize + 4].try_into().unwrap());
         if ty == PERF_RECORD_MMAP || ty == PERF_RECORD_MMAP2 {
-            index.mmaps.push(at as usize);
+            index.mmaps.push(offset as usize);
         }
-        if ty == PERF_RECORD_AUXTRACE {
-            // AUX data follows the record; the reader allocates whatever size the record claims.
-            if size < 16 {
-                return Err((at, "AUXTRACE record too short for its size field".into()));
-            }
-            let aux = le_u64(bytes, at as usize + 8);
-            match (at + size).checked_add(aux) {
-                Some(next) if next <= end => at = next,
-                _ => return Err((at, format!("AUXTRACE record claims {aux} bytes of data beyond the data section"))),
-            }
-            continue;
-        }
-        at += size;
     }
     Ok(index)
 }
