@@ -39,6 +39,7 @@ fn run_until_decided(scenario_toml: &Path, target: TargetKind, checks: &[&str]) 
             return (o, results);
         }
         eprintln!("{}: attempt {attempt}: {undecided:?} inconclusive; running again\n{}", scenario_toml.display(), describe(&o));
+        crate::wait_for_quiet_machine(&scenario_toml.display().to_string());
         attempt += 1;
     }
 }
