@@ -83,16 +83,7 @@ impl FoldedStacks {
     /// when complete), streaming: a long recording's text runs to megabytes, and building it in
     /// memory first was a fifth of the fold's peak memory.
     pub fn write_file(&self, path: &Path) -> Result<()> {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let write = || -> std::io::Result<()> {
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-            let mut out = std::io::BufWriter::new(tmp.as_file_mut());
-            self.write_to(&mut out)?;
-            out.into_inner().map_err(|e| e.into_error())?;
-            tmp.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        };
-        write().with_context(|| format!("cannot write {}", path.display()))
+        crate::owner::write_whole(path, |mut out| self.write_to(&mut out)).with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// Writes the folded text to standard output.

@@ -301,15 +301,8 @@ fn compare_outputs(tools: &Tools, data: &Path, pid: u32, ours_path: &Path, sampl
     let dir = data.parent().unwrap_or(Path::new(".")).to_path_buf();
     let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
     let ctx = DecodeContext { artifacts: &dir, app_tmp_dir: &dir, host_pid: pid, target_pid: pid, path_map: &identity, symbol_dirs: &[] };
-    let mut pids: Vec<u32> = rec.samples.iter().map(|s| s.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let kernel_frames = rec.samples.iter().any(|s| rec.frames(s).any(|f| f.in_kernel));
-    let mut symbolizer = Symbolizer::for_mappings(&ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
-    let chains: rustc_hash::FxHashSet<(u32, bool, &[u64])> = rec.samples.iter().map(|s| (s.pid, s.in_kernel, rec.callchain(s))).collect();
-    symbolizer.preload(chains.iter().flat_map(|&(pid, in_kernel, chain)| {
-        perfdata::chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))
-    }));
+    let mut symbolizer = Symbolizer::new(&ctx, &rec)?;
+    crate::collect::perf::preload_samples(&rec, &mut symbolizer);
     let stacks: Vec<Vec<u32>> =
         rec.samples.iter().map(|s| rec.frames(s).map(|f| symbolizer.frame_id(s.pid, f.addr, f.in_kernel)).collect()).collect();
     let mut diffs = Vec::new();

@@ -17,13 +17,19 @@ use crate::run::{RunningApp, Target, ToolProcess};
 
 use perfdata::{PerfRecording, PerfSample, SampleOrder, chain_frames};
 
-/// Turns the samples of a recording into model samples (frames symbolized, leaf first).
-pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight_of: impl Fn(&PerfSample) -> u64) -> Vec<Sample> {
+/// Reads the symbol sources every sampled frame of `rec` needs, in parallel, once per distinct
+/// callchain ([`Symbolizer::preload`]).
+pub fn preload_samples(rec: &PerfRecording, symbolizer: &mut Symbolizer) {
     let chains: rustc_hash::FxHashSet<(u32, bool, &[u64])> =
         rec.samples.iter().map(|s| (s.pid, s.in_kernel, rec.callchain(s))).collect();
     symbolizer.preload(chains.iter().flat_map(|&(pid, in_kernel, callchain)| {
         chain_frames(callchain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))
     }));
+}
+
+/// Turns the samples of a recording into model samples (frames symbolized, leaf first).
+pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight_of: impl Fn(&PerfSample) -> u64) -> Vec<Sample> {
+    preload_samples(rec, symbolizer);
     rec.samples
         .iter()
         .map(|s| Sample {

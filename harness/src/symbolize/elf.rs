@@ -223,14 +223,10 @@ pub fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("tracelab"))
 }
 
-/// Writes beside the target and renames, so a reader never sees half a file.
+/// Writes the cache file whole or not at all, making its folder first.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    crate::owner::write_whole(path, |out| out.write_all(bytes))
 }
 
 pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
