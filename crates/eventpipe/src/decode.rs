@@ -196,17 +196,20 @@ impl Classes {
 pub struct StreamDecoder<R> {
     reader: NettraceReader<R>,
     info: TraceInfo,
+    judge: Judge,
+    stacks: StackInterner,
+}
+
+/// What the decoder does with each event before it is handed out (or not): counts it, decodes
+/// or checks its payload, observes method events.
+struct Judge {
     /// Decode payload fields of events other than samples.
     fields: bool,
     /// Hand out samples / other events (method events are always observed).
     samples: bool,
     events: bool,
+    pointer_size: u32,
     classes: Classes,
-    stacks: Vec<Vec<u64>>,
-    stack_ids: FxHashMap<Vec<u64>, u32>,
-    /// The stream's stack ids of the current epoch → index into `stacks`.
-    stack_by_id: FxHashMap<u32, Option<u32>>,
-    stack_epoch: u32,
     methods: MethodMap,
     payload_errors: Vec<(u64, String)>,
     payload_error_count: u64,
@@ -219,134 +222,85 @@ pub struct StreamDecoder<R> {
     field_totals: FieldCount64,
 }
 
-impl<R: Read> StreamDecoder<R> {
-    /// Builds field values only for events `wanted` says yes to (decided once per metadata id);
-    /// every other payload is still checked against its layout, its errors counted, its fields
-    /// counted into [`StreamEvent::field_count`], with nothing allocated. Method events are always
-    /// decoded (the method map needs them).
-    pub fn decode_fields_of(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
-        self.values_of = Some(wanted);
-        self
-    }
+/// What [`Judge::judge`] decided about one event.
+#[derive(Default)]
+struct Verdict {
+    hand_out: bool,
+    is_sample: bool,
+    decoded: Option<Fields>,
+    counted: Option<FieldCount>,
+}
 
-    /// Hands out only the events `wanted` says yes to (and samples); every other event's payload
-    /// is still checked and counted ([`StreamDecoder::field_totals`]) but passed over inside the
-    /// decoder, with no item built for it. For callers that aggregate a few kinds of event.
-    pub fn hand_out_only(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
-        self.hand_out_of = Some(wanted);
-        self
-    }
+/// Distinct stacks of the handed-out items, by content.
+#[derive(Default)]
+struct StackInterner {
+    stacks: Vec<Vec<u64>>,
+    stack_ids: FxHashMap<Vec<u64>, u32>,
+    /// The stream's stack ids of the current epoch → index into `stacks`.
+    stack_by_id: FxHashMap<u32, Option<u32>>,
+    stack_epoch: u32,
+}
 
-    /// Fields and strings in every payload checked so far, whether the event was handed out or
-    /// not (what [`StreamEvent::field_count`] gives, summed); zero unless fields are decoded.
-    pub fn field_totals(&self) -> FieldCount64 {
-        self.field_totals
-    }
-
-    /// `options` says which items to hand out; `fields` whether to decode payloads of events.
-    pub fn new(input: R, options: &DecodeOptions, fields: bool) -> Result<Self> {
-        let reader = NettraceReader::new(input)?;
-        Ok(StreamDecoder {
-            info: reader.info().clone(),
-            reader,
-            fields,
-            samples: options.keep_samples,
-            events: options.keep_events,
-            classes: Classes::default(),
-            stacks: Vec::new(),
-            stack_ids: FxHashMap::default(),
-            stack_by_id: FxHashMap::default(),
-            stack_epoch: 0,
-            methods: MethodMap::default(),
-            payload_errors: Vec::new(),
-            payload_error_count: 0,
-            values_of: None,
-            hand_out_of: None,
-            field_totals: FieldCount64::default(),
-        })
-    }
-
-    pub fn info(&self) -> &TraceInfo {
-        &self.info
-    }
-
-    /// Distinct stacks so far (leaf first), referenced by index.
-    pub fn stacks(&self) -> &[Vec<u64>] {
-        &self.stacks
-    }
-
-    pub fn payload_error_count(&self) -> u64 {
-        self.payload_error_count
-    }
-
-    /// The next sample or event, or `None` at the end of the stream. Errors of the stream's
-    /// framing end decoding; a payload that does not fit its layout is counted and decoding goes on.
-    pub fn next_item(&mut self) -> Result<Option<StreamItem<'_>>> {
-        let (samples, events, fields, pointer_size) = (self.samples, self.events, self.fields, self.info.pointer_size);
-        let (classes, methods, values_of) = (&mut self.classes, &mut self.methods, self.values_of);
+impl Judge {
+    fn judge(&mut self, ev: &EventRef<'_>) -> Verdict {
+        let (samples, events, fields, pointer_size) = (self.samples, self.events, self.fields, self.pointer_size);
+        let (values_of, hand_out_of) = (self.values_of, self.hand_out_of);
+        let meta = ev.metadata;
+        let class = self.classes.get_or_insert_with(meta.metadata_id, || MetaClass {
+            count: 0,
+            is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
+            wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
+            wants_values: values_of.is_none_or(|wanted| wanted(meta)),
+            hand_out: hand_out_of.is_none_or(|wanted| wanted(meta)),
+            layout: PayloadLayout::of(meta, pointer_size),
+        });
+        class.count += 1;
+        if class.is_sample {
+            return Verdict { hand_out: samples, is_sample: true, ..Verdict::default() };
+        }
+        if !(class.wants_methods || (fields && events)) {
+            return Verdict { hand_out: events, ..Verdict::default() };
+        }
         let (errors, error_count) = (&mut self.payload_errors, &mut self.payload_error_count);
-        let (hand_out_of, totals) = (self.hand_out_of, &mut self.field_totals);
-        // Method events are observed here, inside the reader's loop, whether or not they are handed
-        // out; their fields are kept for the caller when they are.
-        let mut decoded: Option<Fields> = None;
-        let mut counted = None;
-        let mut is_sample = false;
-        let keep = |ev: &EventRef<'_>| {
-            (decoded, counted) = (None, None);
-            let meta = ev.metadata;
-            let class = classes.get_or_insert_with(meta.metadata_id, || MetaClass {
-                count: 0,
-                is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
-                wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
-                wants_values: values_of.is_none_or(|wanted| wanted(meta)),
-                hand_out: hand_out_of.is_none_or(|wanted| wanted(meta)),
-                layout: PayloadLayout::of(meta, pointer_size),
-            });
-            class.count += 1;
-            is_sample = class.is_sample;
-            if is_sample {
-                return samples;
+        let mut note = |e: crate::Error| {
+            *error_count += 1;
+            if errors.len() < 100 {
+                errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
             }
-            if !(class.wants_methods || (fields && events)) {
-                return events;
-            }
-            let mut note = |e: crate::Error| {
-                *error_count += 1;
-                if errors.len() < 100 {
-                    errors.push((e.offset(), format!("{}/{} v{}: {e}", meta.provider, meta.event_id, meta.version)));
-                }
-            };
-            if !(class.wants_methods || class.wants_values) {
-                let c = class.layout.count(meta, ev.payload, pointer_size, ev.payload_offset).unwrap_or_else(|e| {
-                    note(e);
-                    FieldCount::default()
-                });
-                if fields && events {
-                    totals.fields += u64::from(c.fields);
-                    totals.strings += u64::from(c.strings);
-                }
-                counted = Some(c);
-                return events && class.hand_out;
-            }
-            let f = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
-                Ok(f) => f,
-                Err(e) => {
-                    note(e);
-                    Fields::new()
-                }
-            };
-            if class.wants_methods {
-                methods.observe(&meta.provider, meta.event_id, &f);
-            }
-            if fields && events {
-                totals.fields += f.len() as u64;
-                totals.strings += f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
-            }
-            decoded = Some(f);
-            events && class.hand_out
         };
-        let Some(ev) = self.reader.next_event_where(keep)? else { return Ok(None) };
-        let time_ns = self.info.qpc_to_ns(ev.timestamp);
+        if !(class.wants_methods || class.wants_values) {
+            let c = class.layout.count(meta, ev.payload, pointer_size, ev.payload_offset).unwrap_or_else(|e| {
+                note(e);
+                FieldCount::default()
+            });
+            if fields && events {
+                self.field_totals.fields += u64::from(c.fields);
+                self.field_totals.strings += u64::from(c.strings);
+            }
+            return Verdict { hand_out: events && class.hand_out, counted: Some(c), ..Verdict::default() };
+        }
+        let f = match decode_payload(meta, ev.payload, pointer_size, ev.payload_offset) {
+            Ok(f) => f,
+            Err(e) => {
+                note(e);
+                Fields::new()
+            }
+        };
+        if class.wants_methods {
+            self.methods.observe(&meta.provider, meta.event_id, &f);
+        }
+        if fields && events {
+            self.field_totals.fields += f.len() as u64;
+            self.field_totals.strings += f.iter().filter(|(_, v)| matches!(v, Value::Str(_))).count() as u64;
+        }
+        Verdict { hand_out: events && class.hand_out, decoded: Some(f), ..Verdict::default() }
+    }
+}
+
+impl StackInterner {
+    /// The item of an event `judge` handed out.
+    fn item<'a>(&mut self, info: &TraceInfo, ev: EventRef<'a>, verdict: Verdict) -> StreamItem<'a> {
+        let time_ns = info.qpc_to_ns(ev.timestamp);
         // Events of one stack id share its content until the next sequence point: the content is
         // hashed once per (epoch, id), not once per event.
         if ev.stack_epoch != self.stack_epoch {
@@ -364,7 +318,7 @@ impl<R: Read> StreamDecoder<R> {
                 id
             }
         };
-        if is_sample {
+        if verdict.is_sample {
             let kind = match ev.payload.get(0..4) {
                 Some(b) => match u32::from_le_bytes(b.try_into().unwrap()) {
                     1 => SampleKind::External,
@@ -373,18 +327,112 @@ impl<R: Read> StreamDecoder<R> {
                 },
                 None => SampleKind::Other(0),
             };
-            return Ok(Some(StreamItem::Sample(DecodedSample { thread_id: ev.thread_id, time_ns, kind, stack })));
+            return StreamItem::Sample(DecodedSample { thread_id: ev.thread_id, time_ns, kind, stack });
         }
-        Ok(Some(StreamItem::Event(StreamEvent {
+        StreamItem::Event(StreamEvent {
             metadata: ev.metadata,
             time_ns,
             thread_id: ev.thread_id,
             stack,
-            fields: decoded.unwrap_or_default(),
-            counted,
+            fields: verdict.decoded.unwrap_or_default(),
+            counted: verdict.counted,
             payload: ev.payload,
             payload_offset: ev.payload_offset,
-        })))
+        })
+    }
+}
+
+impl<R: Read + Send + 'static> StreamDecoder<R> {
+    /// Reads the input on a thread of its own ([`NettraceReader::read_ahead`]).
+    pub fn read_ahead(mut self) -> Self {
+        self.reader = self.reader.read_ahead();
+        self
+    }
+}
+
+impl<R: Read> StreamDecoder<R> {
+    /// Builds field values only for events `wanted` says yes to (decided once per metadata id);
+    /// every other payload is still checked against its layout, its errors counted, its fields
+    /// counted into [`StreamEvent::field_count`], with nothing allocated. Method events are always
+    /// decoded (the method map needs them).
+    pub fn decode_fields_of(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
+        self.judge.values_of = Some(wanted);
+        self
+    }
+
+    /// Hands out only the events `wanted` says yes to (and samples); every other event's payload
+    /// is still checked and counted ([`StreamDecoder::field_totals`]) but passed over inside the
+    /// decoder, with no item built for it. For callers that aggregate a few kinds of event.
+    pub fn hand_out_only(mut self, wanted: fn(&EventMetadata) -> bool) -> Self {
+        self.judge.hand_out_of = Some(wanted);
+        self
+    }
+
+    /// Fields and strings in every payload checked so far, whether the event was handed out or
+    /// not (what [`StreamEvent::field_count`] gives, summed); zero unless fields are decoded.
+    pub fn field_totals(&self) -> FieldCount64 {
+        self.judge.field_totals
+    }
+
+    /// `options` says which items to hand out; `fields` whether to decode payloads of events.
+    pub fn new(input: R, options: &DecodeOptions, fields: bool) -> Result<Self> {
+        let reader = NettraceReader::new(input)?;
+        let judge = Judge {
+            fields,
+            samples: options.keep_samples,
+            events: options.keep_events,
+            pointer_size: reader.info().pointer_size,
+            classes: Classes::default(),
+            methods: MethodMap::default(),
+            payload_errors: Vec::new(),
+            payload_error_count: 0,
+            values_of: None,
+            hand_out_of: None,
+            field_totals: FieldCount64::default(),
+        };
+        Ok(StreamDecoder { info: reader.info().clone(), reader, judge, stacks: StackInterner::default() })
+    }
+
+    pub fn info(&self) -> &TraceInfo {
+        &self.info
+    }
+
+    /// Distinct stacks so far (leaf first), referenced by index.
+    pub fn stacks(&self) -> &[Vec<u64>] {
+        &self.stacks.stacks
+    }
+
+    pub fn payload_error_count(&self) -> u64 {
+        self.judge.payload_error_count
+    }
+
+    /// The next sample or event, or `None` at the end of the stream. Errors of the stream's
+    /// framing end decoding; a payload that does not fit its layout is counted and decoding goes on.
+    pub fn next_item(&mut self) -> Result<Option<StreamItem<'_>>> {
+        // Method events are observed inside the reader's loop, whether or not they are handed out.
+        let judge = &mut self.judge;
+        let mut verdict = Verdict::default();
+        let Some(ev) = self.reader.next_event_where(|ev| {
+            verdict = judge.judge(ev);
+            verdict.hand_out
+        })?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.stacks.item(&self.info, ev, verdict)))
+    }
+
+    /// Hands every remaining sample and event to `each`, in order: what a loop over
+    /// [`next_item`](Self::next_item) does, ~8 % faster on a full decode
+    /// ([`NettraceReader::for_each_event`]).
+    pub fn for_each_item(&mut self, mut each: impl FnMut(StreamItem<'_>)) -> Result<()> {
+        let (judge, stacks, info) = (&mut self.judge, &mut self.stacks, &self.info);
+        self.reader.for_each_event(|ev| {
+            let verdict = judge.judge(ev);
+            if verdict.hand_out {
+                each(stacks.item(info, *ev, verdict));
+            }
+        })
     }
 
     /// Ends decoding: counts, stats, stacks and methods (sorted for lookups); events and samples
@@ -392,7 +440,7 @@ impl<R: Read> StreamDecoder<R> {
     pub fn finish(self) -> Decoded {
         let mut counts: BTreeMap<(String, u32), EventCount> = BTreeMap::new();
         for meta in self.reader.metadata() {
-            if let Some(c) = self.classes.get(meta.metadata_id) {
+            if let Some(c) = self.judge.classes.get(meta.metadata_id) {
                 let e = counts.entry((meta.provider.clone(), meta.event_id)).or_default();
                 e.count += c.count;
                 if e.name.is_empty() {
@@ -400,7 +448,7 @@ impl<R: Read> StreamDecoder<R> {
                 }
             }
         }
-        let mut methods = self.methods;
+        let mut methods = self.judge.methods;
         methods.finish();
         Decoded {
             info: self.info,
@@ -408,10 +456,10 @@ impl<R: Read> StreamDecoder<R> {
             counts,
             events: Vec::new(),
             samples: Vec::new(),
-            stacks: self.stacks,
+            stacks: self.stacks.stacks,
             methods,
-            payload_errors: self.payload_errors,
-            payload_error_count: self.payload_error_count,
+            payload_errors: self.judge.payload_errors,
+            payload_error_count: self.judge.payload_error_count,
         }
     }
 }

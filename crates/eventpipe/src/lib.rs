@@ -1,7 +1,9 @@
 //! .NET EventPipe on Linux without any .NET tooling.
 //!
 //! - [`NettraceReader`]: a streaming reader of the nettrace format (V4/V5, what .NET 5–10 write),
-//!   with bounded memory on any input and errors that name the byte offset.
+//!   with bounded memory on any input and errors that name the byte offset; events pulled one at
+//!   a time or handed to a callback (`for_each_event`, faster), the input optionally read ahead
+//!   on a second thread (`read_ahead`).
 //! - [`decode()`]: a whole trace into events with decoded fields (runtime events by the runtime's
 //!   manifest, EventSource events by their metadata), SampleProfiler samples with managed stacks
 //!   resolved through method load and rundown events, counts and lost events.
