@@ -657,21 +657,13 @@ impl<R: Read> NettraceReader<R> {
             pos = payload_start + payload_len;
             events += 1;
             lost += account_sequence(&mut self.sequences, &mut self.last_thread, state.capture_thread_id, state.sequence);
-            each(&EventRef {
-                metadata: &self.metadata[meta_index],
-                thread_id: state.thread_id,
-                capture_thread_id: state.capture_thread_id,
-                processor: state.processor,
-                sequence: state.sequence,
-                timestamp: state.timestamp,
-                activity_id: state.activity_id,
-                related_activity_id: state.related_activity_id,
-                stack: stack_of(&self.stack_ranges, &self.stack_ips, self.stack_base, state.stack_id),
-                stack_id: state.stack_id,
-                stack_epoch: self.stack_epoch,
-                payload: &buf[payload_start..payload_start + payload_len],
-                payload_offset: off + payload_start as u64,
-            });
+            each(&state.event(
+                &self.metadata[meta_index],
+                stack_of(&self.stack_ranges, &self.stack_ips, self.stack_base, state.stack_id),
+                self.stack_epoch,
+                &buf[payload_start..payload_start + payload_len],
+                off + payload_start as u64,
+            ));
         }
         (self.state, self.block_pos, self.meta) = (state, pos, meta);
         self.stats.events += events;
@@ -692,22 +684,13 @@ impl<R: Read> NettraceReader<R> {
     /// The event whose header is in `state` and whose payload is at `payload_start`.
     #[inline]
     fn event_at(&self, meta_index: usize, payload_start: usize, payload_len: usize) -> EventRef<'_> {
-        let s = &self.state;
-        EventRef {
-            metadata: &self.metadata[meta_index],
-            thread_id: s.thread_id,
-            capture_thread_id: s.capture_thread_id,
-            processor: s.processor,
-            sequence: s.sequence,
-            timestamp: s.timestamp,
-            activity_id: s.activity_id,
-            related_activity_id: s.related_activity_id,
-            stack: stack_of(&self.stack_ranges, &self.stack_ips, self.stack_base, s.stack_id),
-            stack_id: s.stack_id,
-            stack_epoch: self.stack_epoch,
-            payload: &self.block[payload_start..payload_start + payload_len],
-            payload_offset: self.block_offset + payload_start as u64,
-        }
+        self.state.event(
+            &self.metadata[meta_index],
+            stack_of(&self.stack_ranges, &self.stack_ips, self.stack_base, self.state.stack_id),
+            self.stack_epoch,
+            &self.block[payload_start..payload_start + payload_len],
+            self.block_offset + payload_start as u64,
+        )
     }
 
     /// Reads the next object; false at the end-of-stream null reference.
@@ -943,9 +926,29 @@ fn account_sequence(sequences: &mut FxHashMap<u64, u32>, last: &mut Option<(u64,
 }
 
 impl HeaderState {
+    /// The event this header state describes, with what the reader knows beside it.
+    #[inline]
+    fn event<'a>(&self, metadata: &'a EventMetadata, stack: &'a [u64], stack_epoch: u32, payload: &'a [u8], payload_offset: u64) -> EventRef<'a> {
+        EventRef {
+            metadata,
+            thread_id: self.thread_id,
+            capture_thread_id: self.capture_thread_id,
+            processor: self.processor,
+            sequence: self.sequence,
+            timestamp: self.timestamp,
+            activity_id: self.activity_id,
+            related_activity_id: self.related_activity_id,
+            stack,
+            stack_id: self.stack_id,
+            stack_epoch,
+            payload,
+            payload_offset,
+        }
+    }
+
     /// Parses the compressed event header at `pos` of `buf` (a block at stream offset `off`)
     /// into the running state; returns the payload's position and length.
-    #[inline]
+    #[inline(always)]
     fn parse(&mut self, buf: &[u8], pos: usize, off: u64) -> Result<(usize, usize)> {
         let mut p = pos;
         let vint = |e: varint::VarIntError, p: usize| match e {
