@@ -5,8 +5,8 @@
 //!
 //! Memory stays bounded whatever the input: one block at a time (≤ [`Limits::max_block`]), the
 //! stacks since the last sequence point (≤ [`Limits::max_stack_bytes`]) and the metadata
-//! definitions (≤ [`Limits::max_metadata`]); [`NettraceReader::read_ahead`] adds a few chunks of
-//! input (≤ 2 MB) read ahead on a second thread.
+//! definitions (≤ [`Limits::max_metadata`]); [`NettraceReader::read_ahead`] adds the chunks of
+//! input read ahead on a second thread (512 KB each, at most 8 alive: 4 MB).
 
 use crate::fxhash::FxHashMap;
 use std::io::Read;
@@ -602,7 +602,7 @@ impl<R: Read> NettraceReader<R> {
     /// [`next_event`](Self::next_event) does, with the header state of a block kept in locals and
     /// a block read where it lies in the input's buffer, not copied (with
     /// [`read_ahead`](Self::read_ahead): a quarter less time per event than pulling). Events
-    /// before an error are handed out.
+    /// before an error are handed out; after an error the reader is at its end.
     pub fn for_each_event(&mut self, mut each: impl FnMut(&EventRef<'_>)) -> Result<()> {
         let result = self.hand_out_all(&mut each);
         // A block read in place is gone once the buffer moves on: nothing of it is left to pull.
