@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::fxhash::FxHashMap;
+use crate::fxhash::{FxHashMap, IdMap};
 use std::io::Read;
 
 use crate::error::Result;
@@ -161,35 +161,6 @@ struct MetaClass {
     layout: PayloadLayout,
 }
 
-/// [`MetaClass`]es by metadata id: the runtime numbers its metadata 1, 2, 3 …, so most ids index
-/// a list (one load per event instead of a hash probe); an id past [`Classes::DENSE`] (possible
-/// in any stream, seen in none) goes to a map.
-#[derive(Default)]
-struct Classes {
-    dense: Vec<Option<MetaClass>>,
-    sparse: FxHashMap<u32, MetaClass>,
-}
-
-impl Classes {
-    const DENSE: u32 = 1 << 16;
-
-    #[inline]
-    fn get_or_insert_with(&mut self, id: u32, new: impl FnOnce() -> MetaClass) -> &mut MetaClass {
-        if id >= Self::DENSE {
-            return self.sparse.entry(id).or_insert_with(new);
-        }
-        let i = id as usize;
-        if i >= self.dense.len() {
-            self.dense.resize_with(i + 1, || None);
-        }
-        self.dense[i].get_or_insert_with(new)
-    }
-
-    fn get(&self, id: u32) -> Option<&MetaClass> {
-        if id >= Self::DENSE { self.sparse.get(&id) } else { self.dense.get(id as usize)?.as_ref() }
-    }
-}
-
 /// Decodes a trace event by event with memory bounded by what is distinct in it (metadata, stacks,
 /// methods), not by its length: nothing per event is kept. [`decode()`] is this with every item
 /// collected; `inspect --full` aggregates as it goes.
@@ -209,7 +180,8 @@ struct Judge {
     samples: bool,
     events: bool,
     pointer_size: u32,
-    classes: Classes,
+    /// How events of each metadata id are treated.
+    classes: IdMap<MetaClass>,
     methods: MethodMap,
     payload_errors: Vec<(u64, String)>,
     payload_error_count: u64,
@@ -382,7 +354,7 @@ impl<R: Read> StreamDecoder<R> {
             samples: options.keep_samples,
             events: options.keep_events,
             pointer_size: reader.info().pointer_size,
-            classes: Classes::default(),
+            classes: IdMap::default(),
             methods: MethodMap::default(),
             payload_errors: Vec::new(),
             payload_error_count: 0,

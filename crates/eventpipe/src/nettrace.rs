@@ -8,7 +8,7 @@
 //! definitions (≤ [`Limits::max_metadata`]); [`NettraceReader::read_ahead`] adds the chunks of
 //! input read ahead on a second thread (512 KB each, at most 8 alive: 4 MB).
 
-use crate::fxhash::FxHashMap;
+use crate::fxhash::{FxHashMap, IdMap};
 use std::io::Read;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
@@ -346,46 +346,6 @@ impl<R: Read> Input<R> {
     }
 }
 
-/// Index of each metadata id's definition. The runtime numbers its metadata 1, 2, 3 …, and a
-/// header names its metadata id whenever it differs from the previous event's, so this is looked
-/// up at most events: a small id indexes a list (a hash probe showed as ~40 % of header parsing
-/// in a profile; the pass got ~6 % faster); an id past [`MetadataIndex::DENSE`] (possible in any
-/// stream, seen in none) goes to a map.
-#[derive(Default)]
-struct MetadataIndex {
-    /// `dense[id]` is the definition's index + 1, 0 when the id is not defined.
-    dense: Vec<u32>,
-    sparse: FxHashMap<u32, usize>,
-}
-
-impl MetadataIndex {
-    const DENSE: u32 = 1 << 16;
-
-    #[inline]
-    fn get(&self, id: u32) -> Option<usize> {
-        if id < Self::DENSE {
-            return match self.dense.get(id as usize) {
-                Some(&i) if i != 0 => Some(i as usize - 1),
-                _ => None,
-            };
-        }
-        self.sparse.get(&id).copied()
-    }
-
-    fn insert(&mut self, id: u32, index: usize) {
-        if id < Self::DENSE {
-            let i = id as usize;
-            if i >= self.dense.len() {
-                self.dense.resize(i + 1, 0);
-            }
-            // Definitions are bounded by `Limits::max_metadata` (< u32::MAX).
-            self.dense[i] = index as u32 + 1;
-        } else {
-            self.sparse.insert(id, index);
-        }
-    }
-}
-
 /// The current block's bytes: where they are in the input's buffer, or the copy in `block`. A
 /// macro, not a method, so that it borrows only those two fields.
 macro_rules! block_bytes {
@@ -427,7 +387,8 @@ pub struct NettraceReader<R> {
     block_kind: BlockKind,
     state: HeaderState,
     metadata: Vec<EventMetadata>,
-    metadata_index: MetadataIndex,
+    /// Index into `metadata` of each id's definition.
+    metadata_index: IdMap<usize>,
     /// The metadata id of the previous event in the block and its definition's index.
     meta: (u32, Option<usize>),
     /// Stacks since the last sequence point: `stack_ranges[id - stack_base]` indexes `stack_ips`.
@@ -543,7 +504,7 @@ impl<R: Read> NettraceReader<R> {
             block_kind: BlockKind::None,
             state: HeaderState::default(),
             metadata: Vec::new(),
-            metadata_index: MetadataIndex::default(),
+            metadata_index: IdMap::default(),
             meta: (0, None),
             stack_base: 0,
             stack_epoch: 0,
@@ -648,7 +609,7 @@ impl<R: Read> NettraceReader<R> {
                 }
             };
             if state.metadata_id != meta.0 {
-                meta = (state.metadata_id, self.metadata_index.get(state.metadata_id));
+                meta = (state.metadata_id, self.metadata_index.get(state.metadata_id).copied());
             }
             let Some(meta_index) = meta.1 else {
                 result = Err(undefined_metadata(off + pos as u64, state.metadata_id));
@@ -676,7 +637,7 @@ impl<R: Read> NettraceReader<R> {
     fn metadata_of_state(&mut self, start: usize) -> Result<usize> {
         let id = self.state.metadata_id;
         if id != self.meta.0 {
-            self.meta = (id, self.metadata_index.get(id));
+            self.meta = (id, self.metadata_index.get(id).copied());
         }
         self.meta.1.ok_or_else(|| undefined_metadata(self.block_offset + start as u64, id))
     }
@@ -774,7 +735,7 @@ impl<R: Read> NettraceReader<R> {
             let offset = self.block_offset + start as u64;
             let meta = EventMetadata::parse(&block_bytes!(self)[start..start + len], offset)?;
             self.stats.metadata_events += 1;
-            if let Some(i) = self.metadata_index.get(meta.metadata_id) {
+            if let Some(&i) = self.metadata_index.get(meta.metadata_id) {
                 self.metadata[i] = meta;
             } else {
                 if self.metadata.len() >= self.limits.max_metadata {
