@@ -15,16 +15,18 @@ use anyhow::{Context, Result};
 /// (default `target/inspect/<file stem>/`). `full` decodes every payload too, streaming
 /// (`eventpipe::inspect::full`): memory stays bounded whatever the file's size.
 pub fn nettrace(file: &Path, out: Option<PathBuf>, full: bool) -> Result<()> {
-    let reader = std::io::BufReader::new(std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?);
+    let opened = std::fs::File::open(file).with_context(|| format!("cannot open {}", file.display()))?;
     let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_string();
     let dir = out.unwrap_or_else(|| crate::project_root().join("target").join("inspect").join(&stem));
     let (folded, speedscope) = if full {
-        let decoded = eventpipe::inspect::full(reader).with_context(|| format!("decoding {}", file.display()))?;
+        let decoded = eventpipe::NettraceReader::from_file(opened)
+            .and_then(eventpipe::inspect::full)
+            .with_context(|| format!("decoding {}", file.display()))?;
         print!("{}", eventpipe::inspect::full_summary(&decoded, &file.display().to_string()));
         eventpipe::inspect::write_full_stacks(&decoded, &dir, &stem)
     } else {
         let options = eventpipe::DecodeOptions { keep_events: false, keep_samples: true };
-        let decoded = eventpipe::decode(reader, &options).with_context(|| format!("decoding {}", file.display()))?;
+        let decoded = eventpipe::decode(std::io::BufReader::new(opened), &options).with_context(|| format!("decoding {}", file.display()))?;
         print!("{}", eventpipe::inspect::summary(&decoded, &file.display().to_string()));
         eventpipe::inspect::write_stacks(&decoded, &dir, &stem)
     }

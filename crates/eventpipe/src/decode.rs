@@ -282,7 +282,7 @@ impl StackInterner {
         let stack = match self.stack_by_id.get(&ev.stack_id) {
             Some(&known) => known,
             None => {
-                let id = intern(&mut self.stacks, &mut self.stack_ids, ev.stack);
+                let id = intern(&mut self.stacks, &mut self.stack_ids, ev.stack());
                 // An id not defined yet (empty now) may be defined by a later stack block.
                 if id.is_some() || ev.stack_id == 0 {
                     self.stack_by_id.insert(ev.stack_id, id);
@@ -314,14 +314,6 @@ impl StackInterner {
     }
 }
 
-impl<R: Read + Send + 'static> StreamDecoder<R> {
-    /// Reads the input on a thread of its own ([`NettraceReader::read_ahead`]).
-    pub fn read_ahead(mut self) -> Self {
-        self.reader = self.reader.read_ahead();
-        self
-    }
-}
-
 impl<R: Read> StreamDecoder<R> {
     /// Builds field values only for events `wanted` says yes to (decided once per metadata id);
     /// every other payload is still checked against its layout, its errors counted, its fields
@@ -348,7 +340,12 @@ impl<R: Read> StreamDecoder<R> {
 
     /// `options` says which items to hand out; `fields` whether to decode payloads of events.
     pub fn new(input: R, options: &DecodeOptions, fields: bool) -> Result<Self> {
-        let reader = NettraceReader::new(input)?;
+        Ok(Self::from_reader(NettraceReader::new(input)?, options, fields))
+    }
+
+    /// As [`new`](Self::new), on a reader made as the input needs (a file:
+    /// [`NettraceReader::from_file`]; a pipe: [`NettraceReader::read_ahead`]).
+    pub fn from_reader(reader: NettraceReader<R>, options: &DecodeOptions, fields: bool) -> Self {
         let judge = Judge {
             fields,
             samples: options.keep_samples,
@@ -362,7 +359,7 @@ impl<R: Read> StreamDecoder<R> {
             hand_out_of: None,
             field_totals: FieldCount64::default(),
         };
-        Ok(StreamDecoder { info: reader.info().clone(), reader, judge, stacks: StackInterner::default() })
+        StreamDecoder { info: reader.info().clone(), reader, judge, stacks: StackInterner::default() }
     }
 
     pub fn info(&self) -> &TraceInfo {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::decode::{DecodeOptions, Decoded, SampleKind, StreamDecoder, StreamItem, frame_label};
 use crate::fxhash::FxHashMap;
 use crate::metadata::utf16_text;
+use crate::nettrace::NettraceReader;
 use crate::symbols::RUNTIME_PROVIDER;
 
 /// Samples counted per (thread, stack): what the summary, folded stacks and speedscope need,
@@ -100,15 +101,15 @@ impl FullDecode {
     pub const GC_DETAIL: usize = 200;
 }
 
-/// Decodes every payload of `input`, streaming: bounded memory at any trace size. The input is
-/// read on a second thread, beside the decoding.
-pub fn full<R: Read + Send + 'static>(input: R) -> crate::Result<FullDecode> {
+/// Decodes every payload that `reader` reads, streaming: bounded memory at any trace size. A
+/// file is best read through [`NettraceReader::from_file`], a pipe through
+/// [`NettraceReader::read_ahead`]: either way the input comes in beside the decoding.
+pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
     // Values for the events the summary reads in full (GCStart); every other payload is checked
     // against its layout and its fields counted without building them.
-    let mut decoder = StreamDecoder::new(input, &DecodeOptions::default(), true)?
+    let mut decoder = StreamDecoder::from_reader(reader, &DecodeOptions::default(), true)
         .decode_fields_of(|m| m.provider == RUNTIME_PROVIDER && m.event_id == 1)
-        .hand_out_only(|m| m.provider == RUNTIME_PROVIDER && matches!(m.event_id, 1 | 80))
-        .read_ahead();
+        .hand_out_only(|m| m.provider == RUNTIME_PROVIDER && matches!(m.event_id, 1 | 80));
     // Samples by (thread, stack) in a hash map, sorted once at the end (a B-tree insert per
     // sample was ~5 % of the decode).
     let mut by_stack: FxHashMap<(u64, Option<u32>), u64> = FxHashMap::default();
@@ -361,7 +362,9 @@ mod tests {
         for path in traces {
             let bytes = std::fs::read(&path).unwrap();
             let whole = crate::decode(&bytes[..], &DecodeOptions::default()).unwrap();
-            let f = full(std::io::Cursor::new(bytes.clone())).unwrap();
+            // The file mapped, as `trace inspect --full` reads it; a stream read ahead is checked
+            // against it in nettrace's tests.
+            let f = full(NettraceReader::from_file(std::fs::File::open(&path).unwrap()).unwrap()).unwrap();
             let name = path.display();
             assert_eq!(f.decoded.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(),
                 whole.counts.iter().map(|(k, c)| (k.clone(), c.count)).collect::<Vec<_>>(), "{name}: counts");

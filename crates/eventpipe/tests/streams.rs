@@ -211,7 +211,7 @@ proptest! {
             prop_assert_eq!(ev.activity_id, activity);
             prop_assert_eq!(ev.payload, &r.payload[..]);
             let expected_stack: &[u64] = match r.stack_id { 1 => &[0x1000, 0x2000], 2 => &[0x3000], _ => &[] };
-            prop_assert_eq!(ev.stack, expected_stack);
+            prop_assert_eq!(ev.stack(), expected_stack);
             if sequences {
                 prop_assert_eq!(ev.capture_thread_id, r.capture_thread);
             }

@@ -220,7 +220,7 @@ fn compare(dotnet: &Dotnet, tracedump: &Path, trace: &Path) -> Result<()> {
     }
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path)?)?;
     let file = std::fs::File::open(trace)?;
-    let f = eventpipe::inspect::full(std::io::BufReader::new(file)).with_context(|| format!("decoding {}", trace.display()))?;
+    let f = eventpipe::NettraceReader::from_file(file).and_then(eventpipe::inspect::full).with_context(|| format!("decoding {}", trace.display()))?;
     let d = &f.decoded;
     let mut diffs = Vec::new();
     let mut compared = 0usize;

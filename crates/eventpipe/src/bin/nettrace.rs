@@ -5,7 +5,7 @@
 //! `nettrace bench FILE.nettrace [RUNS] [frames|full]`: decode throughput, printed like TraceDump
 //! `bench`, reading the file as a stream (memory stays bounded at any size): `frames` reads every
 //! event (headers, metadata, stacks) with a no-op consumer, as TraceEvent's bench does (a callback
-//! per event: `for_each_event`, the file read ahead on a second thread); `full`
+//! per event: `for_each_event`, the file mapped: `NettraceReader::from_file`); `full`
 //! also decodes every payload and resolves the sampled stacks (`inspect::full`). Both by default.
 
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ fn run_inspect(path: &Path, out: Option<PathBuf>, full: bool) -> Result<(), Stri
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("trace");
     if full {
-        let f = inspect::full(file).map_err(|e| format!("{}: {e}", path.display()))?;
+        let f = NettraceReader::from_file(file).and_then(inspect::full).map_err(|e| format!("{}: {e}", path.display()))?;
         print!("{}", inspect::full_summary(&f, &path.display().to_string()));
         if let Some(dir) = out {
             let (folded, ss) = inspect::write_full_stacks(&f, &dir, stem).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -81,7 +81,7 @@ fn bench(path: &Path, runs: usize, mode: &str) -> Result<(), String> {
         let started = Instant::now();
         let (mut events, mut passes, mut payload_bytes) = (0u64, 0u32, 0u64);
         while passes == 0 || started.elapsed().as_secs_f64() < 0.1 {
-            let mut reader = NettraceReader::new(open(path)?).map_err(|e| e.to_string())?.read_ahead();
+            let mut reader = NettraceReader::from_file(open(path)?).map_err(|e| e.to_string())?;
             reader
                 .for_each_event(|ev| {
                     events += 1;
@@ -100,7 +100,7 @@ fn bench(path: &Path, runs: usize, mode: &str) -> Result<(), String> {
         let started = Instant::now();
         let (mut events, mut passes, mut resolved) = (0u64, 0u32, 0usize);
         while passes == 0 || started.elapsed().as_secs_f64() < 0.1 {
-            let f = inspect::full(open(path)?).map_err(|e| e.to_string())?;
+            let f = inspect::full(NettraceReader::from_file(open(path)?).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             // Resolving every distinct sampled stack is part of a full decode.
             resolved += f.samples.by_stack.keys().filter_map(|(_, s)| *s).map(|id| f.decoded.frames(id).len()).sum::<usize>();
             events += f.decoded.stats.events;
