@@ -723,15 +723,16 @@ impl<R: Read> NettraceReader<R> {
     }
 }
 
-/// Asks the CPU for the cache line of `buf[at]`, if `at` is in `buf`.
+/// Asks the CPU for the cache line of `buf[at]` (`at` may be past the end: a prefetch of any
+/// address is only a hint, it never faults).
 #[inline(always)]
 fn prefetch(buf: &[u8], at: usize) {
     #[cfg(target_arch = "x86_64")]
-    if at < buf.len() {
-        // SAFETY: a prefetch only hints the cache, it reads nothing the program sees, and the
-        // address is inside `buf`.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(buf.as_ptr().add(at).cast()) };
-    }
+    // SAFETY: a prefetch reads nothing the program sees, and `wrapping_add` makes an address
+    // without claiming it is in `buf`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(buf.as_ptr().wrapping_add(at).cast())
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (buf, at);
 }
