@@ -7,7 +7,7 @@
 //! stacks since the last sequence point (≤ [`Limits::max_stack_bytes`]) and the metadata
 //! definitions (≤ [`Limits::max_metadata`]); [`NettraceReader::read_ahead`] adds the chunks of
 //! input read ahead on a second thread (512 KB each, at most 8 alive: 4 MB), and
-//! [`NettraceReader::from_file`] the pages of the file mapped around the parser (≤ 7 MB).
+//! [`NettraceReader::from_file`] the pages of the file mapped around the parser (≤ 16 MB).
 
 mod input;
 
@@ -267,7 +267,7 @@ impl<R: Read + Send + 'static> NettraceReader<R> {
 
 impl NettraceReader<std::fs::File> {
     /// Reads a trace file through a read-only map of it, with its pages mapped ahead of the
-    /// parser on a second thread and released behind it (at most 7 MB of the file resident):
+    /// parser on a second thread and released behind it (at most 16 MB of the file resident):
     /// no copy of the file at all, where [`read_ahead`](Self::read_ahead) has the kernel copy it
     /// on a second thread. A file that cannot be mapped (a pipe, a device) is read ahead. The
     /// file must not shrink while it is read (its pages past the new end would fault with
