@@ -123,7 +123,7 @@ struct Mapping {
     steps: PageSteps,
     /// Where the parser next reports its position.
     next_notice: usize,
-    /// Pages before this offset are released (when there is no pager).
+    /// Pages before this offset are released by the parser (when there is no pager, or it lags).
     released: usize,
 }
 
@@ -132,6 +132,8 @@ struct Pager {
     /// The parser's latest position (set every `step` bytes), or [`Pager::STOP`]. A position,
     /// not a queue of them: a pager that falls behind catches up with the latest at once.
     at: Arc<AtomicUsize>,
+    /// The position the pager last moved the pages to.
+    done: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -139,8 +141,8 @@ impl Pager {
     const STOP: usize = usize::MAX;
 
     fn start(map: Arc<memmap2::Mmap>, steps: PageSteps) -> Option<Pager> {
-        let at = Arc::new(AtomicUsize::new(0));
-        let shared = at.clone();
+        let (at, done) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (shared, done_shared) = (at.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name("nettrace-pages".into())
             .spawn(move || {
@@ -154,6 +156,7 @@ impl Pager {
                             populate(&map, &mut mapped, at + steps.ahead);
                             release(&map, &mut released, at.saturating_sub(steps.behind));
                             done = at;
+                            done_shared.store(done, Ordering::Relaxed);
                         }
                         // Woken by the next position (or by nothing: then it looks again).
                         _ => std::thread::park(),
@@ -161,7 +164,7 @@ impl Pager {
                 }
             })
             .ok()?;
-        Some(Pager { at, thread: Some(thread) })
+        Some(Pager { at, done, thread: Some(thread) })
     }
 
     fn moved_to(&self, at: usize) {
@@ -245,9 +248,20 @@ impl<R> Input<R> {
             return;
         }
         m.next_notice = self.pos + m.steps.step;
+        let behind = self.pos.saturating_sub(m.steps.behind);
         match &m.pager {
-            Some(pager) => pager.moved_to(self.pos),
-            None => release(&m.map, &mut m.released, self.pos.saturating_sub(m.steps.behind)),
+            Some(pager) => {
+                pager.moved_to(self.pos);
+                // A pager kept off the CPU (a busy machine) would let the pages the parser
+                // faults in pile up: past a window's lag, the parser releases them itself, so
+                // that the bound holds whatever the scheduling.
+                let done = pager.done.load(Ordering::Relaxed);
+                if self.pos - done.min(self.pos) > m.steps.ahead + m.steps.behind + m.steps.step {
+                    m.released = m.released.max(done.saturating_sub(m.steps.behind) & !(PAGE - 1));
+                    release(&m.map, &mut m.released, behind);
+                }
+            }
+            None => release(&m.map, &mut m.released, behind),
         }
     }
 
