@@ -256,7 +256,7 @@ impl<R> Input<R> {
                 // faults in pile up: past a window's lag, the parser releases them itself, so
                 // that the bound holds whatever the scheduling.
                 let done = pager.done.load(Ordering::Relaxed);
-                if self.pos - done.min(self.pos) > m.steps.ahead + m.steps.behind + m.steps.step {
+                if self.pos.saturating_sub(done) > m.steps.ahead + m.steps.behind + m.steps.step {
                     m.released = m.released.max(done.saturating_sub(m.steps.behind) & !(PAGE - 1));
                     release(&m.map, &mut m.released, behind);
                 }
