@@ -119,10 +119,9 @@ pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
     // ExceptionThrown by its payload's leading bytes (ExceptionType and ExceptionMessage, as
     // UTF-16 with their NULs): a repeated exception is a lookup by bytes, not two strings and a
     // formatted key per event; the text is made once per distinct exception, at the end.
-    // A thread throwing in a loop throws the same exception again and again: the last one's
-    // count is kept aside, and a repeat costs a comparison, not a hash of its text.
-    let mut thrown: FxHashMap<Vec<u8>, u64> = FxHashMap::default();
-    let mut last_thrown: (Vec<u8>, u64) = (Vec::new(), 0);
+    // An app throws a few exceptions again and again: the last few are counted aside, and a
+    // repeat costs a comparison, not a hash of its text.
+    let mut thrown = ThrownCounts::default();
     decoder.for_each_item(|item| match item {
         StreamItem::Sample(s) => {
             *by_stack.entry((s.thread_id, s.stack)).or_default() += 1;
@@ -137,14 +136,7 @@ pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
             if e.metadata.event_id == 80 {
                 // A payload that did not match its layout counts as an exception without text.
                 let key = if count.fields == 0 { &[][..] } else { &e.payload[..exception_text_len(e.payload)] };
-                if last_thrown.1 > 0 && last_thrown.0 == key {
-                    last_thrown.1 += 1;
-                    return;
-                }
-                count_thrown(&mut thrown, &last_thrown.0, last_thrown.1);
-                last_thrown.0.clear();
-                last_thrown.0.extend_from_slice(key);
-                last_thrown.1 = 1;
+                thrown.count(key);
                 return;
             }
             let num = |name: &str| e.fields.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.as_u64()).unwrap_or(0);
@@ -154,10 +146,9 @@ pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
             }
         }
     })?;
-    count_thrown(&mut thrown, &last_thrown.0, last_thrown.1);
     samples.by_stack = by_stack.into_iter().collect();
     let mut exceptions: BTreeMap<String, u64> = BTreeMap::new();
-    for (key, n) in thrown {
+    for (key, n) in thrown.all() {
         let (kind, rest) = utf16z(&key);
         let (message, _) = utf16z(rest);
         *exceptions.entry(format!("{}: {}", utf16_text(kind), utf16_text(message))).or_default() += n;
@@ -166,15 +157,36 @@ pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
     Ok(FullDecode { decoded: decoder.finish(), samples, fields: totals.fields, string_fields: totals.strings, gc_starts, gc_start_detail, exceptions })
 }
 
-fn count_thrown(thrown: &mut FxHashMap<Vec<u8>, u64>, key: &[u8], n: u64) {
-    if n == 0 {
-        return;
-    }
-    match thrown.get_mut(key) {
-        Some(count) => *count += n,
-        None => {
-            thrown.insert(key.to_vec(), n);
+/// Exceptions thrown, by the bytes of their type and message: the first few distinct ones in a
+/// short list, compared by length and bytes (hashing a long text at every exception was 6 % of
+/// a full decode where an app throws a few exceptions again and again), the others in a map.
+#[derive(Default)]
+struct ThrownCounts {
+    first: Vec<(Vec<u8>, u64)>,
+    others: FxHashMap<Vec<u8>, u64>,
+}
+
+impl ThrownCounts {
+    /// Entries of the list: few, so that an exception not in it (an app that throws many
+    /// distinct ones) costs little more than the map's lookup.
+    const FIRST: usize = 4;
+
+    fn count(&mut self, key: &[u8]) {
+        if let Some((_, n)) = self.first.iter_mut().find(|(k, _)| k.len() == key.len() && k[..] == *key) {
+            *n += 1;
+        } else if self.first.len() < Self::FIRST {
+            self.first.push((key.to_vec(), 1));
+        } else if let Some(n) = self.others.get_mut(key) {
+            *n += 1;
+        } else {
+            self.others.insert(key.to_vec(), 1);
         }
+    }
+
+    /// Every distinct exception and its count.
+    fn all(mut self) -> FxHashMap<Vec<u8>, u64> {
+        self.others.extend(self.first);
+        self.others
     }
 }
 
@@ -384,6 +396,23 @@ mod tests {
             let thrown = whole.events.iter().filter(|e| e.name == "ExceptionThrown").count() as u64;
             assert_eq!(f.exceptions.values().sum::<u64>(), thrown, "{name}: exceptions");
             assert_eq!(summary_of(&f.decoded, &f.samples, "t"), summary(&whole, "t"), "{name}: summary");
+        }
+    }
+
+    proptest::proptest! {
+        /// Exceptions are counted as a map of every one would count them, however many distinct
+        /// ones there are (more than the short list holds: some go through the map) and in any
+        /// order; keys of one length that differ only in their last byte included.
+        #[test]
+        fn thrown_counts_are_a_plain_count(keys in proptest::collection::vec(0u8..24, 0..300)) {
+            let text = |k: u8| { let mut t = vec![b'x'; usize::from(k % 5) * 7]; t.push(k); t };
+            let mut counts = ThrownCounts::default();
+            let mut plain: FxHashMap<Vec<u8>, u64> = FxHashMap::default();
+            for &k in &keys {
+                counts.count(&text(k));
+                *plain.entry(text(k)).or_default() += 1;
+            }
+            proptest::prop_assert_eq!(counts.all(), plain);
         }
     }
 }
