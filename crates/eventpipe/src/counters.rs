@@ -94,7 +94,7 @@ pub fn counter_sample(ev: &DecodedEvent) -> Result<Option<CounterSample>> {
         .and_then(number)
         .ok_or_else(|| bad(format!("{kind:?} counter `{name}` has no number `{value_field}`")))?;
     let interval_s = field(ev, "IntervalSec").and_then(number).ok_or_else(|| bad(format!("counter `{name}` has no `IntervalSec`")))?;
-    if !value.is_finite() || !(interval_s.is_finite() && interval_s > 0.0) {
+    if !(value.is_finite() && interval_s.is_finite() && interval_s > 0.0) {
         return Err(bad(format!("counter `{name}`: {value_field} {value}, IntervalSec {interval_s}")));
     }
     Ok(Some(CounterSample {

@@ -307,7 +307,7 @@ fn frame_at(bytes: &[u8], at: u64, end: u64) -> std::result::Result<Framing, (u6
             return Err((at, "AUXTRACE record too short for its size field".into()));
         }
         let aux = le_u64(bytes, at as usize + 8);
-        if !(at + size).checked_add(aux).is_some_and(|next| next <= end) {
+        if (at + size).checked_add(aux).is_none_or(|next| next > end) {
             return Err((at, format!("AUXTRACE record claims {aux} bytes of data beyond the data section")));
         }
     }
