@@ -105,7 +105,8 @@ pub(super) struct PageSteps {
 }
 
 impl PageSteps {
-    /// At most ahead + behind + step (16 MB) of the file resident in the process. Measured on
+    /// ahead + behind + step (16 MB) of the file resident in the process while the pager keeps up
+    /// (past that lag the parser releases pages itself: then up to about 24 MB). Measured on
     /// 42, 257 and 271 MB traces: 4 MB steps were faster and steadier than 1 or 2 MB (each
     /// release is an inter-processor interrupt, costly in a VM: 97–102 against 68–95 M events/s
     /// at 257 MB), 8 MB no better; keeping every page mapped was slower than releasing them (66
