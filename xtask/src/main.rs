@@ -37,7 +37,8 @@ fn main() -> ExitCode {
     if !matches!(flags.task, Task::Test(_)) {
         harness::owner::install();
     }
-    let result = xshell::Shell::new().map_err(anyhow::Error::from).and_then(|sh| {
+    quiet_on_closed_stdout();
+    let run = || xshell::Shell::new().map_err(anyhow::Error::from).and_then(|sh| {
         sh.change_dir(harness::project_root());
         let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
         match flags.task {
@@ -61,6 +62,12 @@ fn main() -> ExitCode {
             Task::CheckImage(f) => done(check_image::run(f)),
         }
     });
+    // A panic unwinds (running the guards that stop processes and remove files) to here.
+    let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(result) => result,
+        Err(panic) if is_closed_stdout(panic_text(&*panic)) => return ExitCode::from(harness::assert::exit::CLOSED_STDOUT),
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
     // Interrupted: the handler ends the process with 130 / 143 once it has cleaned up.
     harness::owner::await_signal_exit();
     result.unwrap_or_else(|e| {
@@ -69,4 +76,26 @@ fn main() -> ExitCode {
         eprintln!("error: {}", msg.strip_prefix("error: ").unwrap_or(&msg));
         ExitCode::from(2)
     })
+}
+
+/// Rust ignores SIGPIPE, so a print to a closed pipe panics: that panic stops the task quietly
+/// (no message, no backtrace), its guards run as it unwinds, and the exit status is 141, what a
+/// shell shows for a program ended by SIGPIPE (as `cat` would be). Any other panic is reported
+/// as before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_stdout(panic_text(info.payload())) {
+            report(info);
+        }
+    }));
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied()).unwrap_or("")
+}
+
+/// std's message for a failed `print!`, when the reason is a closed pipe.
+fn is_closed_stdout(text: &str) -> bool {
+    text.starts_with("failed printing to stdout") && text.contains("Broken pipe")
 }

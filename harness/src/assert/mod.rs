@@ -142,10 +142,13 @@ pub mod exit {
     /// 128 + SIGINT / SIGTERM.
     pub const INTERRUPTED_SIGINT: u8 = 130;
     pub const INTERRUPTED_SIGTERM: u8 = 143;
+    /// 128 + SIGPIPE: whoever read the output went away (`… | head`); stopped quietly, as `cat`.
+    pub const CLOSED_STDOUT: u8 = 141;
     /// The table as people read it (README and `--help`).
     pub const TABLE: &str = "Exit codes: 0 pass (and skip with --allow-skip) · 1 fail · 2 usage or scenario-file error · \
 3 inconclusive (not enough data to decide; the reason is printed) · 4 skip (the environment lacks a prerequisite) · \
-5 infrastructure error (Docker, image build, tool crash) · 130 / 143 interrupted (SIGINT / SIGTERM)";
+5 infrastructure error (Docker, image build, tool crash) · 130 / 143 interrupted (SIGINT / SIGTERM) · \
+141 the output was closed (`… | head`)";
 }
 
 impl Verdict {
