@@ -119,8 +119,8 @@ pub fn full<R: Read>(reader: NettraceReader<R>) -> crate::Result<FullDecode> {
     // ExceptionThrown by its payload's leading bytes (ExceptionType and ExceptionMessage, as
     // UTF-16 with their NULs): a repeated exception is a lookup by bytes, not two strings and a
     // formatted key per event; the text is made once per distinct exception, at the end.
-    // An app throws a few exceptions again and again: the last few are counted aside, and a
-    // repeat costs a comparison, not a hash of its text.
+    // An app throws a few exceptions again and again: the first few distinct ones are counted
+    // aside, and a repeat of one costs a comparison, not a hash of its text.
     let mut thrown = ThrownCounts::default();
     decoder.for_each_item(|item| match item {
         StreamItem::Sample(s) => {
@@ -172,7 +172,7 @@ impl ThrownCounts {
     const FIRST: usize = 4;
 
     fn count(&mut self, key: &[u8]) {
-        if let Some((_, n)) = self.first.iter_mut().find(|(k, _)| k.len() == key.len() && k[..] == *key) {
+        if let Some((_, n)) = self.first.iter_mut().find(|(k, _)| k[..] == *key) {
             *n += 1;
         } else if self.first.len() < Self::FIRST {
             self.first.push((key.to_vec(), 1));
