@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares a CI runner for one job of the nightly matrix (ci/nightly.yml). The packages, tracefs,
-# Docker and images come from the one installer every command uses (harness::prereq, through
+# Docker and images come from the one installer every command uses (lab::prereq, through
 # `cargo xtask setup --tests`); this script only adds what a stock hosted runner lacks and the
 # team's machines have in ../shared:
 #   - .NET: the offline SDK ($TRACELAB_SHARED or ../shared/toolchains) when present; else the SDK

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::dotnet::{Dotnet, tail};
+use crate::host::dotnet::{Dotnet, tail};
 use crate::scenario::WorkloadRef;
 
 /// A built app, ready to start with `dotnet <dll>`.
@@ -129,7 +129,7 @@ pub fn build_with(dotnet: &Dotnet, workload: &WorkloadRef) -> Result<BuiltWorklo
 
 /// Where a user's project builds: the XDG cache (`$XDG_CACHE_HOME/tracelab/build`, else
 /// `~/.cache/tracelab/build`), never the tracelab checkout nor the user's folder.
-pub fn user_build_cache() -> PathBuf {
+pub(crate) fn user_build_cache() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
@@ -311,7 +311,7 @@ fn run_build(
         std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
     }
     let verb = if ready_to_run { "publish" } else { "build" };
-    let step = crate::progress::step("build", format!(
+    let step = crate::host::progress::step("build", format!(
         "workload {name} (dotnet {verb}{})",
         if ready_to_run { ", ReadyToRun" } else { "" }
     ));

@@ -1,9 +1,9 @@
 //! `cargo xtask bench WHAT`: each benchmark times tracelab and the peer tool on the same input in
-//! one run and prints both rates and the ratio. The benchmarks are `harness::bench`; this only
+//! one run and prints both rates and the ratio. The benchmarks are `lab::bench`; this only
 //! turns flags into their options.
 
 use anyhow::Result;
-use harness::bench;
+use lab::bench;
 use xshell::Shell;
 
 use crate::flags::{Bench, R2r, R2rStream};

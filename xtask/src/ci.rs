@@ -8,25 +8,25 @@ use crate::flags::Ci;
 pub fn run(_sh: &Shell, what: Ci) -> Result<()> {
     match what {
         Ci::Workflow { check: true } => {
-            harness::workflow::check()?;
-            println!("{} is up to date", harness::workflow::workflow_path().display());
+            lab::ci::check()?;
+            println!("{} is up to date", lab::ci::workflow_path().display());
             Ok(())
         }
         Ci::Workflow { check: false } => {
-            let changed = harness::workflow::write()?;
-            let path = harness::workflow::workflow_path();
+            let changed = lab::ci::write()?;
+            let path = lab::ci::workflow_path();
             println!("{} {}", path.display(), if changed { "written" } else { "already up to date" });
             Ok(())
         }
         Ci::Boot { kernel, script, files, work_dir } => {
-            let spec = harness::vm::kernel_spec(&kernel)?;
-            let mut job = harness::vm::GuestJob::new(std::fs::read_to_string(&script)?);
+            let spec = lab::vm::kernel_spec(&kernel)?;
+            let mut job = lab::vm::GuestJob::new(std::fs::read_to_string(&script)?);
             for f in files {
                 let Some((h, g)) = f.split_once('=') else { bail!("--file wants HOST=GUEST, got `{f}`") };
                 job = job.with(h, g);
             }
-            let work = work_dir.unwrap_or_else(|| harness::vm::image::cache_dir().join(format!("boot-{}", spec.label)));
-            let (k, outcome) = harness::vm::run_job(&spec, &job, &Default::default(), &work)?;
+            let work = work_dir.unwrap_or_else(|| lab::vm::image::cache_dir().join(format!("boot-{}", spec.label)));
+            let (k, outcome) = lab::vm::run_job(&spec, &job, &Default::default(), &work)?;
             println!("{}", outcome.job_log());
             println!(
                 "kernel {} ({}) exit {:?} in {:.1} s; results in {}, console {}",

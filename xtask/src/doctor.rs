@@ -5,13 +5,13 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use harness::doctor::{Status, default_scenario_row, doctor, rows_json};
+use lab::doctor::{Status, default_scenario_row, doctor, rows_json};
 use xshell::Shell;
 
 use crate::flags::Doctor;
 
 pub fn run(_sh: &Shell, args: Doctor) -> Result<ExitCode> {
-    let dotnet = harness::dotnet::Dotnet::locate_or_install().ok();
+    let dotnet = harness::host::dotnet::Dotnet::locate_or_install().ok();
     let mut rows = doctor(dotnet.as_ref().map(|d| d.root.as_path()), &args.symbols);
     rows.push(default_scenario_row());
     let ready = rows.last().is_some_and(|r| r.status == Status::Ok);

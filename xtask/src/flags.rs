@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs", after_help = harness::assert::exit::TABLE)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "tracelab: prove the Linux diagnostics pipeline for .NET with real runs", after_help = judge::exit::TABLE)]
 pub struct Flags {
     #[command(subcommand)]
     pub task: Task,
@@ -191,7 +191,7 @@ pub struct Scenario {
     #[arg(long, value_parser = ["host", "container", "sidecar"])]
     pub target: Option<String>,
     /// Base image for container targets: bullseye | bookworm | trixie.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::image::SUITES.iter().map(|s| s.name)))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::host::image::SUITES.iter().map(|s| s.name)))]
     pub image: Option<String>,
     /// Exit 0 on SKIP too (a skip is a verdict about the environment, not the tool).
     #[arg(long)]
@@ -353,7 +353,7 @@ pub enum MatrixAxis {
     /// Container (and sidecar) capability sets × collectors: which least set works, with the exact error of each failure.
     Caps {
         /// Debian suite of the image the probes run in.
-        #[arg(long, default_value = harness::image::DEFAULT_SUITE)]
+        #[arg(long, default_value = harness::host::image::DEFAULT_SUITE)]
         suite: String,
         /// Collectors to probe (comma-separated); default all.
         #[arg(long, value_delimiter = ',')]

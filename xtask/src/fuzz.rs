@@ -3,7 +3,7 @@
 //! the corpus earlier campaigns grew (target/fuzz/NAME/corpus, outside git), with the target's
 //! libFuzzer dictionary (crates/*/fuzz/dicts/BIN.dict: the format's magic numbers, tags and
 //! keywords, which random mutation almost never spells). The prerequisites (cargo-fuzz, a nightly
-//! toolchain) come through harness::prereq like every other tool.
+//! toolchain) come through lab::prereq like every other tool.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -40,7 +40,7 @@ pub fn run(args: Fuzz) -> Result<ExitCode> {
     if chosen.is_empty() {
         bail!("no fuzz target `{wanted}`: expected one of {} or all", TARGETS.iter().map(|t| t.0).collect::<Vec<_>>().join(", "));
     }
-    if let Some(code) = crate::setup::prepare(&harness::prereq::Plan::for_fuzzing(), false) {
+    if let Some(code) = crate::setup::prepare(&lab::prereq::Plan::for_fuzzing(), false) {
         return Ok(code);
     }
     let mut crashed = false;
@@ -80,10 +80,10 @@ fn campaign(root: &Path, name: &str, krate: &str, bin: &str, max_len: usize, arg
     std::fs::create_dir_all(&corpus).with_context(|| format!("cannot create {}", corpus.display()))?;
     std::fs::create_dir_all(&artifacts).with_context(|| format!("cannot create {}", artifacts.display()))?;
     let before: Vec<PathBuf> = files(&artifacts);
-    harness::progress::note("fuzz", &format!("{name}: {} s from {} (building the target first)", args.seconds, seeds.display()));
+    harness::host::progress::note("fuzz", &format!("{name}: {} s from {} (building the target first)", args.seconds, seeds.display()));
     let log_path = work.join("last-campaign.log");
     let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-    harness::progress::note("fuzz", &format!("{name}: libFuzzer's output goes to {}", log_path.display()));
+    harness::host::progress::note("fuzz", &format!("{name}: libFuzzer's output goes to {}", log_path.display()));
     let started = Instant::now();
     let status = Command::new("cargo")
         .current_dir(&fuzz_dir)
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn the_nightly_workflow_names_every_target() {
         let here: Vec<&str> = super::TARGETS.iter().map(|t| t.0).collect();
-        assert_eq!(here, harness::workflow::FUZZ_TARGETS);
+        assert_eq!(here, lab::ci::FUZZ_TARGETS);
         for (_, krate, bin, _) in super::TARGETS {
             let seeds = harness::project_root().join("crates").join(krate).join("fuzz/seeds").join(bin);
             assert!(std::fs::read_dir(&seeds).is_ok_and(|d| d.count() > 0), "{} has no seeds", seeds.display());

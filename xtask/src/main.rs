@@ -35,7 +35,7 @@ fn main() -> ExitCode {
     // remove its containers, /tmp files and staging folder, then exit 130 / 143. The test task
     // leaves interruption to nextest, which reports what it cancelled.
     if !matches!(flags.task, Task::Test(_)) {
-        harness::owner::install();
+        harness::host::owner::install();
     }
     quiet_on_closed_stdout();
     let run = || xshell::Shell::new().map_err(anyhow::Error::from).and_then(|sh| {
@@ -65,11 +65,11 @@ fn main() -> ExitCode {
     // A panic unwinds (running the guards that stop processes and remove files) to here.
     let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(result) => result,
-        Err(panic) if is_closed_stdout(panic_text(&*panic)) => return ExitCode::from(harness::assert::exit::CLOSED_STDOUT),
+        Err(panic) if is_closed_stdout(panic_text(&*panic)) => return ExitCode::from(judge::exit::CLOSED_STDOUT),
         Err(panic) => std::panic::resume_unwind(panic),
     };
     // Interrupted: the handler ends the process with 130 / 143 once it has cleaned up.
-    harness::owner::await_signal_exit();
+    harness::host::owner::await_signal_exit();
     result.unwrap_or_else(|e| {
         // One `error:` prefix even when a message (a tool's stderr) already carries its own.
         let msg = format!("{e:#}");

@@ -1,13 +1,13 @@
 //! `cargo xtask matrix AXIS [options]`: one axis of the compatibility matrix. Every axis lives in
-//! `harness::matrix` (its cells, its run, its result folder); this module only dispatches and
-//! prints. The axes' flags are `flags::MatrixAxis`; `--list` names every axis of `harness::matrix::AXES`.
+//! `lab::matrix` (its cells, its run, its result folder); this module only dispatches and
+//! prints. The axes' flags are `flags::MatrixAxis`; `--list` names every axis of `lab::matrix::AXES`.
 
 use anyhow::{Result, bail};
 use xshell::Shell;
 
 use crate::flags::{Matrix, MatrixAxis};
 use harness::collect::CollectorKind;
-use harness::matrix;
+use lab::matrix;
 
 pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
     // `cargo xtask matrix --kernels 5.10,6.1 --scenario gc-heavy`: the axis named by its flag.
@@ -35,11 +35,11 @@ pub fn run(_sh: &Shell, m: Matrix) -> Result<()> {
 
 fn default_axis(name: &str) -> MatrixAxis {
     match name {
-        "caps" => MatrixAxis::Caps { suite: harness::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![], target: None, list: false },
+        "caps" => MatrixAxis::Caps { suite: harness::host::image::DEFAULT_SUITE.into(), collectors: vec![], caps: vec![], target: None, list: false },
         "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
         "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![], list: false },
         "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![], list: false },
-        other => unreachable!("harness::matrix::AXES has an axis `{other}` that flags do not declare"),
+        other => unreachable!("lab::matrix::AXES has an axis `{other}` that flags do not declare"),
     }
 }
 
@@ -63,7 +63,7 @@ fn run_caps(suite: String, collectors: Vec<String>, caps: Vec<String>, target: O
     // Only a run over every cell of the default suite may replace the committed table (its test
     // checks coverage; container runs default to that suite); one over every capability set of
     // some collectors (or of one target) replaces their rows.
-    let update = match (suite == harness::image::DEFAULT_SUITE && caps.is_empty(), collectors.is_empty() && target.is_none()) {
+    let update = match (suite == harness::host::image::DEFAULT_SUITE && caps.is_empty(), collectors.is_empty() && target.is_none()) {
         (true, true) => matrix::caps::TableUpdate::Whole,
         (true, false) => matrix::caps::TableUpdate::Rows,
         (false, _) => matrix::caps::TableUpdate::Keep,

@@ -2,7 +2,8 @@
 //! page and one markdown file (harness::report::merge).
 
 use anyhow::{Result, bail};
-use harness::report::merge::{self, Thresholds};
+use harness::report::merge;
+use harness::report::merge::Thresholds;
 use xshell::Shell;
 
 use crate::flags::Report;
@@ -12,7 +13,7 @@ pub fn run(_sh: &Shell, a: Report) -> Result<()> {
     let dirs = if a.dirs.is_empty() { vec![root.join("results")] } else { a.dirs };
     let out = a.out.unwrap_or_else(|| root.join("results").join("report"));
     let baseline = (!a.baseline.is_empty()).then_some(a.baseline.as_slice());
-    let step = harness::progress::step("report", format!("merging {} folder(s)", dirs.len()));
+    let step = harness::host::progress::step("report", format!("merging {} folder(s)", dirs.len()));
     let report = merge::merge(&dirs, baseline, Thresholds { ratio_drop: a.ratio_drop, rate_drop: a.rate_drop })?;
     let (html, md) = report.write(&out)?;
     step.done("written");

@@ -1,13 +1,14 @@
 //! `cargo xtask scenario NAME`: run one scenario, print its verdict, and exit with the verdict's
-//! code (`harness::assert::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
+//! code (`judge::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
 //! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
 //! prerequisites are checked (and as root installed) first, within seconds, so nothing is missing
 //! after the workload or an image was built (`--no-setup` skips that).
 
 use std::process::ExitCode;
 
-use harness::assert::Verdict;
-use harness::engine::{self, RunOptions};
+use judge::Verdict;
+use harness::engine;
+use harness::engine::RunOptions;
 use harness::run::TargetKind;
 use xshell::Shell;
 
@@ -17,9 +18,9 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     let scenario = harness::scenario::Scenario::find(&args.name)?;
     let target = args.target.as_deref().map(TargetKind::parse).transpose()?;
     if let Some(image) = &args.image {
-        harness::image::suite(image)?; // an unknown suite is a usage error (2), not a failed set-up
+        harness::host::image::suite(image)?; // an unknown suite is a usage error (2), not a failed set-up
     }
-    let plan = (!args.no_setup).then(|| harness::prereq::Plan::for_scenario(&scenario, target, args.image.as_deref()));
+    let plan = (!args.no_setup).then(|| lab::prereq::Plan::for_scenario(&scenario, target, args.image.as_deref()));
     if let Some(code) = plan.and_then(|p| crate::setup::prepare(&p, false)) {
         return Ok(code);
     }

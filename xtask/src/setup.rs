@@ -1,10 +1,11 @@
 //! `cargo xtask setup [--scenario X | --tests] [--dry-run]`: print (and as root carry out) what a
-//! scenario or the test suite needs from this machine (harness::prereq). `scenario` and `test` call
+//! scenario or the test suite needs from this machine (lab::prereq). `scenario` and `test` call
 //! [`prepare`] first, so a missing prerequisite shows within seconds, before any build.
 
 use std::process::ExitCode;
 
-use harness::prereq::{self, Outcome, Plan};
+use lab::prereq;
+use lab::prereq::{Outcome, Plan};
 use harness::run::TargetKind;
 use xshell::Shell;
 

@@ -1,11 +1,12 @@
 //! `cargo xtask soak SCENARIO… --runs N [--hog]`: repeat scenarios and print the verdict table
-//! (harness::soak); exit 1 when any run FAILed, else 0.
+//! (lab::soak); exit 1 when any run FAILed, else 0.
 
 use std::process::ExitCode;
 
 use harness::engine::RunOptions;
 use harness::run::TargetKind;
-use harness::soak::{self, SoakOptions};
+use lab::soak;
+use lab::soak::SoakOptions;
 use xshell::Shell;
 
 use crate::flags::Soak;
@@ -14,7 +15,7 @@ pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
     // A missing hog is a missing prerequisite (exit 4), said before any run starts.
     if args.hog && let Err(why) = soak::hog_available() {
         eprintln!("error: {why}");
-        return Ok(ExitCode::from(harness::assert::exit::SKIP));
+        return Ok(ExitCode::from(judge::exit::SKIP));
     }
     let opts = SoakOptions {
         scenarios: args.scenarios,

@@ -1,5 +1,5 @@
 //! `cargo xtask sweep`: removes what runs that are gone (killed with SIGKILL, crashed) left —
-//! exactly the list in its `--help` (xtask/src/flags.rs), done by `harness::owner::sweep_dead`,
+//! exactly the list in its `--help` (xtask/src/flags.rs), done by `harness::host::sweep::sweep_dead`,
 //! which every run also calls when it starts. Anything of a run that is still alive is kept.
 
 use anyhow::Result;
@@ -7,7 +7,7 @@ use xshell::Shell;
 
 pub fn run(_sh: &Shell) -> Result<()> {
     let root = harness::project_root().join("results");
-    let swept = harness::owner::sweep_dead(&root, true)?;
+    let swept = harness::host::sweep::sweep_dead(&root, true)?;
     for line in swept.lines() {
         println!("removed {line}");
     }

@@ -1,10 +1,10 @@
 //! `cargo xtask test [-- NEXTEST ARGS]`: the README's test command. The test suite's prerequisites
-//! first (harness::prereq), then `cargo nextest run --workspace` (profile `ci` when CI=true, so a
+//! first (lab::prereq), then `cargo nextest run --workspace` (profile `ci` when CI=true, so a
 //! missing prerequisite fails instead of skipping); nextest's exit code is passed through.
 
 use std::process::ExitCode;
 
-use harness::prereq::Plan;
+use lab::prereq::Plan;
 use xshell::{Shell, cmd};
 
 use crate::flags::Test;
@@ -25,7 +25,7 @@ pub fn run(sh: &Shell, args: Test) -> anyhow::Result<ExitCode> {
     let mut c = cmd!(sh, "cargo nextest run {workspace...} {nextest_args...}");
     // Tests that start `dotnet` themselves find the same SDK the harness uses (as .ci/run's
     // `eval install-dotnet.sh --env` did).
-    if let Ok(dotnet) = harness::dotnet::Dotnet::locate_or_install() {
+    if let Ok(dotnet) = harness::host::dotnet::Dotnet::locate_or_install() {
         let path = std::env::join_paths(std::iter::once(dotnet.root.clone()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())))?;
         c = c.env("DOTNET_ROOT", &dotnet.root).env("PATH", path);
     }

@@ -1,6 +1,6 @@
 //! `cargo xtask trace inspect FILE.nettrace [--out DIR] [--full]`: a summary of an EventPipe trace and its
 //! stacks (folded, speedscope); `cargo xtask trace fold PERF.DATA [--out FILE] [--symbols DIR]`:
-//! perf.data → folded stacks. The work is `harness::inspect`.
+//! perf.data → folded stacks. The work is `lab::inspect`.
 
 use std::path::PathBuf;
 
@@ -11,8 +11,8 @@ use crate::flags::Trace;
 
 pub fn run(_sh: &Shell, what: Trace) -> Result<()> {
     match what {
-        Trace::Inspect { file, out, full } => harness::inspect::nettrace(&user_path(file)?, out, full),
-        Trace::Fold { file, out, symbols } => harness::inspect::perf_fold(&user_path(file)?, out.map(user_path).transpose()?.as_deref(), &symbols),
+        Trace::Inspect { file, out, full } => lab::inspect::nettrace(&user_path(file)?, out, full),
+        Trace::Fold { file, out, symbols } => lab::inspect::perf_fold(&user_path(file)?, out.map(user_path).transpose()?.as_deref(), &symbols),
     }
 }
 

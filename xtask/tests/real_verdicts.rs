@@ -9,7 +9,7 @@
 use std::process::Command;
 
 use harness::collect::perf::detect_perf_binary;
-use harness::testing::{prerequisites, require_root};
+use tracelab_fixtures::{prerequisites, require_root};
 
 const SCENARIO: &str = r#"
 name = "thin-data"
@@ -35,7 +35,7 @@ min_samples = 100000
 fn a_check_below_its_floor_is_inconclusive_with_exit_3() {
     let test = "real_verdicts::a_check_below_its_floor_is_inconclusive_with_exit_3";
     let perf = || detect_perf_binary().map(|_| ()).ok_or_else(|| "no `perf` (or `perf_X.Y`) on PATH".to_string());
-    let dotnet = || harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
+    let dotnet = || harness::host::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
     if !prerequisites(test, &[&require_root, &perf, &dotnet]) {
         return;
     }
@@ -95,7 +95,7 @@ fn an_unknown_image_is_a_usage_error_naming_the_valid_ones() {
 #[test]
 fn a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5() {
     let test = "real_verdicts::a_docker_daemon_that_does_not_answer_is_an_infrastructure_error_exit_5";
-    let dotnet = || harness::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
+    let dotnet = || harness::host::dotnet::Dotnet::locate_or_install().map(|_| ()).map_err(|e| format!("no .NET SDK: {e:#}"));
     if !prerequisites(test, &[&dotnet]) {
         return;
     }
@@ -145,7 +145,7 @@ fn init_then_scenario_passes_on_an_app_as_it_is_and_leaves_nothing_behind() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let dll = harness::testing::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let dll = lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
     let git_status = || {
         let out = Command::new("git").arg("-C").arg(harness::project_root()).args(["status", "--porcelain"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()

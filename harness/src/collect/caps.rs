@@ -2,7 +2,7 @@
 //! worked in a container, and every probed cell with its exact error; for the collectors of
 //! [`SIDECAR_ROWS`] also the sets their tools need in a sidecar (the app's container then has
 //! none). The table is committed as
-//! `harness/data/caps.toml`; `cargo xtask matrix caps` (harness::matrix::caps) probes and
+//! `harness/data/caps.toml`; `cargo xtask matrix caps` (lab::matrix::caps) probes and
 //! rewrites it, and container runs default to its least sets, whatever lies in the git-ignored
 //! `results/`. It lives with the collectors because it is what each collector needs; the probing
 //! lives with the matrices because it runs the engine.
@@ -83,7 +83,7 @@ pub struct Matrix {
 }
 
 /// What [`Matrix::least`] says for a collector for which no set worked.
-pub const NONE_WORKS: &str = "none works";
+pub(crate) const NONE_WORKS: &str = "none works";
 impl Matrix {
     /// The committed table (`harness/data/caps.toml`).
     pub fn committed() -> &'static Matrix {
@@ -93,7 +93,7 @@ impl Matrix {
         })
     }
 
-    pub fn from_toml(text: &str) -> Result<Matrix> {
+    pub(crate) fn from_toml(text: &str) -> Result<Matrix> {
         Ok(toml::from_str(text)?)
     }
 
@@ -150,7 +150,7 @@ impl Matrix {
     }
 
     /// The cell of `collector` under `caps` on `target` (container or sidecar).
-    pub fn get_on(&self, target: TargetKind, collector: &str, caps: &str) -> Option<&Probe> {
+    pub(crate) fn get_on(&self, target: TargetKind, collector: &str, caps: &str) -> Option<&Probe> {
         self.probes.iter().find(|p| p.target == target.as_str() && p.collector == collector && p.caps == caps)
     }
 
@@ -248,7 +248,7 @@ pub fn least_working(kind: CollectorKind) -> Option<Vec<String>> {
 
 /// The least capability set measured to work for `kind`'s tool on `target`: a sidecar's from
 /// the table's sidecar cells when it has them, else the container's ([`least_working`]).
-pub fn least_working_on(target: TargetKind, kind: CollectorKind) -> Option<Vec<String>> {
+pub(crate) fn least_working_on(target: TargetKind, kind: CollectorKind) -> Option<Vec<String>> {
     match Matrix::committed().least_sidecar.get(kind.as_str()) {
         Some(least) if target == TargetKind::Sidecar => {
             if least == NONE_WORKS {
@@ -261,13 +261,8 @@ pub fn least_working_on(target: TargetKind, kind: CollectorKind) -> Option<Vec<S
     }
 }
 
-/// The union of the least container sets of several collectors (one container runs them all).
-pub fn least_working_for(collectors: &[CollectorKind]) -> Option<Vec<String>> {
-    least_working_for_on(TargetKind::Container, collectors)
-}
-
 /// The union of the least sets of several collectors' tools on `target`.
-pub fn least_working_for_on(target: TargetKind, collectors: &[CollectorKind]) -> Option<Vec<String>> {
+pub(crate) fn least_working_for_on(target: TargetKind, collectors: &[CollectorKind]) -> Option<Vec<String>> {
     let mut all = BTreeMap::new();
     for c in collectors {
         for cap in least_working_on(target, *c)? {
@@ -456,7 +451,7 @@ pub(crate) mod tests {
             );
         }
         // Scenarios' default container capabilities are the union of their collectors' least sets.
-        assert!(least_working_for(&[CollectorKind::Lttng, CollectorKind::PerfCpu]).is_some());
+        assert!(least_working_for_on(TargetKind::Container, &[CollectorKind::Lttng, CollectorKind::PerfCpu]).is_some());
     }
 }
 

@@ -22,22 +22,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::eventpipe::decode_nettrace;
+use stacks::decode_nettrace;
 use super::spec::{StringList, items};
 use super::{Collector, DecodeContext};
-use crate::dotnet::Dotnet;
-use crate::model::Collection;
+use crate::host::dotnet::Dotnet;
+use model::Collection;
 use crate::run::{RunningApp, Target};
 
 /// dotnet-trace 10's profiles for `collect` (the `cpu-sampling` / `thread-time` ones belong to
 /// `collect-linux`, which needs kernel user_events).
-pub const PROFILES: [&str; 5] = ["dotnet-common", "dotnet-sampled-thread-time", "gc-verbose", "gc-collect", "database"];
+pub(crate) const PROFILES: [&str; 5] = ["dotnet-common", "dotnet-sampled-thread-time", "gc-verbose", "gc-collect", "database"];
 
 /// The providers of a dotnet-trace 10 profile, as dotnet-trace 10.0.750501 defines them (read from
 /// its `ListProfilesCommandHandler.TraceProfiles` by reflection; `dotnet-trace list-profiles`
 /// prints dotnet-common's as `--providers "Microsoft-Windows-DotNETRuntime:0x100003801D:4"`).
 /// `database` carries EventSource filter arguments with newlines and is not expanded.
-pub fn profile_providers(profile: &str) -> Option<&'static [&'static str]> {
+pub(crate) fn profile_providers(profile: &str) -> Option<&'static [&'static str]> {
     Some(match profile {
         "dotnet-common" => &["Microsoft-Windows-DotNETRuntime:0x100003801D:4"],
         "dotnet-sampled-thread-time" => &["Microsoft-DotNETCore-SampleProfiler:0xF00000000000:4"],
@@ -47,7 +47,7 @@ pub fn profile_providers(profile: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-pub struct DotnetTrace {
+pub(crate) struct DotnetTrace {
     name: String,
     profiles: Vec<String>,
     /// What dotnet-trace gets: the profiles' providers merged with the scenario's, `Name:0xK:L`.
@@ -62,7 +62,7 @@ pub struct DotnetTrace {
 
 /// dotnet-trace runs on the host and finds the app's socket through /proc/PID/root/tmp: the
 /// app's container needs no capability (shared/DESIGN.md §6).
-pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &[];
 
 /// `[[collector]] kind = "dotnet-trace"` options.
 #[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
@@ -83,7 +83,7 @@ fn yes() -> bool {
 }
 
 /// The capability probe: dotnet-trace's GC profile, which the gc-heavy probe app fills at once.
-pub fn probe_options() -> DotnetTraceOptions {
+pub(crate) fn probe_options() -> DotnetTraceOptions {
     DotnetTraceOptions { profile: Some(StringList::One("gc-collect".into())), providers: None, rundown: true }
 }
 
@@ -104,7 +104,7 @@ pub fn ensure_installed() -> Result<(Dotnet, PathBuf)> {
 }
 
 impl DotnetTrace {
-    pub fn new(name: &str, options: &DotnetTraceOptions) -> Result<DotnetTrace> {
+    pub(crate) fn new(name: &str, options: &DotnetTraceOptions) -> Result<DotnetTrace> {
         let profiles = items(&options.profile);
         for p in &profiles {
             if !PROFILES.contains(&p.as_str()) {
@@ -214,7 +214,7 @@ impl Collector for DotnetTrace {
         self.stdin = child.stdin.take();
         collect_output(child.stdout.take().unwrap(), self.output.clone());
         collect_output(child.stderr.take().unwrap(), self.output.clone());
-        self.commands.push(crate::run::quoted(&argv));
+        self.commands.push(crate::host::proc::quoted(&argv));
         self.trace_path = Some(trace_path);
         // dotnet-trace prints "Output File : …" after CollectTracing answered (its progress line
         // only appears on a terminal): from then on the session records.

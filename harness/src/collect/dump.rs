@@ -27,21 +27,16 @@ use anyhow::{Context, Result, bail};
 use eventpipe::ipc::{DiagnosticsClient, DumpType};
 
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, Event, Value};
+use model::{Collection, Event, Value};
 use crate::run::{RunningApp, Target, TargetKind};
 
 /// The app's container needs no capability of its own to be dumped: createdump is the app's own
 /// child and may ptrace it (the runtime allows it with PR_SET_PTRACER), our client reaches the
 /// socket through /proc/PID/root/tmp (measured: `cargo xtask matrix caps`, row `dump`).
-pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &[];
 
 /// Where a crash dump goes, in the app's view (`%p` = its pid in its own namespace).
 const CRASH_DUMP_NAME: &str = "/tmp/tracelab-crash-%p.core";
-
-/// The file a crash dump of the process `ns_pid` is written to (what `%p` becomes).
-pub fn crash_dump_file(ns_pid: u32) -> String {
-    format!("tracelab-crash-{ns_pid}.core")
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,7 +77,7 @@ fn yes() -> bool {
 }
 
 /// The capability probe: a mini dump through the IPC client, 1 s into the probe app's run.
-pub fn probe_options() -> DumpOptions {
+pub(crate) fn probe_options() -> DumpOptions {
     DumpOptions { trigger: Trigger::Ipc, types: mini(), at_s: 1.0, keep: false }
 }
 
@@ -102,7 +97,7 @@ struct Taken {
     outcome: std::result::Result<u8, String>,
 }
 
-pub struct DumpCollector {
+pub(crate) struct DumpCollector {
     name: String,
     trigger: Trigger,
     types: Vec<DumpType>,
@@ -114,7 +109,7 @@ pub struct DumpCollector {
 }
 
 impl DumpCollector {
-    pub fn new(name: &str, o: &DumpOptions) -> Result<DumpCollector> {
+    pub(crate) fn new(name: &str, o: &DumpOptions) -> Result<DumpCollector> {
         let mut types = Vec::new();
         for t in &o.types {
             let parsed = DumpType::parse(t).with_context(|| {
@@ -146,9 +141,6 @@ impl DumpCollector {
         })
     }
 
-    pub fn trigger(&self) -> Trigger {
-        self.trigger
-    }
 }
 
 fn proc_threads(host_pid: u32) -> Option<usize> {
@@ -208,7 +200,7 @@ impl Collector for DumpCollector {
         if self.trigger == Trigger::Crash {
             // The runtime waits for createdump before it aborts: by the app's exit the file is whole.
             let tmp = if target.kind() == TargetKind::Host { PathBuf::from("/tmp") } else { app.tmp_dir_host.clone() };
-            let from = tmp.join(crash_dump_file(app.target_pid));
+            let from = tmp.join(crate::host::runtime_files::crash_dump_file(app.target_pid));
             if !from.is_file() {
                 bail!(
                     "the app left no crash dump {} (DOTNET_DbgMiniDumpName={CRASH_DUMP_NAME}): did it die of an unhandled exception? Its output (artifacts/app-output.txt) shows what createdump said",
@@ -330,6 +322,6 @@ mod tests {
         assert_eq!(env["DOTNET_DbgEnableMiniDump"], "1");
         assert_eq!(env["DOTNET_DbgMiniDumpType"], "2");
         assert_eq!(env["DOTNET_DbgMiniDumpName"], "/tmp/tracelab-crash-%p.core");
-        assert_eq!(crash_dump_file(42), "tracelab-crash-42.core");
+        assert_eq!(crate::host::runtime_files::crash_dump_file(42), "tracelab-crash-42.core");
     }
 }

@@ -37,8 +37,9 @@ pub use eventpipe::ipc::{Provider, SessionConfig};
 
 use super::spec::{StringList, items};
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, DsoClass, Event, Frame, Sample, Value};
+use model::Collection;
 use crate::run::{RunningApp, Target, TargetKind};
+use stacks::decode_nettrace;
 
 pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
@@ -47,7 +48,7 @@ pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
 pub const DEFAULT_RUNTIME_KEYWORDS: u64 = 0x0000_0014_C14F_CCBD;
 
 /// Providers of one of our profiles.
-pub fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
+pub(crate) fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
     Ok(match profile {
         "thread-time" => vec![
             Provider::new(SAMPLE_PROFILER, 0xF000_0000_0000, 5),
@@ -72,7 +73,7 @@ pub fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
 }
 
 /// Merges providers of the same name (keywords OR-ed, highest level), keeping first-seen order.
-pub fn merge_providers(list: Vec<Provider>) -> Vec<Provider> {
+pub(crate) fn merge_providers(list: Vec<Provider>) -> Vec<Provider> {
     let mut out: Vec<Provider> = Vec::new();
     for p in list {
         match out.iter_mut().find(|o| o.name == p.name) {
@@ -91,7 +92,7 @@ pub fn merge_providers(list: Vec<Provider>) -> Vec<Provider> {
 
 /// Our IPC client runs on the host and reaches the app's socket through /proc/PID/root/tmp: the
 /// app's container needs no capability (shared/DESIGN.md §6).
-pub const DEFAULT_CAPABILITIES: &[&str] = &[];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &[];
 
 /// `[[collector]] kind = "eventpipe"` options.
 #[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
@@ -120,7 +121,7 @@ fn yes() -> bool {
 
 type StartupResult = std::result::Result<(SessionDrain, u64), String>;
 
-pub struct EventPipeCollector {
+pub(crate) struct EventPipeCollector {
     name: String,
     config: SessionConfig,
     startup: bool,
@@ -139,7 +140,7 @@ pub struct EventPipeCollector {
 }
 
 /// The capability probe: GC events, which the gc-heavy probe app raises at once.
-pub fn probe_options() -> EventPipeOptions {
+pub(crate) fn probe_options() -> EventPipeOptions {
     EventPipeOptions { profile: Some("gc".into()), providers: None, rundown: true, startup: false, counter_interval_s: None }
 }
 
@@ -148,7 +149,7 @@ pub fn from_spec(name: &str, options: &EventPipeOptions) -> Result<Box<dyn Colle
 }
 
 impl EventPipeCollector {
-    pub fn new(name: &str, options: &EventPipeOptions) -> Result<EventPipeCollector> {
+    pub(crate) fn new(name: &str, options: &EventPipeOptions) -> Result<EventPipeCollector> {
         let mut providers = Vec::new();
         let profiles = options.profile.as_deref().unwrap_or("");
         for profile in profiles.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -350,105 +351,6 @@ pub fn record_app(dotnet: &Path, dll: &Path, args: &[String], ready_line: &str, 
     Ok(drain.wait(Duration::from_secs(60))?)
 }
 
-fn model_value(v: eventpipe::Value) -> Value {
-    match v {
-        eventpipe::Value::U64(v) => Value::U64(v),
-        eventpipe::Value::I64(v) => Value::I64(v),
-        eventpipe::Value::F64(v) => Value::F64(v),
-        eventpipe::Value::Bool(b) => Value::U64(u64::from(b)),
-        eventpipe::Value::Str(s) => Value::Str(s),
-        eventpipe::Value::Guid(g) => Value::Str(eventpipe::guid_string(&g)),
-        eventpipe::Value::Bytes(b) => Value::Bytes(b),
-    }
-}
-
-/// Decodes a .nettrace file (ours or dotnet-trace's) into the model.
-pub fn decode_nettrace(path: &Path, collector: &str) -> Result<Collection> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let decoded = eventpipe::decode(std::io::BufReader::new(file), &eventpipe::DecodeOptions::default())
-        .with_context(|| format!("decoding {}", path.display()))?;
-    let counters = eventpipe::counter_series(&decoded.events).with_context(|| format!("reading the counters in {}", path.display()))?;
-    let mut coll = to_collection(decoded, collector);
-    add_counter_metrics(&mut coll.metrics, &counters);
-    Ok(coll)
-}
-
-/// `counter.NAME.median|min|max|samples` of every counter, plus `total` and `rate` of a sum
-/// counter (see the module docs).
-pub fn add_counter_metrics(m: &mut std::collections::BTreeMap<String, f64>, counters: &[eventpipe::CounterSeries]) {
-    for c in counters {
-        let key = |stat: &str| format!("counter.{}.{stat}", c.name);
-        m.insert(key("median"), c.median());
-        m.insert(key("min"), c.min());
-        m.insert(key("max"), c.max());
-        m.insert(key("samples"), c.samples.len() as f64);
-        if c.kind == eventpipe::CounterKind::Sum {
-            m.insert(key("total"), c.total());
-            m.insert(key("rate"), c.total() / c.seconds());
-        }
-    }
-}
-
-/// A stack's frames in the model, leaf first: managed frames named by the trace's method ranges.
-fn model_frames(d: &eventpipe::Decoded, stack: u32) -> Vec<Frame> {
-    d.frames(stack)
-        .iter()
-        .map(|f| match f.method {
-            Some(m) => Frame {
-                name: Some(m.qualified_name()),
-                dso: f.module.map(String::from),
-                class: if m.is_jitted() { DsoClass::Jit } else { DsoClass::R2r },
-                addr: f.addr,
-            },
-            None => Frame { name: None, dso: None, class: DsoClass::Unknown, addr: f.addr },
-        })
-        .collect()
-}
-
-/// Turns a decoded trace into the model (see the module docs for the frame naming).
-pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
-    let mut coll = Collection::new(collector);
-    let events = std::mem::take(&mut d.events);
-    let pid = d.info.process_id;
-    let mut frames_of: std::collections::HashMap<u32, Vec<Frame>> = Default::default();
-    let mut frames = |stack: Option<u32>| match stack {
-        Some(id) => frames_of.entry(id).or_insert_with(|| model_frames(&d, id)).clone(),
-        None => Vec::new(),
-    };
-    for s in &d.samples {
-        coll.samples.push(Sample {
-            pid,
-            tid: s.thread_id as u32,
-            time_ns: s.time_ns,
-            weight: 1,
-            frames: frames(s.stack),
-            kind: Some(s.kind.as_str().to_string()),
-        });
-    }
-    for e in events {
-        coll.events.push(Event {
-            provider: e.provider,
-            name: e.name,
-            id: Some(e.event_id),
-            version: Some(e.version),
-            time_ns: e.time_ns,
-            pid,
-            tid: e.thread_id as u32,
-            fields: e.fields.into_iter().map(|(k, v)| (k.into_owned(), model_value(v))).collect(),
-            frames: frames(e.stack),
-        });
-    }
-    coll.lost_events = d.stats.lost_events;
-    let m = &mut coll.metrics;
-    m.insert("sampling_interval_ms".into(), f64::from(d.info.sampling_interval_ns) / 1e6);
-    m.insert("trace_bytes".into(), d.stats.bytes as f64);
-    m.insert("events_total".into(), d.stats.events as f64);
-    m.insert("methods_known".into(), d.methods.len() as f64);
-    coll.method_names = d.methods.methods().iter().map(|m| m.qualified_name()).collect();
-    m.insert("payload_errors".into(), d.payload_error_count as f64);
-    coll
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,27 +382,5 @@ mod tests {
         assert!(format!("{err:#}").contains("thread-time"), "{err:#}");
         let err = EventPipeCollector::new("eventpipe", &spec("")).err().unwrap();
         assert!(format!("{err:#}").contains("enables nothing"), "{err:#}");
-    }
-
-    /// The model view of a recorded trace: names without version suffix, decoded fields, frames.
-    #[test]
-    fn fixture_decodes_into_the_model() {
-        let path = tracelab_fixtures::fixture("nettrace/fixture-dotnet-common.nettrace");
-        let coll = decode_nettrace(&path, "eventpipe").unwrap();
-        let gc_starts = coll.events.iter().filter(|e| e.name == "GCStart").count();
-        assert_eq!(gc_starts, 22);
-        let ex = coll.events.iter().find(|e| e.name == "ExceptionThrown").unwrap();
-        assert_eq!(ex.fields["ExceptionType"].as_str(), Some("Fixture.FixtureException"));
-        let managed = coll.samples.iter().filter(|s| s.kind.as_deref() == Some("managed")).count();
-        assert_eq!((coll.samples.len(), managed), (2859, 1656));
-        let hot = coll
-            .samples
-            .iter()
-            .filter(|s| s.frames.first().and_then(|f| f.name.as_deref()) == Some("Fixture.Phases::CpuHot(int64)"))
-            .count();
-        assert_eq!(hot, 562);
-        let leaf = &coll.samples.iter().find(|s| !s.frames.is_empty()).unwrap().frames[0];
-        assert!(matches!(leaf.class, DsoClass::Jit | DsoClass::R2r), "{leaf:?}");
-        assert_eq!(coll.lost_events, 0);
     }
 }

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::offwake::join_wakeups;
 use super::syscalls::syscalls_collection;
-use crate::unwind::{UnwindOptions, unwind_perf_data};
+use stacks::{UnwindOptions, unwind_perf_data};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/offwake").join(name);

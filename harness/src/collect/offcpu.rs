@@ -2,7 +2,7 @@
 //!
 //! perf records `sched:sched_switch` of the app's threads with their stacks: with
 //! `call_graph = "dwarf,N"` (the default) the registers and top N bytes of the user stack, which
-//! our own unwinder ([`crate::unwind`]) walks through libc, libcoreclr, ReadyToRun and JIT code;
+//! our own unwinder ([`stacks::unwind`]) walks through libc, libcoreclr, ReadyToRun and JIT code;
 //! with `"fp"` perf's frame-pointer chain, which stops in libc (kept to show the difference).
 //!
 //! Blocked time needs each switch-out's following switch-in. Recording system-wide (`-a`) would
@@ -21,14 +21,14 @@ use anyhow::{Context, Result, bail};
 
 use super::perf_record::{self, PerfRecord};
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, Sample};
+use model::{Collection, Sample};
 use crate::run::{RunningApp, Target};
-use crate::unwind::{self, UnwindOptions, Unwound, names::Kallsyms};
+use stacks::{Kallsyms, UnwindOptions, Unwound};
 
 /// `prev_state` bits of a task that is gone: its last switch-out is not a wait.
 const TASK_DEAD_STATES: u64 = 0x10 | 0x20 | 0x80;
 
-pub struct OffCpuCollector {
+pub(crate) struct OffCpuCollector {
     name: String,
     call_graph: CallGraph,
     perf_binary: Option<String>,
@@ -46,13 +46,13 @@ pub struct OffCpuCollector {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CallGraph {
+pub(crate) enum CallGraph {
     Dwarf(u32),
     FramePointer,
 }
 
 impl CallGraph {
-    pub fn parse(s: &str) -> Result<CallGraph> {
+    pub(crate) fn parse(s: &str) -> Result<CallGraph> {
         let s = s.trim();
         if s == "fp" {
             return Ok(CallGraph::FramePointer);
@@ -71,7 +71,7 @@ impl CallGraph {
         bail!("call_graph `{s}`: expected \"dwarf,BYTES\" (e.g. dwarf,16384) or \"fp\"")
     }
 
-    pub fn perf_arg(&self) -> String {
+    pub(crate) fn perf_arg(&self) -> String {
         match self {
             CallGraph::Dwarf(n) => format!("dwarf,{n}"),
             CallGraph::FramePointer => "fp".into(),
@@ -80,7 +80,7 @@ impl CallGraph {
 }
 
 /// perf_event_open and the tracefs mount need SYS_ADMIN in a container (shared/DESIGN.md §6).
-pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
 
 /// `[[collector]] kind = "perf-offcpu"` options.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
@@ -105,7 +105,7 @@ pub struct OffCpuOptions {
 /// admits -m 1024 on 2 CPUs; -m 2048 and -m 4096 are refused with "Permission error mapping
 /// pages" even at 33 808, a limit not yet understood, so 1024 is the most asked for). The default
 /// (516) lost 2.2–2.9 % of 16 KiB-stack sched_switch records; 4 MiB loses ~1.6 % when the app
-/// saturates both cores (on-vs-off-cpu). `cargo xtask setup` raises it (harness::prereq) for
+/// saturates both cores (on-vs-off-cpu). `cargo xtask setup` raises it (lab::prereq) for
 /// off-CPU scenarios in containers.
 pub fn perf_mlock_kb_needed(cpus: u64) -> u64 {
     4 * (CONTAINER_MAX_PAGES + 1 + PERF_CPU_PAGES) * cpus.max(1)
@@ -130,7 +130,7 @@ pub fn perf_mlock_kb() -> Option<u64> {
 /// `-m` for a container's perf under `mlock_kb` on `cpus` CPUs: the largest power of two up to
 /// [`CONTAINER_MAX_PAGES`] whose pages + 1 per CPU fit beside a perf-cpu, or None (perf's own
 /// default) when that is not more than the default 128.
-pub fn container_mmap_pages(mlock_kb: u64, cpus: u64) -> Option<u64> {
+pub(crate) fn container_mmap_pages(mlock_kb: u64, cpus: u64) -> Option<u64> {
     let budget = (mlock_kb / 4 / cpus.max(1)).saturating_sub(PERF_CPU_PAGES);
     let pages = (0..=CONTAINER_MAX_PAGES.ilog2()).rev().map(|e| 1u64 << e).find(|p| p + 1 <= budget)?;
     (pages > 128).then_some(pages)
@@ -138,14 +138,14 @@ pub fn container_mmap_pages(mlock_kb: u64, cpus: u64) -> Option<u64> {
 
 /// perf's ring buffer when the scenario sets none: 1024 pages on the host; in a container as
 /// many as `kernel.perf_event_mlock_kb` allows.
-pub fn default_mmap_pages(app: &RunningApp) -> Option<u64> {
+pub(crate) fn default_mmap_pages(app: &RunningApp) -> Option<u64> {
     match app.container_id {
         None => Some(1024),
         Some(_) => perf_mlock_kb().and_then(|kb| container_mmap_pages(kb, online_cpus())),
     }
 }
 
-pub fn probe_options() -> OffCpuOptions {
+pub(crate) fn probe_options() -> OffCpuOptions {
     OffCpuOptions::default()
 }
 
@@ -192,7 +192,7 @@ impl Collector for OffCpuCollector {
             self.call_graph.perf_arg(),
         ];
         argv.extend(perf_record::app_recording_args(self.mmap_pages, app, &host_output));
-        self.commands.push(crate::run::quoted(&argv));
+        self.commands.push(crate::host::proc::quoted(&argv));
         let log = artifacts.join(format!("{}.record.txt", self.name));
         self.recording = Some(PerfRecord::start(target, app, argv, host_output.clone(), log)?);
         self.host_output = Some(host_output);
@@ -228,7 +228,7 @@ impl Collector for OffCpuCollector {
 /// for its forked children, until they exec), the symbol folders, the target's files through
 /// `target_root` (the app's root directory, held open since the start: a container's files stay
 /// readable after it is gone). `pids`: unwind only these processes (None: every process).
-pub fn unwind_app_recording(data: &Path, ctx: &DecodeContext, target_root: Option<&std::fs::File>, pids: Option<&BTreeSet<u32>>) -> Result<Unwound> {
+pub(crate) fn unwind_app_recording(data: &Path, ctx: &DecodeContext, target_root: Option<&std::fs::File>, pids: Option<&BTreeSet<u32>>) -> Result<Unwound> {
     let perf_map = ctx.app_tmp_dir.join(format!("perf-{}.map", ctx.target_pid));
     let app_pids: BTreeSet<u32> = [ctx.host_pid, ctx.target_pid].into_iter().collect();
     let root_fd = target_root.map(std::os::fd::AsRawFd::as_raw_fd);
@@ -248,16 +248,16 @@ pub fn unwind_app_recording(data: &Path, ctx: &DecodeContext, target_root: Optio
         ..Default::default()
     };
     opts.max_user_frames = 256;
-    let r2r = std::cell::RefCell::new(crate::symbolize::r2r::R2rResolver::new());
+    let r2r = std::cell::RefCell::new(stacks::R2rResolver::new());
     let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
     opts.r2r_namer = Some(&r2r_namer);
-    unwind::unwind_perf_data(data, opts)
+    stacks::unwind_perf_data(data, opts)
 }
 
 /// Off-CPU samples of the app's threads from an unwound recording: one sample per switch-out,
 /// weight = nanoseconds until the thread's next switch-in, `kind` = `blocked` (it waited:
 /// sleeping or uninterruptible) or `preempted` (runnable, the CPU was taken away).
-pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample> {
+pub(crate) fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample> {
     switch_out_intervals(unwound, app_pids)
         .into_iter()
         .map(|i| {
@@ -280,14 +280,14 @@ pub fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<Sample
 /// [`Unwound::samples`], when the thread came back (its next switch-in, else its exit, else the
 /// recording's end), and whether it waited (sleeping or uninterruptible) or was preempted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SwitchOut {
+pub(crate) struct SwitchOut {
     pub sample: usize,
     pub end_ns: u64,
     pub blocked: bool,
 }
 
 /// The switch-outs of the app's threads, in recording order.
-pub fn switch_out_intervals(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<SwitchOut> {
+pub(crate) fn switch_out_intervals(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec<SwitchOut> {
     // Switch-in times per thread, from both sources a recording may hold.
     let mut switch_ins: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for s in &unwound.switches {
@@ -329,9 +329,9 @@ pub fn offcpu_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>
     collection.lost_events = unwound.lost;
     collection.weight_ns = true;
     collection.thread_names = unwound.thread_names.clone();
-    let app_samples: Vec<&unwind::UnwoundSample> =
+    let app_samples: Vec<&stacks::UnwoundSample> =
         unwound.samples.iter().filter(|s| app_pids.contains(&s.pid) && s.sched_switch.is_some()).collect();
-    let completeness = unwind::completeness_of_unwound(app_samples.iter().copied());
+    let completeness = stacks::completeness_of_unwound(app_samples.iter().copied());
     completeness.add_metrics(&mut collection.metrics);
     let m = &mut collection.metrics;
     m.insert("samples_total".into(), collection.samples.len() as f64);
@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(container_mmap_pages(4100, 2), Some(256));
         assert_eq!(container_mmap_pages(0, 2), None);
     }
-    use crate::unwind::{SchedSwitch, StackEnd, ThreadSwitch, UnwoundSample};
+    use stacks::{SchedSwitch, StackEnd, ThreadSwitch, UnwoundSample};
 
     #[test]
     fn call_graph_settings() {

@@ -31,14 +31,10 @@ use anyhow::{Result, bail};
 use super::offcpu::{self, CallGraph};
 use super::perf_record::{self, PerfRecord};
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, DsoClass, Frame, Sample};
+use model::{Collection, DsoClass, Frame};
 use crate::run::{RunningApp, Target};
-use crate::unwind::{self, Unwound, UnwoundSample};
-
-/// The delimiter between the blocked stack and the waker's in the off-wake view.
-pub const DELIMITER: &str = "--";
-/// The DSO of the view's own frames (the delimiter, the waker's name).
-pub const VIEW_DSO: &str = "[wake]";
+use stacks::{Unwound, UnwoundSample};
+use model::{WakerKind, Wakeup, nearest_managed, offwake_sample, wakeups_tsv};
 
 /// `common_flags` bits of a tracepoint record written in interrupt context.
 const IRQ_FLAGS: u64 = 0x08 | 0x10 | 0x40;
@@ -48,7 +44,7 @@ const EARLY_WAKING_NS: u64 = 100_000;
 
 /// perf_event_open, the system-wide recording and the tracefs mount need SYS_ADMIN in a
 /// container (as `perf-offcpu`).
-pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
 
 /// `[[collector]] kind = "perf-offwake"` options.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
@@ -68,7 +64,7 @@ pub struct OffWakeOptions {
     pub system_wide: Option<bool>,
 }
 
-pub fn probe_options() -> OffWakeOptions {
+pub(crate) fn probe_options() -> OffWakeOptions {
     OffWakeOptions::default()
 }
 
@@ -88,7 +84,7 @@ pub fn from_spec(name: &str, options: &OffWakeOptions) -> Result<Box<dyn Collect
     }))
 }
 
-pub struct OffWakeCollector {
+pub(crate) struct OffWakeCollector {
     name: String,
     call_graph: CallGraph,
     options: OffWakeOptions,
@@ -136,7 +132,7 @@ impl Collector for OffWakeCollector {
                 "-o".into(),
                 perf_record::target_view(&out, app).display().to_string(),
             ];
-            self.commands.push(crate::run::quoted(&argv));
+            self.commands.push(crate::host::proc::quoted(&argv));
             let log = artifacts.join(format!("{}-wakers.record.txt", self.name));
             self.wakers_recording = Some(PerfRecord::start(target, app, argv, out, log)?);
         }
@@ -155,7 +151,7 @@ impl Collector for OffWakeCollector {
             self.call_graph.perf_arg(),
         ];
         argv.extend(perf_record::app_recording_args(self.options.mmap_pages, app, &out));
-        self.commands.push(crate::run::quoted(&argv));
+        self.commands.push(crate::host::proc::quoted(&argv));
         let log = artifacts.join(format!("{}.record.txt", self.name));
         match PerfRecord::start(target, app, argv, out, log) {
             Ok(r) => self.app_recording = Some(r),
@@ -182,12 +178,12 @@ impl Collector for OffWakeCollector {
         let app = offcpu::unwind_app_recording(&app_data, ctx, self.target_root.as_ref(), Some(&app_pids))?;
         let wakers_data = self.wakers_data(ctx.artifacts);
         let wakers = if self.options.system_wide.unwrap_or(true) {
-            let opts = unwind::UnwindOptions {
+            let opts = stacks::UnwindOptions {
                 pids: Some(BTreeSet::new()),
-                kallsyms: unwind::names::Kallsyms::live(),
+                kallsyms: stacks::Kallsyms::live(),
                 ..Default::default()
             };
-            Some(unwind::unwind_perf_data(&wakers_data, opts)?)
+            Some(stacks::unwind_perf_data(&wakers_data, opts)?)
         } else {
             None
         };
@@ -213,53 +209,6 @@ impl Collector for OffWakeCollector {
     fn commands(&self) -> Vec<String> {
         self.commands.clone()
     }
-}
-
-/// Who ended a blocked interval.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum WakerKind {
-    /// A thread of the app, outside interrupt context: its stack is the waker's.
-    Thread,
-    /// Interrupt context (a timer, a device) or the idle task: no thread woke it.
-    Kernel,
-    /// A thread of another process.
-    Process,
-    /// No waking was recorded for the interval (events lost, or outside the app without the
-    /// system-wide recording).
-    None,
-}
-
-impl WakerKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WakerKind::Thread => "thread",
-            WakerKind::Kernel => "kernel",
-            WakerKind::Process => "process",
-            WakerKind::None => "none",
-        }
-    }
-}
-
-/// One blocked interval and what ended it.
-#[derive(Clone, Debug)]
-pub struct Wakeup {
-    pub pid: u32,
-    /// The blocked thread (the app's namespace).
-    pub tid: u32,
-    pub thread: String,
-    pub from_ns: u64,
-    pub blocked_ns: u64,
-    /// The blocked thread's stack at its switch-out, leaf first.
-    pub blocked_frames: Vec<Frame>,
-    pub waker_kind: WakerKind,
-    /// The waker's name: an app thread's name, `[kernel: hardirq]`, `[process PID]` …
-    pub waker: String,
-    /// The waking thread's tid in the app's namespace (app threads), else its global pid.
-    pub waker_tid: Option<u32>,
-    /// The waker's stack at the waking, leaf first (kernel frames only for a kernel waker).
-    pub waker_frames: Vec<Frame>,
-    /// From the waking to the woken thread's switch-in.
-    pub latency_ns: Option<u64>,
 }
 
 /// One sched_waking record: when, who (global pid of `current`), in interrupt context or not,
@@ -358,7 +307,7 @@ fn interrupt_name(flags: u64) -> &'static str {
 
 /// Joins each blocked interval of the app's threads with the waking that ended it: the app's
 /// own waking sample (with the waker's stack) first, else the system-wide record.
-pub fn join_wakeups(app: &Unwound, wakers: Option<&Unwound>, app_pids: &BTreeSet<u32>) -> Result<Vec<Wakeup>> {
+pub(crate) fn join_wakeups(app: &Unwound, wakers: Option<&Unwound>, app_pids: &BTreeSet<u32>) -> Result<Vec<Wakeup>> {
     let app_wakings = wakings(app)?;
     let all_wakings = wakers.map(wakings).transpose()?.unwrap_or_default();
     let ns_tid = namespace_tids(app, app_pids);
@@ -418,78 +367,15 @@ pub fn join_wakeups(app: &Unwound, wakers: Option<&Unwound>, app_pids: &BTreeSet
     Ok(out)
 }
 
-fn view_frame(name: &str) -> Frame {
-    Frame { name: Some(name.to_string()), dso: Some(VIEW_DSO.into()), class: DsoClass::Unknown, addr: 0 }
-}
-
-/// The off-wake view of one wakeup as a sample (frames leaf first, so that the folded stack
-/// reads blocked root … blocked leaf ; -- ; waker leaf … waker root ; waker name).
-pub fn offwake_sample(w: &Wakeup) -> Sample {
-    let mut frames = Vec::with_capacity(w.blocked_frames.len() + w.waker_frames.len() + 2);
-    frames.push(view_frame(&w.waker));
-    frames.extend(w.waker_frames.iter().rev().cloned());
-    frames.push(view_frame(DELIMITER));
-    frames.extend(w.blocked_frames.iter().cloned());
-    Sample {
-        pid: w.pid,
-        tid: w.tid,
-        time_ns: w.from_ns,
-        weight: w.blocked_ns,
-        frames,
-        kind: Some(w.waker_kind.as_str().into()),
-    }
-}
-
-/// An off-wake sample's two parts: the blocked frames, leaf first, and the waker's, its name
-/// first, then its frames root first (as the view draws them). None when the sample is not of
-/// the off-wake view.
-pub fn split_offwake(sample: &Sample) -> Option<(&[Frame], &[Frame])> {
-    let at = sample
-        .frames
-        .iter()
-        .position(|f| f.dso.as_deref() == Some(VIEW_DSO) && f.name.as_deref() == Some(DELIMITER))?;
-    Some((&sample.frames[at + 1..], &sample.frames[..at]))
-}
-
-/// The method a stack names nearest its leaf: the first managed (JIT or ReadyToRun) frame with
-/// a name, the frames given leaf first.
-pub fn nearest_managed<'a>(frames: impl IntoIterator<Item = &'a Frame>) -> Option<&'a str> {
-    frames.into_iter().find(|f| matches!(f.class, DsoClass::Jit | DsoClass::R2r) && f.name.is_some()).and_then(|f| f.name.as_deref())
-}
-
-/// The per-interval list: one tab-separated line per blocked interval.
-pub fn wakeups_tsv(wakeups: &[Wakeup]) -> String {
-    let mut text = String::from(
-        "tid\tthread\tfrom_ns\tblocked_ns\tblocked_method\twaker_kind\twaker\twaker_tid\twaker_method\tlatency_ns\n",
-    );
-    for w in wakeups {
-        let clean = |s: &str| s.replace(['\t', '\n'], " ");
-        text.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
-            w.tid,
-            clean(&w.thread),
-            w.from_ns,
-            w.blocked_ns,
-            clean(nearest_managed(&w.blocked_frames).unwrap_or("")),
-            w.waker_kind.as_str(),
-            clean(&w.waker),
-            w.waker_tid.map(|t| t.to_string()).unwrap_or_default(),
-            clean(nearest_managed(&w.waker_frames).unwrap_or("")),
-            w.latency_ns.map(|t| t.to_string()).unwrap_or_default(),
-        ));
-    }
-    text
-}
-
 /// The collection: the off-wake view's samples, the stack-completeness report of the app's
 /// recording and the wake-up figures in its metrics.
-pub fn offwake_collection(name: &str, app: &Unwound, wakeups: &[Wakeup], app_pids: &BTreeSet<u32>) -> Collection {
+pub(crate) fn offwake_collection(name: &str, app: &Unwound, wakeups: &[Wakeup], app_pids: &BTreeSet<u32>) -> Collection {
     let mut collection = Collection::new(name);
     collection.samples = wakeups.iter().map(offwake_sample).collect();
     collection.lost_events = app.lost;
     collection.weight_ns = true;
     let app_samples: Vec<&UnwoundSample> = app.samples.iter().filter(|s| app_pids.contains(&s.pid)).collect();
-    unwind::completeness_of_unwound(app_samples.iter().copied()).add_metrics(&mut collection.metrics);
+    stacks::completeness_of_unwound(app_samples.iter().copied()).add_metrics(&mut collection.metrics);
     let m = &mut collection.metrics;
     m.insert("samples_total".into(), wakeups.len() as f64);
     m.insert("app_events".into(), app_samples.len() as f64);
@@ -518,7 +404,7 @@ pub fn offwake_collection(name: &str, app: &Unwound, wakeups: &[Wakeup], app_pid
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::{SchedSwitch, StackEnd, ThreadSwitch, TracepointFormat};
+    use stacks::{SchedSwitch, StackEnd, ThreadSwitch, TracepointFormat};
 
     fn waking_format() -> TracepointFormat {
         let mut f = TracepointFormat::default();
@@ -597,9 +483,9 @@ mod tests {
         assert_eq!((w[2].waker_kind, w[2].waker.as_str()), (WakerKind::Process, "[process 4242]"));
 
         let s = offwake_sample(&w[0]);
-        let folded: Vec<String> = s.frames.iter().rev().map(crate::fold::frame_label).collect();
+        let folded: Vec<String> = s.frames.iter().rev().map(model::frame_label).collect();
         assert_eq!(folded, ["W::ReadWait()", "--", "try_to_wake_up", "W::Feed()", "pipe-feeder"]);
-        let (blocked, waker) = split_offwake(&s).unwrap();
+        let (blocked, waker) = model::split_offwake(&s).unwrap();
         assert_eq!((blocked.len(), waker.len()), (1, 3));
         let tsv = wakeups_tsv(&w);
         assert_eq!(tsv.lines().count(), 4);

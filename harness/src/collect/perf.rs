@@ -11,37 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, Sample};
-use crate::symbolize::Symbolizer;
+use model::Collection;
 use crate::run::{RunningApp, Target, ToolProcess};
 
-use perfdata::{PerfRecording, PerfSample, SampleOrder, chain_frames};
-
-/// Reads the symbol sources every sampled frame of `rec` needs, in parallel, once per distinct
-/// callchain ([`Symbolizer::preload`]).
-pub fn preload_samples(rec: &PerfRecording, symbolizer: &mut Symbolizer) {
-    let chains: rustc_hash::FxHashSet<(u32, bool, &[u64])> =
-        rec.samples.iter().map(|s| (s.pid, s.in_kernel, rec.callchain(s))).collect();
-    symbolizer.preload(chains.iter().flat_map(|&(pid, in_kernel, callchain)| {
-        chain_frames(callchain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))
-    }));
-}
-
-/// Turns the samples of a recording into model samples (frames symbolized, leaf first).
-pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight_of: impl Fn(&PerfSample) -> u64) -> Vec<Sample> {
-    preload_samples(rec, symbolizer);
-    rec.samples
-        .iter()
-        .map(|s| Sample {
-            pid: s.pid,
-            tid: s.tid,
-            time_ns: s.time_ns,
-            weight: weight_of(s),
-            frames: rec.frames(s).map(|f| symbolizer.frame(s.pid, f.addr, f.in_kernel)).collect(),
-            kind: None,
-        })
-        .collect()
-}
+use perfdata::{PerfRecording, SampleOrder};
+use stacks::decode_recording;
 
 // ---------------------------------------------------------------------------------------------
 // The perf-cpu collector
@@ -49,7 +23,7 @@ pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight
 
 /// Finds a perf binary: `perf`, else a versioned `perf_X.Y` (Debian bullseye ships only those).
 pub fn detect_perf_binary() -> Option<PathBuf> {
-    if let Some(p) = crate::environment::which("perf") {
+    if let Some(p) = crate::host::environment::which("perf") {
         return Some(p);
     }
     let path = std::env::var_os("PATH")?;
@@ -66,13 +40,13 @@ pub fn detect_perf_binary() -> Option<PathBuf> {
 
 /// `call_graph` option: frame pointers or DWARF with a stack size.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CallGraph {
+pub(crate) enum CallGraph {
     FramePointer,
     Dwarf(u32),
 }
 
 impl CallGraph {
-    pub fn parse(s: &str) -> Result<CallGraph> {
+    pub(crate) fn parse(s: &str) -> Result<CallGraph> {
         if s == "fp" {
             return Ok(CallGraph::FramePointer);
         }
@@ -89,7 +63,7 @@ impl CallGraph {
         bail!("call_graph `{s}`: expected `fp`, `dwarf` or `dwarf,SIZE`")
     }
 
-    pub fn perf_args(&self) -> Vec<String> {
+    pub(crate) fn perf_args(&self) -> Vec<String> {
         match self {
             CallGraph::FramePointer => vec!["-g".into()],
             CallGraph::Dwarf(n) => vec!["--call-graph".into(), format!("dwarf,{n}")],
@@ -97,7 +71,7 @@ impl CallGraph {
     }
 }
 
-pub struct PerfCpuCollector {
+pub(crate) struct PerfCpuCollector {
     name: String,
     pub frequency: u64,
     pub call_graph: CallGraph,
@@ -117,7 +91,7 @@ pub struct PerfCpuCollector {
 
 /// What a container needs for perf_event_open (shared/DESIGN.md §6: PERFMON is unknown to
 /// Debian's docker.io 20.10, no capability fails).
-pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
 
 /// `[[collector]] kind = "perf-cpu"` options.
 #[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
@@ -150,7 +124,7 @@ impl Default for PerfCpuOptions {
 }
 
 /// The capability probe: the defaults a scenario gets (999 Hz, frame pointers).
-pub fn probe_options() -> PerfCpuOptions {
+pub(crate) fn probe_options() -> PerfCpuOptions {
     PerfCpuOptions::default()
 }
 
@@ -159,7 +133,7 @@ pub fn from_spec(name: &str, options: &PerfCpuOptions) -> Result<Box<dyn Collect
 }
 
 impl PerfCpuCollector {
-    pub fn new(name: &str, options: &PerfCpuOptions) -> Result<PerfCpuCollector> {
+    pub(crate) fn new(name: &str, options: &PerfCpuOptions) -> Result<PerfCpuCollector> {
         let frequency = options.frequency;
         if frequency == 0 || frequency > 100_000 {
             bail!("collector `{name}`: frequency {frequency} Hz is out of range (1..100000)");
@@ -255,7 +229,7 @@ impl Collector for PerfCpuCollector {
         let mut control = super::perf_record::PerfControl::beside(&host_out, app)?;
         let argv = super::perf_record::with_control(argv, &control);
         control.request_enable()?;
-        self.commands.push(crate::run::quoted(&argv));
+        self.commands.push(crate::host::proc::quoted(&argv));
         let mut tool = target.spawn_tool(app, &argv, &[])?;
         let stderr = tool.child.stderr.take();
         let (tx, rx) = std::sync::mpsc::channel::<String>();
@@ -342,7 +316,7 @@ impl Collector for PerfCpuCollector {
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = ctx.artifacts.join(format!("{}.data", self.name));
-        let rec = PerfRecording::read_with(&path, SampleOrder::Time, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+        let rec = PerfRecording::read_with(&path, SampleOrder::Time, |mmaps, os| stacks::prefetch_job(ctx, mmaps, os))?;
         let mut coll = decode_recording(&rec, ctx, &self.name, self.name_doublemapped)?;
         coll.metrics.insert("frequency_hz".into(), self.frequency as f64);
         Ok(coll)
@@ -351,22 +325,4 @@ impl Collector for PerfCpuCollector {
     fn commands(&self) -> Vec<String> {
         self.commands.clone()
     }
-}
-
-/// Decodes an on-CPU recording into a collection (every sample weight 1).
-pub fn decode_recording(rec: &PerfRecording, ctx: &DecodeContext, collector: &str, name_doublemapped: bool) -> Result<Collection> {
-    let mut symbolizer = Symbolizer::new(ctx, rec)?;
-    symbolizer.set_name_doublemapped(name_doublemapped);
-    let mut coll = Collection::new(collector);
-    coll.samples = samples_to_model(rec, &mut symbolizer, |_| 1);
-    coll.lost_events = rec.lost;
-    // In time order, so a thread's last name wins (the runtime names its threads after start).
-    coll.thread_names = rec.comms.iter().map(|c| (c.tid, c.name.clone())).collect();
-    coll.metrics.insert("samples_total".into(), coll.samples.len() as f64);
-    coll.metrics.insert("lost_events".into(), rec.lost as f64);
-    coll.metrics.insert("mmaps".into(), rec.mmaps.len() as f64);
-    for (k, v) in symbolizer.metrics() {
-        coll.metrics.insert(k, v);
-    }
-    Ok(coll)
 }

@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::Unsupported;
+use crate::host::errors::Unsupported;
 use crate::run::{RunningApp, Target, ToolProcess};
 
 /// Mounts tracefs in the target when it is not (tracepoints need it; in a container that takes
 /// SYS_ADMIN). `what` says which events need it, for the error.
-pub fn ensure_tracefs(target: &mut dyn Target, app: &RunningApp, what: &str, commands: &mut Vec<String>) -> Result<()> {
+pub(crate) fn ensure_tracefs(target: &mut dyn Target, app: &RunningApp, what: &str, commands: &mut Vec<String>) -> Result<()> {
     let script = "test -d /sys/kernel/tracing/events/sched || mount -t tracefs nodev /sys/kernel/tracing";
     let argv: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
-    commands.push(crate::run::quoted(&argv));
+    commands.push(crate::host::proc::quoted(&argv));
     let mut tool = target.spawn_tool(app, &argv, &[])?;
     let status = tool.wait(Duration::from_secs(20))?;
     if !status.success() {
@@ -37,7 +37,7 @@ pub fn ensure_tracefs(target: &mut dyn Target, app: &RunningApp, what: &str, com
 
 /// The perf binary for `app`'s target: the configured one, else the host's `perf`/`perf_X.Y`,
 /// else `perf` on the container's PATH.
-pub fn perf_binary(configured: Option<&str>, app: &RunningApp) -> Result<String> {
+pub(crate) fn perf_binary(configured: Option<&str>, app: &RunningApp) -> Result<String> {
     Ok(match configured {
         Some(p) => p.to_string(),
         None if app.container_id.is_none() => crate::collect::perf::detect_perf_binary()
@@ -50,20 +50,20 @@ pub fn perf_binary(configured: Option<&str>, app: &RunningApp) -> Result<String>
 
 /// The app environment the perf collectors that walk managed stacks need: the JIT's perf map,
 /// and W^X off (with it on, JIT code runs from a memfd alias no perf map describes).
-pub fn perf_map_env() -> Vec<(String, String)> {
+pub(crate) fn perf_map_env() -> Vec<(String, String)> {
     vec![("DOTNET_PerfMapEnabled".into(), "1".into()), ("DOTNET_EnableWriteXorExecute".into(), "0".into())]
 }
 
 /// The app's root directory held open from the start (containers only): its files (libc, the
 /// runtime) stay readable through it after the app and its container are gone.
-pub fn open_target_root(app: &RunningApp) -> Option<std::fs::File> {
+pub(crate) fn open_target_root(app: &RunningApp) -> Option<std::fs::File> {
     app.container_id.as_ref()?;
     std::fs::File::open(format!("/proc/{}/root", app.host_pid)).ok()
 }
 
 /// Where the tools of `app`'s target see a file the engine put in the artifacts folder: the
 /// engine makes that folder the app's work dir, which containers see at `work_dir_in_target`.
-pub fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
+pub(crate) fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
     if app.container_id.is_none() {
         return host.to_path_buf();
     }
@@ -73,7 +73,7 @@ pub fn target_view(host: &Path, app: &RunningApp) -> PathBuf {
 /// The end of an app recording's perf command line: the ring buffer (`-m`: the scenario's pages,
 /// else [`super::offcpu::default_mmap_pages`]), the app's pid and the output file as the
 /// target's tools see it.
-pub fn app_recording_args(mmap_pages: Option<u64>, app: &RunningApp, out: &Path) -> Vec<String> {
+pub(crate) fn app_recording_args(mmap_pages: Option<u64>, app: &RunningApp, out: &Path) -> Vec<String> {
     let mut argv = Vec::new();
     if let Some(pages) = mmap_pages.or_else(|| super::offcpu::default_mmap_pages(app)) {
         argv.extend(["-m".into(), pages.to_string()]);
@@ -84,7 +84,7 @@ pub fn app_recording_args(mmap_pages: Option<u64>, app: &RunningApp, out: &Path)
 
 /// The skip reason when perf's error says the kernel lacks a tracepoint, in perf's own words
 /// (`event syntax error: 'syscalls:sys_enter_clone3' … unknown tracepoint`).
-pub fn missing_tracepoint(stderr: &str) -> Option<String> {
+pub(crate) fn missing_tracepoint(stderr: &str) -> Option<String> {
     let lower = stderr.to_lowercase();
     if !lower.contains("unknown tracepoint") {
         return None;
@@ -97,7 +97,7 @@ pub fn missing_tracepoint(stderr: &str) -> Option<String> {
 /// emulation (TCG, the guest job sets TRACELAB_IN_GUEST) a dwarf recording beside a system-wide
 /// one took over 20 s to start on 6.1 (the wakeups scenario failed with "wrote no … within 20 s"
 /// while perf was still synthesizing): a slow start there is emulation, not a broken collector.
-pub fn start_limit() -> Duration {
+pub(crate) fn start_limit() -> Duration {
     if std::env::var_os("TRACELAB_IN_GUEST").is_some() { Duration::from_secs(180) } else { Duration::from_secs(20) }
 }
 
@@ -107,7 +107,7 @@ pub fn start_limit() -> Duration {
 /// fixed wait (what came before) raced the app under emulation, where 6.12's guest lost the first
 /// of three rounds of openat calls. The FIFOs lie beside the output file, which the target sees
 /// at the same relative place, and are removed when this is dropped.
-pub struct PerfControl {
+pub(crate) struct PerfControl {
     ctl_host: PathBuf,
     ack_host: PathBuf,
     ctl: std::fs::File,
@@ -119,7 +119,7 @@ pub struct PerfControl {
 
 impl PerfControl {
     /// Makes the two FIFOs beside `host_output` (the recording, in the artifacts folder).
-    pub fn beside(host_output: &Path, app: &RunningApp) -> Result<PerfControl> {
+    pub(crate) fn beside(host_output: &Path, app: &RunningApp) -> Result<PerfControl> {
         let name = host_output.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let dir = host_output.parent().unwrap_or(Path::new("."));
         let (ctl_host, ack_host) = (dir.join(format!(".{name}.ctl")), dir.join(format!(".{name}.ack")));
@@ -156,7 +156,7 @@ impl PerfControl {
     }
 
     /// perf's options for it: events start disabled, enabled through the FIFOs.
-    pub fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         vec![
             "-D".into(),
             "-1".into(),
@@ -166,13 +166,13 @@ impl PerfControl {
     }
 
     /// Asks perf to enable its events (read when perf reaches its recording loop).
-    pub fn request_enable(&mut self) -> Result<()> {
+    pub(crate) fn request_enable(&mut self) -> Result<()> {
         use std::io::Write;
         self.ctl.write_all(b"enable\n").context("cannot write to perf's control FIFO")
     }
 
     /// Whether perf has answered `ack` (events enabled); reads what has arrived, never waits.
-    pub fn acknowledged(&mut self) -> bool {
+    pub(crate) fn acknowledged(&mut self) -> bool {
         use std::io::Read;
         let mut buf = [0u8; 64];
         while let Ok(n) = self.ack.read(&mut buf) {
@@ -193,14 +193,14 @@ impl Drop for PerfControl {
 }
 
 /// Inserts `control`'s options right after `record` in a `perf record` command line.
-pub fn with_control(mut argv: Vec<String>, control: &PerfControl) -> Vec<String> {
+pub(crate) fn with_control(mut argv: Vec<String>, control: &PerfControl) -> Vec<String> {
     let at = argv.iter().position(|a| a == "record").map_or(argv.len(), |i| i + 1);
     argv.splice(at..at, control.args());
     argv
 }
 
 /// A running `perf record`.
-pub struct PerfRecord {
+pub(crate) struct PerfRecord {
     tool: ToolProcess,
     /// Kept until the recording ends: perf holds the FIFOs open.
     _control: PerfControl,
@@ -213,7 +213,7 @@ impl PerfRecord {
     /// Starts `argv` (a `perf record … -o FILE` whose FILE the host sees at `host_output`) in the
     /// target with its events disabled and returns once perf has acknowledged enabling them
     /// ([`PerfControl`]): from then on every event of the app is recorded.
-    pub fn start(target: &mut dyn Target, app: &RunningApp, argv: Vec<String>, host_output: PathBuf, log: PathBuf) -> Result<PerfRecord> {
+    pub(crate) fn start(target: &mut dyn Target, app: &RunningApp, argv: Vec<String>, host_output: PathBuf, log: PathBuf) -> Result<PerfRecord> {
         let _ = std::fs::remove_file(&host_output);
         let mut control = PerfControl::beside(&host_output, app)?;
         let argv = with_control(argv, &control);
@@ -262,7 +262,7 @@ impl PerfRecord {
 
     /// Ends the recording: a per-process perf (`-p`) ends with the app; one still running
     /// (system-wide, or a run cut short) gets SIGINT. The log is written beside the artifacts.
-    pub fn stop(mut self, app: &RunningApp) -> Result<()> {
+    pub(crate) fn stop(mut self, app: &RunningApp) -> Result<()> {
         let system_wide = self.argv.iter().any(|a| a == "-a");
         let grace = if app.is_alive() || system_wide { 0 } else { 10 };
         let deadline = Instant::now() + Duration::from_secs(grace);

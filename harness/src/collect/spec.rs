@@ -1,4 +1,5 @@
-//! A scenario's `[[collector]]` as one type: the kind is an enum variant that owns its typed
+//! A scenario's `[[collector]]` as one type, and the dispatch from it to the collector that
+//! observes ([`from_spec`]): the kind is an enum variant that owns its typed
 //! options (declared by each collector's module), so serde rejects an unknown kind, an unknown
 //! option or a wrong type (`frequency = "99"`) when the scenario is loaded, not when it runs.
 //!
@@ -8,9 +9,10 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
+use super::{Collector, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
 
 /// One collector of a scenario: the common keys plus the kind with its options.
 #[derive(Clone, Debug, Serialize)]
@@ -115,7 +117,7 @@ impl CollectorKind {
 
     /// The capabilities a container needs for this collector when no measured table says
     /// otherwise (shared/DESIGN.md §6, Debian docker.io 20.10).
-    pub fn default_capabilities(self) -> &'static [&'static str] {
+    pub(crate) fn default_capabilities(self) -> &'static [&'static str] {
         match self {
             CollectorKind::PerfCpu => perf::DEFAULT_CAPABILITIES,
             CollectorKind::PerfOffcpu => offcpu::DEFAULT_CAPABILITIES,
@@ -136,7 +138,7 @@ impl std::fmt::Display for CollectorKind {
 }
 
 impl CollectorOptions {
-    pub fn kind(&self) -> CollectorKind {
+    pub(crate) fn kind(&self) -> CollectorKind {
         match self {
             CollectorOptions::PerfCpu(_) => CollectorKind::PerfCpu,
             CollectorOptions::PerfOffcpu(_) => CollectorKind::PerfOffcpu,
@@ -152,7 +154,7 @@ impl CollectorOptions {
 
 impl CollectorSpec {
     /// A spec of `options` with no name or environment of its own.
-    pub fn new(options: CollectorOptions) -> CollectorSpec {
+    pub(crate) fn new(options: CollectorOptions) -> CollectorSpec {
         CollectorSpec { name: None, env: BTreeMap::new(), options }
     }
 
@@ -227,7 +229,7 @@ pub enum StringList {
 }
 
 impl StringList {
-    pub fn items(&self) -> Vec<String> {
+    pub(crate) fn items(&self) -> Vec<String> {
         match self {
             StringList::Many(v) => v.clone(),
             StringList::One(s) => s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
@@ -238,6 +240,21 @@ impl StringList {
 /// The items of an optional list (absent = none).
 pub(crate) fn items(list: &Option<StringList>) -> Vec<String> {
     list.as_ref().map(StringList::items).unwrap_or_default()
+}
+
+/// Builds the collector a scenario names.
+pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
+    let name = spec.name();
+    Ok(match &spec.options {
+        CollectorOptions::PerfCpu(o) => perf::from_spec(name, o)?,
+        CollectorOptions::PerfOffcpu(o) => offcpu::from_spec(name, o)?,
+        CollectorOptions::PerfOffwake(o) => offwake::from_spec(name, o)?,
+        CollectorOptions::PerfSyscalls(o) => syscalls::from_spec(name, o)?,
+        CollectorOptions::EventPipe(o) => eventpipe::from_spec(name, o)?,
+        CollectorOptions::DotnetTrace(o) => dotnet_trace::from_spec(name, o)?,
+        CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,
+        CollectorOptions::Dump(o) => dump::from_spec(name, o)?,
+    })
 }
 
 #[cfg(test)]

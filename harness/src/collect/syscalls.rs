@@ -6,7 +6,7 @@
 //! which our unwinder walks to the managed frames as for off-CPU stacks. A child .NET's
 //! Process.Start made with vfork runs on its parent's stack until it calls execve: its execve
 //! is unwound with the mappings it inherited and named through the parent's perf map
-//! ([`crate::unwind`] gives a forked child its parent's map until it execs).
+//! ([`stacks::unwind`] gives a forked child its parent's map until it execs).
 //!
 //! Each system call becomes a sample of weight 1 whose kind is the call's name without the
 //! `sys_enter_` prefix (`openat`, `connect`, `vfork`, `execve` …), so checks count calls per
@@ -20,17 +20,17 @@ use anyhow::{Result, bail};
 use super::offcpu::{self, CallGraph};
 use super::perf_record::{self, PerfRecord};
 use super::{Collector, DecodeContext};
-use crate::model::{Collection, Sample};
+use model::{Collection, Sample};
 use crate::run::{RunningApp, Target};
-use crate::unwind::{self, Unwound};
+use stacks::Unwound;
 
 /// The calls recorded when a scenario names none: file access, network, process creation.
-pub const DEFAULT_SYSCALLS: &[&str] =
+pub(crate) const DEFAULT_SYSCALLS: &[&str] =
     &["openat", "read", "write", "connect", "accept", "accept4", "clone", "clone3", "vfork", "execve"];
 
 /// perf_event_open and the tracefs mount need SYS_ADMIN in a container (as the other perf
 /// collectors).
-pub const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &["SYS_ADMIN"];
 
 /// `[[collector]] kind = "perf-syscalls"` options.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
@@ -48,7 +48,7 @@ pub struct SyscallsOptions {
     pub mmap_pages: Option<u64>,
 }
 
-pub fn probe_options() -> SyscallsOptions {
+pub(crate) fn probe_options() -> SyscallsOptions {
     SyscallsOptions::default()
 }
 
@@ -80,7 +80,7 @@ pub fn from_spec(name: &str, options: &SyscallsOptions) -> Result<Box<dyn Collec
     }))
 }
 
-pub struct SyscallsCollector {
+pub(crate) struct SyscallsCollector {
     name: String,
     call_graph: CallGraph,
     syscalls: Vec<String>,
@@ -119,7 +119,7 @@ impl Collector for SyscallsCollector {
             self.call_graph.perf_arg(),
         ]);
         argv.extend(perf_record::app_recording_args(self.options.mmap_pages, app, &out));
-        self.commands.push(crate::run::quoted(&argv));
+        self.commands.push(crate::host::proc::quoted(&argv));
         let log = artifacts.join(format!("{}.record.txt", self.name));
         self.recording = Some(PerfRecord::start(target, app, argv, out, log)?);
         Ok(())
@@ -145,13 +145,13 @@ impl Collector for SyscallsCollector {
 }
 
 /// The system call of a tracepoint event name (`syscalls:sys_enter_openat` → `openat`).
-pub fn syscall_of(event: &str) -> Option<&str> {
+pub(crate) fn syscall_of(event: &str) -> Option<&str> {
     event.rsplit(':').next()?.strip_prefix("sys_enter_")
 }
 
 /// One sample per recorded system call, kind = the call's name; metrics count each call, and
 /// how many came from the app's children.
-pub fn syscalls_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Collection {
+pub(crate) fn syscalls_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Collection {
     let mut collection = Collection::new(name);
     collection.lost_events = unwound.lost;
     for s in &unwound.samples {
@@ -169,7 +169,7 @@ pub fn syscalls_collection(name: &str, unwound: &Unwound, app_pids: &BTreeSet<u3
             *collection.metrics.entry("calls_in_children".into()).or_default() += 1.0;
         }
     }
-    unwind::completeness_of_unwound(unwound.samples.iter()).add_metrics(&mut collection.metrics);
+    stacks::completeness_of_unwound(unwound.samples.iter()).add_metrics(&mut collection.metrics);
     collection.metrics.insert("samples_total".into(), collection.samples.len() as f64);
     collection.metrics.insert("events_recorded".into(), unwound.samples.len() as f64);
     collection.metrics.insert("images_unreadable".into(), unwound.missing_images.len() as f64);

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// Per-suite counts, summed into `<testsuites>`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub tests: usize,
     pub failures: usize,
     pub errors: usize,
@@ -41,7 +41,7 @@ pub fn document(manifest: &Value) -> String {
 }
 
 /// Many runs' junit.xml: one `<testsuites>` holding every run's `<testsuite>`.
-pub fn merged<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> String {
+pub(crate) fn merged<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> String {
     let mut total = Counts::default();
     let mut body = String::new();
     for m in manifests {
@@ -60,7 +60,7 @@ pub fn merged<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> String {
 
 /// `scenario.target[.image].kernel`, kernel as `major-minor` (a dot would read as a package level
 /// in JUnit viewers): `cpu-bound.container.bullseye.6-18`. qemu guests are `scenario.qemu.<kernel>`.
-pub fn classname(m: &Value) -> String {
+pub(crate) fn classname(m: &Value) -> String {
     let env = &m["environment"];
     let mut parts = vec![m["scenario"].as_str().unwrap_or("scenario").to_string()];
     let kernel = match m["vm"]["kernel"].as_str() {
@@ -223,7 +223,7 @@ pub fn validate(file: &std::path::Path) -> Result<Result<(), String>, String> {
     if !xsd.is_file() {
         return Err(format!("{} is missing", xsd.display()));
     }
-    crate::testing::require_program("xmllint").map_err(|e| format!("{e}: apt-get install libxml2-utils"))?;
+    crate::host::environment::require_program("xmllint").map_err(|e| format!("{e}: apt-get install libxml2-utils"))?;
     let out = std::process::Command::new("xmllint")
         .arg("--noout")
         .arg("--schema")
@@ -241,7 +241,7 @@ pub fn validate(file: &std::path::Path) -> Result<Result<(), String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assert::{Check, Verdict};
+    use judge::{Check, Verdict};
     use crate::report::Manifest;
 
     fn check(name: &str, verdict: Verdict, collector: Option<&str>) -> Check {
@@ -258,7 +258,7 @@ mod tests {
     }
 
     fn manifest(verdict: Verdict, checks: Vec<Check>) -> Manifest {
-        let mut environment = crate::environment::Environment {
+        let mut environment = crate::host::environment::Environment {
             kernel: "6.18.1+deb13-amd64".into(),
             target: "container".into(),
             image: Some("bullseye".into()),
@@ -357,7 +357,7 @@ mod tests {
         let probe = d.path().join("probe.xml");
         std::fs::write(&probe, "<testsuites/>").unwrap();
         if let Err(why) = validate(&probe) {
-            crate::testing::skip("junit::every_verdict_kind_validates_against_the_strict_schema", why);
+            tracelab_fixtures::skip("junit::every_verdict_kind_validates_against_the_strict_schema", why);
             return;
         }
         let kinds = every_verdict();

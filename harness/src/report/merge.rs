@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::{ShareTable, junit};
-use crate::assert::Verdict;
+use judge::Verdict;
 
 /// One results folder.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn load(dir: &Path) -> Result<Run> {
+    pub(crate) fn load(dir: &Path) -> Result<Run> {
         let path = dir.join("manifest.json");
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let manifest: Value = serde_json::from_str(&text).map_err(|e| {
@@ -118,7 +118,7 @@ impl Run {
 
 /// The row of checks that belong to no one collector (cross-collector agreement, run-wide
 /// figures): shown once per scenario, apart from the collectors' rows.
-pub const SCENARIO_WIDE: &str = "(scenario-wide)";
+pub(crate) const SCENARIO_WIDE: &str = "(scenario-wide)";
 /// A collector the scenario ran but no check judged.
 const UNCHECKED: &str = "unchecked";
 
@@ -166,7 +166,7 @@ fn key_metric(m: &Value, collector: &str, only_collector: bool, checks: &[&Value
 
 /// A column name for the environment a run saw: target (and image or guest kernel), kernel,
 /// .NET runtime.
-pub fn environment_label(m: &Value) -> String {
+pub(crate) fn environment_label(m: &Value) -> String {
     environment_label_with(m, true)
 }
 
@@ -294,7 +294,7 @@ fn shares(runs: &[Run]) -> Vec<Shares> {
 
 /// Every results folder (one holding manifest.json) under `inputs`, at most 4 levels down.
 /// Staging folders (`.staging-*`) and the `latest` link are skipped.
-pub fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
+pub(crate) fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
     let mut runs = Vec::new();
     let mut seen = BTreeSet::new();
     for input in inputs {
@@ -474,7 +474,7 @@ fn beyond_noise(b: f64, a: f64, nb: Option<f64>, na: Option<f64>) -> bool {
 /// a collector's own is not listed again, and metric drops of a collector whose verdict changed
 /// join that entry. Ratio drops count only beyond [`Thresholds::ratio_drop`] and beyond sampling
 /// noise for the frames they were measured over.
-pub fn regressions(baseline: &[Run], current: &[Run], t: Thresholds) -> Vec<Regression> {
+pub(crate) fn regressions(baseline: &[Run], current: &[Run], t: Thresholds) -> Vec<Regression> {
     let (_, _, base_cells) = table(baseline);
     let (_, _, cur_cells) = table(current);
     let mut out: Vec<Regression> = Vec::new();
@@ -620,7 +620,7 @@ impl MergedReport {
         line
     }
 
-    pub fn html(&self) -> String {
+    pub(crate) fn html(&self) -> String {
         let mut h = String::new();
         h.push_str(
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracelab matrix report</title>\n<style>\n\

@@ -7,6 +7,13 @@ pub mod junit;
 pub mod merge;
 pub mod pages;
 mod quality;
+mod findings;
+mod tables;
+mod viewers;
+
+pub(crate) use findings::{diagnose, resolution_json};
+pub(crate) use tables::share_tables;
+pub(crate) use viewers::write_stacks;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,8 +22,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::assert::{Check, Verdict};
-use crate::environment::Environment;
+use judge::{Check, Verdict};
+use crate::host::environment::Environment;
 
 /// manifest.json. Fields may be added; none renamed without a reason in the closing note.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -104,7 +111,7 @@ pub struct ShareRow {
 impl ShareTable {
     /// Rows grouped by the truth they are held against, in row order: one group per run (the
     /// table's truth for rows written before rows carried their own).
-    pub fn truth_groups(&self) -> Vec<(Vec<Option<f64>>, Vec<&ShareRow>)> {
+    pub(crate) fn truth_groups(&self) -> Vec<(Vec<Option<f64>>, Vec<&ShareRow>)> {
         let mut groups: Vec<(Vec<Option<f64>>, Vec<&ShareRow>)> = Vec::new();
         for r in &self.rows {
             let truth = if r.truth.is_empty() { self.truth.clone() } else { r.truth.clone() };
@@ -118,7 +125,7 @@ impl ShareTable {
 }
 
 /// A truth row's label: which collectors' run it is the truth of, when the table has several.
-pub fn truth_label(rows: &[&ShareRow], several: bool) -> String {
+pub(crate) fn truth_label(rows: &[&ShareRow], several: bool) -> String {
     if several {
         format!("truth (run of {})", rows.iter().map(|r| r.collector.as_str()).collect::<Vec<_>>().join(", "))
     } else {
@@ -127,7 +134,7 @@ pub fn truth_label(rows: &[&ShareRow], several: bool) -> String {
 }
 
 /// One line per collector kind on what its samples mean.
-pub fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
+pub(crate) fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
     use crate::collect::CollectorKind;
     match kind {
         CollectorKind::PerfCpu => "on-CPU time: cpu-clock samples only threads that are running",
@@ -145,7 +152,7 @@ pub fn collector_measures(kind: crate::collect::CollectorKind) -> &'static str {
 }
 
 /// A results folder being written.
-pub struct ResultsDir {
+pub(crate) struct ResultsDir {
     root: PathBuf,
     staging: PathBuf,
     name: String,
@@ -154,10 +161,10 @@ pub struct ResultsDir {
 impl ResultsDir {
     /// Starts a run named `name` in a hidden staging folder of its own,
     /// `root/.staging-<name>-<pid>-<random>`, created exclusively and journaled to this process
-    /// ([`crate::owner`]): a signal removes it, a later run sweeps it if this process was killed.
+    /// ([`crate::host::owner`]): a signal removes it, a later run sweeps it if this process was killed.
     /// The run's final name is taken only when it finishes ([`ResultsDir::finish`]): `name`, or
     /// `name-2`, `name-3` … when another run took it.
-    pub fn create(root: &Path, name: &str) -> Result<ResultsDir> {
+    pub(crate) fn create(root: &Path, name: &str) -> Result<ResultsDir> {
         if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) || name == ".." {
             bail!("`{name}` cannot name a results folder: it would leave {}", root.display());
         }
@@ -170,7 +177,7 @@ impl ResultsDir {
                 Err(e) => return Err(e).with_context(|| format!("cannot create {}", staging.display())),
             }
         };
-        crate::owner::own_staging(&staging)?;
+        crate::host::owner::own_staging(&staging)?;
         for sub in ["artifacts", "stacks"] {
             std::fs::create_dir_all(staging.join(sub))
                 .with_context(|| format!("cannot create {}", staging.join(sub).display()))?;
@@ -178,26 +185,22 @@ impl ResultsDir {
         Ok(ResultsDir { root: root.to_path_buf(), staging, name: name.to_string() })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.staging
     }
-    pub fn artifacts(&self) -> PathBuf {
+    pub(crate) fn artifacts(&self) -> PathBuf {
         self.staging.join("artifacts")
     }
-    pub fn stacks(&self) -> PathBuf {
+    pub(crate) fn stacks(&self) -> PathBuf {
         self.staging.join("stacks")
-    }
-    /// The name the run asks for; the folder it gets is [`ResultsDir::finish`]'s answer.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Writes manifest.json, summary.md and junit.xml, renames the folder into place under the
     /// first free name (`run_id` and the staging paths in `commands` become the final ones) and
     /// points `latest` at it. Returns the final path. After SIGINT/SIGTERM it refuses: an
     /// interrupted run is removed, never finished.
-    pub fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
-        let _door = crate::owner::finishing()?;
+    pub(crate) fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
+        let _door = crate::host::owner::finishing()?;
         let mut manifest = manifest.clone();
         // The staging folder's own name (`.staging-NAME-PID-RANDOM`, letters, digits and `-._`)
         // is replaced wherever the manifest says it — commands, reason, check details — so the
@@ -214,7 +217,7 @@ impl ResultsDir {
             std::fs::write(self.staging.join("summary.md"), summary_markdown(&m, &self.staging))?;
             std::fs::write(self.staging.join("junit.xml"), junit_xml(&m))?;
             // The journal is the staging folder's, not the finished run's.
-            let _ = std::fs::remove_file(self.staging.join(crate::owner::JOURNAL));
+            let _ = std::fs::remove_file(self.staging.join(crate::host::owner::JOURNAL));
             match rename_no_replace(&self.staging, &dest) {
                 Ok(()) => break dest,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
@@ -223,7 +226,7 @@ impl ResultsDir {
                 }
             }
         };
-        crate::owner::disown_staging(&self.staging);
+        crate::host::owner::disown_staging(&self.staging);
         // `latest` is replaced in one rename, so two runs finishing together never see it missing
         // nor fail on each other's link.
         let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -236,11 +239,6 @@ impl ResultsDir {
         Ok(dest)
     }
 
-    /// Removes the staging folder (a run that could not even be judged).
-    pub fn abandon(self) {
-        let _ = std::fs::remove_dir_all(&self.staging);
-        crate::owner::disown_staging(&self.staging);
-    }
 }
 
 /// rename(2) that fails with AlreadyExists instead of replacing `to` (renameat2 RENAME_NOREPLACE).
@@ -278,7 +276,7 @@ fn escape_md(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
+pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# {} — {}\n", m.scenario, m.verdict.upper());
     if let Some(r) = &m.reason {
@@ -392,7 +390,7 @@ pub fn summary_markdown(m: &Manifest, dir: &Path) -> String {
 }
 
 /// A share table in markdown: one truth row per run, each followed by the rows it scores.
-pub fn share_table_markdown(t: &ShareTable) -> String {
+pub(crate) fn share_table_markdown(t: &ShareTable) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "| collector | samples | {} | measures |", t.columns.iter().map(|c| format!("`{}`", escape_md(c))).collect::<Vec<_>>().join(" | "));
     let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(t.columns.len()));
@@ -409,7 +407,7 @@ pub fn share_table_markdown(t: &ShareTable) -> String {
 }
 
 /// A row's shares, with the error against its run's truth where it is scored.
-pub fn share_cells(r: &ShareRow) -> Vec<String> {
+pub(crate) fn share_cells(r: &ShareRow) -> Vec<String> {
     r.shares
         .iter()
         .zip(&r.error_pts)
@@ -453,7 +451,7 @@ mod tests {
         std::fs::write(a.artifacts().join("mine"), "a").unwrap();
         let b = ResultsDir::create(root.path(), name).unwrap();
         assert_ne!(a.path(), b.path());
-        assert!(a.path().join(crate::owner::JOURNAL).is_file(), "the staging folder names its owner");
+        assert!(a.path().join(crate::host::owner::JOURNAL).is_file(), "the staging folder names its owner");
         assert!(a.artifacts().join("mine").is_file(), "the second run touched the first's staging folder");
         let mut mb = manifest("?");
         mb.commands = vec![format!("perf record -o {}/artifacts/perf.data", b.path().display())];
@@ -466,7 +464,7 @@ mod tests {
         let m: Manifest = serde_json::from_str(&std::fs::read_to_string(db.join("manifest.json")).unwrap()).unwrap();
         assert_eq!(m.run_id, name);
         assert_eq!(m.commands, vec![format!("perf record -o {}/artifacts/perf.data", db.display())]);
-        assert!(!db.join(crate::owner::JOURNAL).exists());
+        assert!(!db.join(crate::host::owner::JOURNAL).exists());
         assert_eq!(std::fs::read_link(root.path().join("latest")).unwrap(), Path::new(&format!("{name}-2")));
         let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 3, "two runs and latest: {left:?}");
@@ -482,7 +480,7 @@ mod tests {
         let data = run.artifacts().join("perf.data");
         std::fs::write(&data, "").unwrap();
         let mut m = manifest("?");
-        m.commands = vec![crate::run::quoted(["perf".to_string(), "record".into(), "-o".into(), data.display().to_string()])];
+        m.commands = vec![crate::host::proc::quoted(["perf".to_string(), "record".into(), "-o".into(), data.display().to_string()])];
         m.reason = Some(format!("cannot read {}", data.display()));
         let done = run.finish(&m).unwrap();
         let m: Manifest = serde_json::from_str(&std::fs::read_to_string(done.join("manifest.json")).unwrap()).unwrap();

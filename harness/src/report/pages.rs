@@ -18,7 +18,7 @@ use super::merge::{MergedReport, Run, SCENARIO_WIDE, esc};
 
 /// The page file name of each run (`runs/<folder name>.html`; a second folder of the same name
 /// gets `-2` …).
-pub fn page_names(runs: &[Run]) -> BTreeMap<PathBuf, String> {
+pub(crate) fn page_names(runs: &[Run]) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut used: BTreeMap<String, usize> = BTreeMap::new();
     for r in runs {
@@ -52,7 +52,7 @@ fn page_head(title: &str, up: &str) -> String {
 
 /// `to` as a link from a page in `from_dir`: relative where both are on one tree, else absolute.
 /// Each path segment is percent-encoded where a URL needs it.
-pub fn link(from_dir: &Path, to: &Path) -> String {
+pub(crate) fn link(from_dir: &Path, to: &Path) -> String {
     let abs = |p: &Path| p.canonicalize().unwrap_or_else(|_| std::path::absolute(p).unwrap_or(p.to_path_buf()));
     let (from, to) = (abs(from_dir), abs(to));
     let f: Vec<Component> = from.components().collect();
@@ -144,7 +144,7 @@ fn pct(v: Option<f64>) -> String {
 }
 
 /// One run's page.
-pub fn run_page(run: &Run, page_dir: &Path) -> String {
+pub(crate) fn run_page(run: &Run, page_dir: &Path) -> String {
     let m = &run.manifest;
     let mut h = page_head(&format!("{} — {}", run.scenario, run.verdict.to_uppercase()), "../");
     let _ = writeln!(h, "<h1>{} — {}</h1>", esc(&run.scenario), verdict_span(&run.verdict));
@@ -299,7 +299,7 @@ fn point(run: &Run) -> Point<'_> {
 }
 
 /// The history page: per (scenario, environment), its runs oldest first.
-pub fn history_page(report: &MergedReport, pages: &BTreeMap<PathBuf, String>) -> String {
+pub(crate) fn history_page(report: &MergedReport, pages: &BTreeMap<PathBuf, String>) -> String {
     let mut h = page_head("tracelab history", "");
     h.push_str("<h1>History</h1>\n");
     let _ = writeln!(h, "<p class=\"small\">{} runs from {}</p>", report.run_list.len(), esc(&report.inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")));
@@ -406,7 +406,7 @@ fn plot(points: &[Point]) -> String {
 }
 
 /// Writes `runs/<run>.html` for every run and `history.html` into `out`.
-pub fn write(report: &MergedReport, out: &Path) -> Result<()> {
+pub(crate) fn write(report: &MergedReport, out: &Path) -> Result<()> {
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
     let pages = page_names(&report.run_list);

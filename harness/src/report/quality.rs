@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::Manifest;
-use crate::assert::units::{hertz, percent};
+use judge::{hertz, percent};
 
 /// Lost events above this fraction of the samples are worth a line.
 const SHOW_LOST_RATIO: f64 = 0.001;
@@ -14,7 +14,7 @@ const SHOW_LOST_RATIO: f64 = 0.001;
 const SHOW_RATE_RATIO: f64 = 0.8;
 
 /// The block's lines, empty when nothing matters.
-pub fn lines(m: &Manifest) -> Vec<String> {
+pub(crate) fn lines(m: &Manifest) -> Vec<String> {
     let metrics = &m.metrics;
     let mut out = Vec::new();
     for c in &m.collectors {
@@ -59,7 +59,7 @@ fn thread_phases(metrics: &BTreeMap<String, f64>, c: &str) -> Vec<String> {
 }
 
 /// The markdown block (with its heading), or nothing.
-pub fn block(m: &Manifest) -> String {
+pub(crate) fn block(m: &Manifest) -> String {
     let mut lines = lines(m);
     for (i, a) in m.earlier_attempts.iter().enumerate() {
         lines.insert(i, format!("attempt {} of this run was inconclusive and ran again: {} (its results: `{}`)", i + 1, a.reason, a.run_id));
@@ -78,7 +78,7 @@ pub fn block(m: &Manifest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assert::Verdict;
+    use judge::Verdict;
 
     fn manifest(metrics: &[(&str, f64)]) -> Manifest {
         Manifest {

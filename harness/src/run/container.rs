@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess, host_pid_in_namespace_of, pid_in_own_namespace};
-use crate::docker::{ContainerSpec, Docker};
-use crate::image::Suite;
+use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess};
+use crate::host::proc::{host_pid_in_namespace_of, pid_in_own_namespace};
+use crate::host::docker::{ContainerSpec, Docker};
+use crate::host::image::Suite;
 
 /// The pseudo-capability asking for `--privileged`.
-pub const PRIVILEGED: &str = "privileged";
+pub(crate) const PRIVILEGED: &str = "privileged";
 
 /// Options of a container or sidecar target.
 #[derive(Clone, Debug)]
@@ -44,7 +45,7 @@ pub struct ContainerOptions {
 impl ContainerOptions {
     pub fn new(suite_name: &str, tool_caps: Vec<String>) -> Result<Self> {
         Ok(ContainerOptions {
-            suite: crate::image::suite(suite_name)?,
+            suite: crate::host::image::suite(suite_name)?,
             tool_caps,
             extra_binds: Vec::new(),
             network: "none".into(),
@@ -105,10 +106,10 @@ impl ContainerTarget {
         if kind == TargetKind::Host {
             bail!("ContainerTarget runs containers; use HostTarget for the host");
         }
-        crate::owner::install();
+        crate::host::owner::install();
         let docker = Docker::connect()?;
-        let dotnet = crate::dotnet::Dotnet::locate_or_install()?;
-        let image = crate::image::build(&docker, options.suite, &dotnet.root)?.runtime.tag;
+        let dotnet = crate::host::dotnet::Dotnet::locate_or_install()?;
+        let image = crate::host::image::build(&docker, options.suite, &dotnet.root)?.runtime.tag;
         Ok(ContainerTarget {
             kind,
             docker,
@@ -130,19 +131,11 @@ impl ContainerTarget {
         &self.docker
     }
 
-    pub fn image(&self) -> &str {
-        &self.image
-    }
-
-    pub fn app_container(&self) -> Option<&str> {
-        self.app_id.as_deref()
-    }
-
     fn labels(&self) -> Vec<(String, String)> {
         self.options
             .run_label
             .iter()
-            .map(|r| (crate::docker::LABEL_RUN.to_string(), r.clone()))
+            .map(|r| (crate::host::docker::LABEL_RUN.to_string(), r.clone()))
             .collect()
     }
 
@@ -315,11 +308,11 @@ impl Target for ContainerTarget {
         self.docker.start(&id)?;
         let init_pid = self.docker.host_pid(&id)?;
         if init_pid == 0 {
-            bail!("the app's container {} exited right after its start", crate::docker::short(&id));
+            bail!("the app's container {} exited right after its start", crate::host::docker::short(&id));
         }
         let host_pid = if wrapped {
             child_of(init_pid, Duration::from_secs(10))
-                .with_context(|| format!("the app did not start in container {}", crate::docker::short(&id)))?
+                .with_context(|| format!("the app did not start in container {}", crate::host::docker::short(&id)))?
         } else {
             init_pid
         };
@@ -371,7 +364,7 @@ impl Target for ContainerTarget {
                     c.arg("-e").arg(format!("{k}={v}"));
                 }
                 c.arg(&app_id).args(&wrapped);
-                (c, format!("`{}` in container {}", argv[0], crate::docker::short(&app_id)))
+                (c, format!("`{}` in container {}", argv[0], crate::host::docker::short(&app_id)))
             }
             TargetKind::Sidecar => {
                 let mut spec = ContainerSpec::new(&self.image, "tool", wrapped);
@@ -387,7 +380,7 @@ impl Target for ContainerTarget {
                 self.tool_ids.push(id.clone());
                 let mut c = Command::new("docker");
                 c.arg("start").arg("-a").arg(&id);
-                (c, format!("`{}` in sidecar {}", argv[0], crate::docker::short(&id)))
+                (c, format!("`{}` in sidecar {}", argv[0], crate::host::docker::short(&id)))
             }
             TargetKind::Host => unreachable!(),
         };
@@ -429,7 +422,7 @@ impl Target for ContainerTarget {
                 next_inspect = Instant::now() + Duration::from_millis(500);
             }
             if Instant::now() >= deadline {
-                let _ = super::signal(app.host_pid, 9);
+                let _ = crate::host::proc::signal(app.host_pid, 9);
                 app.drain_output();
                 bail!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid);
             }
@@ -467,7 +460,7 @@ impl Target for ContainerTarget {
         }
         let rel = path.strip_prefix("/").ok()?;
         if !self.user_image {
-            let in_rootfs = crate::image::rootfs_dir(self.options.suite).join(rel);
+            let in_rootfs = crate::host::image::rootfs_dir(self.options.suite).join(rel);
             if in_rootfs.exists() {
                 return Some(in_rootfs);
             }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Aggregate CPU ticks from /proc/stat's `cpu` line: (busy, total).
-pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|w| w.parse().ok()).collect();
     if v.len() < 5 {
@@ -24,7 +24,7 @@ pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
 
 /// A process's user + system ticks from /proc/PID/stat (fields 14 and 15; the command name may
 /// hold spaces and parentheses, so fields are counted after its last `)`).
-pub fn parse_pid_stat(text: &str) -> Option<u64> {
+pub(crate) fn parse_pid_stat(text: &str) -> Option<u64> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
@@ -43,7 +43,7 @@ fn pid_ticks(pid: u32) -> Option<u64> {
 }
 
 /// Watches the machine from the app's release to its exit.
-pub struct LoadProbe {
+pub(crate) struct LoadProbe {
     loadavg_start: Option<f64>,
     cpu_start: Option<(u64, u64)>,
     app_start: Option<u64>,
@@ -54,7 +54,7 @@ pub struct LoadProbe {
 
 impl LoadProbe {
     /// Starts watching; `app_pid` is the app's pid as the host sees it.
-    pub fn start(app_pid: u32) -> LoadProbe {
+    pub(crate) fn start(app_pid: u32) -> LoadProbe {
         let app_start = pid_ticks(app_pid);
         let app_last = Arc::new(AtomicU64::new(app_start.unwrap_or(0)));
         let stop = Arc::new(AtomicBool::new(false));
@@ -74,7 +74,7 @@ impl LoadProbe {
     }
 
     /// Stops watching and returns the `load.*` metrics (fractions of all CPUs; load averages).
-    pub fn finish(mut self) -> BTreeMap<String, f64> {
+    pub(crate) fn finish(mut self) -> BTreeMap<String, f64> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

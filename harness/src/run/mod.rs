@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use crate::host::proc::{die_with_owner, quoted, signal};
+use crate::host::runtime_files::host_tmp;
 
 /// How the app of a scenario starts.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,23 +28,13 @@ pub enum Program {
 
 impl Program {
     /// The program as the manifest shows it, quoted for a shell (an image: `docker run IMAGE`).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Program::Dll(dll) => quoted(["dotnet".to_string(), dll.display().to_string()]),
             Program::Command(argv) => quoted(argv),
             Program::Image(image) => format!("docker run {} # its own entrypoint", quoted([image])),
         }
     }
-}
-
-/// A command line as it can be pasted into a shell: each argument quoted where it needs it
-/// (programs are always started from the argv, never through a shell).
-pub fn quoted<I, S>(argv: I) -> String
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
-    shell_words::join(argv)
 }
 
 
@@ -146,7 +138,7 @@ impl RunningApp {
     }
 
     /// Whether the app's process still runs (not gone, not a zombie awaiting its parent).
-    pub fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         std::fs::read_to_string(format!("/proc/{}/stat", self.host_pid))
             .ok()
             .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string)))
@@ -154,7 +146,7 @@ impl RunningApp {
     }
 
     /// The last `n` lines the app printed (for error messages).
-    pub fn last_lines(&self, n: usize) -> String {
+    pub(crate) fn last_lines(&self, n: usize) -> String {
         let start = self.transcript.len().saturating_sub(n);
         self.transcript[start..].join("\n")
     }
@@ -185,7 +177,7 @@ impl RunningApp {
     }
 
     /// Drains the remaining output until the app closes it.
-    pub fn drain_output(&mut self) {
+    pub(crate) fn drain_output(&mut self) {
         while let Ok(line) = self.output.recv_timeout(Duration::from_millis(200)) {
             self.transcript.push(line);
         }
@@ -202,10 +194,10 @@ impl Drop for RunningApp {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for f in crate::owner::runtime_files(self.target_pid, &self.tmp_dir_host) {
+        for f in crate::host::runtime_files::runtime_files(self.target_pid, &self.tmp_dir_host) {
             let _ = std::fs::remove_file(f);
         }
-        crate::owner::disown_process(self.host_pid);
+        crate::host::owner::disown_process(self.host_pid);
     }
 }
 
@@ -248,17 +240,6 @@ impl ToolProcess {
     }
 }
 
-pub fn signal(pid: u32, sig: i32) -> Result<()> {
-    unsafe extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { kill(pid as i32, sig) } != 0 {
-        bail!("kill({pid}, {sig}) failed: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// A place to run the app and its collectors.
 pub trait Target {
     fn kind(&self) -> TargetKind;
@@ -282,48 +263,6 @@ pub trait Target {
     }
 }
 
-/// The pids of a process in each pid namespace it belongs to, outermost first (the `NSpid` line
-/// of /proc/PID/status).
-pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
-    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    let pids: Option<Vec<u32>> = line.split_whitespace().map(|w| w.parse().ok()).collect();
-    pids.filter(|p| !p.is_empty())
-}
-
-/// NSpid of a host process.
-pub fn nspid(host_pid: u32) -> Result<Vec<u32>> {
-    let path = format!("/proc/{host_pid}/status");
-    let status = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {path}: process {host_pid} is gone or not visible"))?;
-    parse_nspid(&status).with_context(|| format!("{path} has no NSpid line (kernel older than 4.1?)"))
-}
-
-/// The pid a host process has inside its own (innermost) pid namespace: what names its
-/// perf-PID.map and its diagnostics socket.
-pub fn pid_in_own_namespace(host_pid: u32) -> Result<u32> {
-    Ok(*nspid(host_pid)?.last().unwrap())
-}
-
-/// The host pid of the process that is `ns_pid` inside the pid namespace of host process
-/// `member` (a tool started inside a container reports its own pid in the container's view).
-pub fn host_pid_in_namespace_of(member: u32, ns_pid: u32) -> Result<u32> {
-    let ns_of = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-    let want = ns_of(&member.to_string())
-        .with_context(|| format!("cannot read the pid namespace of process {member}: is it gone?"))?;
-    for entry in std::fs::read_dir("/proc").context("cannot list /proc")?.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        if ns_of(pid).as_ref() != Some(&want) {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-        if parse_nspid(&status).and_then(|p| p.last().copied()) == Some(ns_pid) {
-            return pid.parse().context("pid");
-        }
-    }
-    bail!("no process is pid {ns_pid} in the pid namespace of process {member}")
-}
-
 /// The app runs as a child of the harness, tools as well.
 pub struct HostTarget {
     pub dotnet: PathBuf,
@@ -336,7 +275,7 @@ impl HostTarget {
 }
 
 /// Forwards each line of `reader` into `tx`.
-pub fn forward_lines<R: std::io::Read + Send + 'static>(reader: R, tx: mpsc::Sender<String>) {
+pub(crate) fn forward_lines<R: std::io::Read + Send + 'static>(reader: R, tx: mpsc::Sender<String>) {
     std::thread::spawn(move || {
         for line in BufReader::new(reader).lines() {
             let Ok(line) = line else { break };
@@ -382,7 +321,7 @@ impl Target for HostTarget {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         die_with_owner(&mut cmd);
         let tmp_dir_host = host_tmp();
-        let mut child = crate::owner::spawn_owned(&mut cmd, &tmp_dir_host)
+        let mut child = crate::host::owner::spawn_owned(&mut cmd, &tmp_dir_host)
             .with_context(|| format!("could not start `{}` in {}", app.program.describe(), cwd.display()))?;
         let (tx, rx) = mpsc::channel();
         forward_lines(child.stdout.take().unwrap(), tx.clone());
@@ -407,11 +346,11 @@ impl Target for HostTarget {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_owner(&mut cmd);
-        let child = match crate::owner::spawn_owned(&mut cmd, &host_tmp()) {
+        let child = match crate::host::owner::spawn_owned(&mut cmd, &host_tmp()) {
             Ok(child) => child,
             // A tool that is not there is a missing prerequisite (a SKIP naming it), not a verdict.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(anyhow::Error::new(crate::collect::Unsupported {
+                return Err(anyhow::Error::new(crate::host::errors::Unsupported {
                     reason: format!("`{}` is not installed here ({e}): `cargo xtask setup` installs what collectors need, `cargo xtask doctor` shows it", argv[0]),
                 }));
             }
@@ -443,76 +382,13 @@ impl Target for HostTarget {
     }
 }
 
-/// The host's temporary folder, where a host app's runtime files go.
-pub fn host_tmp() -> PathBuf {
-    std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into())
-}
-
-/// The child is killed when the thread that started it ends with its process (even of SIGKILL):
-/// an app or tool never outlives the run that owns it.
-pub fn die_with_owner(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: prctl is async-signal-safe and touches only the child being spawned.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Path of `p` relative to `base`, or `p` itself.
-pub fn relative_to(p: &Path, base: &Path) -> PathBuf {
-    p.strip_prefix(base).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
-}
-
 pub mod container;
 pub mod load;
 pub mod ready;
 
-/// The target a scenario gets when it names none: `container` when a Docker daemon answers,
-/// else `host`; the string says why (print it).
-pub fn default_kind() -> (TargetKind, String) {
-    match crate::docker::Docker::available() {
-        Ok(()) => (TargetKind::Container, "a Docker daemon answers: running in a container".into()),
-        Err(why) => (TargetKind::Host, format!("running on the host: {why}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Recorded from the host's /proc/HOSTPID/status of `sh` as pid 1 of a Docker container
-    /// (tracelab/runtime:bullseye, Docker 20.10, kernel 6.18).
-    const CONTAINER_INIT_STATUS: &str = "Name:\tsh\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t13857\n\
-        Ngid:\t0\nPid:\t13857\nPPid:\t13825\nTracerPid:\t0\nNStgid:\t13857\t1\nNSpid:\t13857\t1\n\
-        NSpgid:\t13857\t1\nNSsid:\t13857\t1\nThreads:\t1\n";
-
-    #[test]
-    fn nspid_lists_the_pid_in_each_namespace() {
-        assert_eq!(parse_nspid(CONTAINER_INIT_STATUS), Some(vec![13857, 1]));
-        assert_eq!(parse_nspid("Name:\tdotnet\nNSpid:\t4242\n"), Some(vec![4242]));
-        assert_eq!(parse_nspid("NSpid:\t900\t37\t7\n"), Some(vec![900, 37, 7]));
-    }
-
-    #[test]
-    fn nspid_absent_or_garbled_is_none() {
-        assert_eq!(parse_nspid("Name:\tsh\nPid:\t1\n"), None);
-        assert_eq!(parse_nspid("NSpid:\t12 x\n"), None);
-        assert_eq!(parse_nspid("NSpid:\n"), None);
-    }
-
-    #[test]
-    fn own_process_is_in_its_own_namespace() {
-        let me = std::process::id();
-        let ns = nspid(me).unwrap();
-        assert_eq!(ns[0], me);
-        assert_eq!(host_pid_in_namespace_of(me, *ns.last().unwrap()).unwrap(), me);
-        assert!(nspid(u32::MAX - 1).unwrap_err().to_string().contains("is gone"));
-    }
 
     #[test]
     fn target_kinds_parse() {

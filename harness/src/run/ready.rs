@@ -68,7 +68,7 @@ impl From<Ready> for toml::Table {
 }
 
 impl Ready {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Ready::Line(re) => format!("a line matching `{re}`"),
             Ready::Port(p) => format!("a listener on TCP port {p}"),
@@ -128,7 +128,7 @@ impl From<Stop> for toml::Value {
 
 /// Waits until the app is ready; returns the `url` the readiness line captured, if any. The
 /// error names what was awaited and shows the app's last lines.
-pub fn await_ready(app: &mut RunningApp, ready: &Ready, timeout: Duration) -> Result<Option<String>> {
+pub(crate) fn await_ready(app: &mut RunningApp, ready: &Ready, timeout: Duration) -> Result<Option<String>> {
     let started = Instant::now();
     let line_re = match ready {
         Ready::Line(re) => Some(Regex::new(re)?),
@@ -189,7 +189,7 @@ pub fn await_ready(app: &mut RunningApp, ready: &Ready, timeout: Duration) -> Re
 }
 
 /// Lets `seconds` pass while the app runs (its output is kept); false when it exited first.
-pub fn run_for(app: &mut RunningApp, seconds: f64) -> bool {
+pub(crate) fn run_for(app: &mut RunningApp, seconds: f64) -> bool {
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     while Instant::now() < until {
         if !app.is_alive() {
@@ -207,14 +207,14 @@ pub fn run_for(app: &mut RunningApp, seconds: f64) -> bool {
 
 /// Whether a socket of the process's network namespace listens on TCP `port` (IPv4 or IPv6):
 /// the `st` column is 0A (LISTEN) and the local port is the hex after the colon.
-pub fn listening(host_pid: u32, port: u16) -> bool {
+pub(crate) fn listening(host_pid: u32, port: u16) -> bool {
     ["tcp", "tcp6"].iter().any(|f| {
         std::fs::read_to_string(format!("/proc/{host_pid}/net/{f}")).is_ok_and(|table| listens_on(&table, port))
     })
 }
 
 /// [`listening`] on the text of a /proc/net/tcp table.
-pub fn listens_on(table: &str, port: u16) -> bool {
+pub(crate) fn listens_on(table: &str, port: u16) -> bool {
     table.lines().skip(1).any(|line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
         let local_port = cols.get(1).and_then(|a| a.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
@@ -224,19 +224,19 @@ pub fn listens_on(table: &str, port: u16) -> bool {
 
 /// The runtime's diagnostics socket exists and answers ProcessInfo, found as the EventPipe
 /// collectors find it (through /proc/PID/root, so also inside a container).
-pub fn diagnostics_answer(app: &RunningApp) -> bool {
+pub(crate) fn diagnostics_answer(app: &RunningApp) -> bool {
     eventpipe::ipc::DiagnosticsClient::for_pid(app.host_pid).is_ok_and(|c| c.process_info().is_ok())
 }
 
 /// Asks the app to stop; returns what was done (for the manifest's commands).
-pub fn stop_app(app: &RunningApp, stop: &Stop, url: Option<&str>) -> Result<String> {
+pub(crate) fn stop_app(app: &RunningApp, stop: &Stop, url: Option<&str>) -> Result<String> {
     Ok(match stop {
         Stop::Sigint => {
-            super::signal(app.host_pid, 2)?;
+            crate::host::proc::signal(app.host_pid, 2)?;
             format!("kill -INT {} (stop = \"sigint\")", app.host_pid)
         }
         Stop::Sigterm => {
-            super::signal(app.host_pid, 15)?;
+            crate::host::proc::signal(app.host_pid, 15)?;
             format!("kill -TERM {} (stop = \"sigterm\")", app.host_pid)
         }
         Stop::Exit => "waited for the app to exit (stop = \"exit\")".into(),

@@ -120,7 +120,7 @@ impl From<WorkloadRef> for RawWorkload {
 
 impl WorkloadRef {
     /// Relative paths in a scenario file mean paths next to that file.
-    pub fn resolve_against(&mut self, base: &Path) {
+    pub(crate) fn resolve_against(&mut self, base: &Path) {
         let join = |p: &mut PathBuf| {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -160,7 +160,7 @@ pub struct TruthSpec {
 }
 
 impl TruthSpec {
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         for (key, expr) in &self.map {
             super::truth_map::Expr::parse(expr).with_context(|| format!("truth.map.\"{key}\""))?;
         }
@@ -168,7 +168,7 @@ impl TruthSpec {
     }
 
     /// Reads the app's file and derives the truth tracelab checks.
-    pub fn read(&self, app_cwd: &Path) -> Result<serde_json::Value> {
+    pub(crate) fn read(&self, app_cwd: &Path) -> Result<serde_json::Value> {
         let path = if self.path.is_relative() { app_cwd.join(&self.path) } else { self.path.clone() };
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("the app wrote no truth file {} (scenario `truth.path`)", path.display()))?;

@@ -7,11 +7,8 @@ use anyhow::{Result, bail};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use crate::assert::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
-use crate::assert::{
-    AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck,
-    FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck,
-};
+pub use judge::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
+use judge::{AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck, FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck};
 
 /// An expectation. `collector` picks which collector's data it reads (default: the first).
 #[derive(Clone, Debug, Serialize)]
@@ -47,7 +44,7 @@ pub enum CheckKind {
 
 impl CheckKind {
     /// The kind's options as the judge of their kind.
-    pub fn judge(&self) -> &dyn Judge {
+    pub(crate) fn judge(&self) -> &dyn Judge {
         match self {
             CheckKind::Frame(c) => c,
             CheckKind::Share(c) => c,
@@ -90,18 +87,18 @@ impl<'de> Deserialize<'de> for Expectation {
 }
 
 impl Expectation {
-    pub fn collector(&self) -> Option<&str> {
+    pub(crate) fn collector(&self) -> Option<&str> {
         self.collector.as_deref()
     }
 
     /// Every collector the expectation reads.
-    pub fn collectors(&self) -> Vec<&str> {
+    pub(crate) fn collectors(&self) -> Vec<&str> {
         self.check.judge().collectors().unwrap_or_else(|| self.collector().into_iter().collect())
     }
 
     /// Judges the expectation against a run's evidence.
-    pub fn evaluate(&self, ev: &Evidence) -> Check {
-        crate::assert::evaluate(self.name.as_deref(), self.collector(), self.check.judge(), ev)
+    pub(crate) fn evaluate(&self, ev: &Evidence) -> Check {
+        judge::evaluate(self.name.as_deref(), self.collector(), self.check.judge(), ev)
     }
 
     /// Load-time checks: the collectors it reads exist among `collectors` (the scenario's), and

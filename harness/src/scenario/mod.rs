@@ -118,7 +118,7 @@ pub struct Scenario {
     /// When data is too thin to decide (`[sufficiency] max_lost_ratio = 0.01, min_rate_ratio = 0.5`):
     /// checks on such data are inconclusive, not FAIL.
     #[serde(default)]
-    pub sufficiency: crate::assert::Sufficiency,
+    pub sufficiency: judge::Sufficiency,
     /// The scenario file, when it came from one (its folder anchors relative paths).
     #[serde(skip)]
     pub origin: Option<PathBuf>,
@@ -221,7 +221,7 @@ impl Scenario {
 
     /// Whether the app speaks tracelab's protocol: as the scenario says, else when it is one of
     /// the workloads of this repository.
-    pub fn protocol(&self) -> Protocol {
+    pub(crate) fn protocol(&self) -> Protocol {
         if let Some(p) = self.protocol {
             return p;
         }
@@ -299,7 +299,7 @@ impl Scenario {
             }
         }
         if let Some(image) = &self.image {
-            crate::image::suite(image).map_err(|e| at(path!("image"), e))?;
+            crate::host::image::suite(image).map_err(|e| at(path!("image"), e))?;
         }
         if self.collectors.is_empty() {
             bail!("scenario `{}` names no [[collector]]", self.name);
@@ -361,7 +361,7 @@ impl Scenario {
     /// The app's environment for the run of `group` (collector names): the scenario's `env`,
     /// then the collectors' own `env`. Collectors of one run that disagree on a variable are an
     /// error: one app cannot run both ways.
-    pub fn run_env(&self, group: &[String]) -> Result<BTreeMap<String, String>> {
+    pub(crate) fn run_env(&self, group: &[String]) -> Result<BTreeMap<String, String>> {
         let mut env = self.env.clone();
         let mut set_by: BTreeMap<&str, &str> = BTreeMap::new();
         for spec in self.collectors.iter().filter(|c| group.iter().any(|g| g == c.name())) {
@@ -382,7 +382,7 @@ impl Scenario {
     }
 
     /// The collectors of each run, by name.
-    pub fn run_groups(&self) -> Vec<Vec<String>> {
+    pub(crate) fn run_groups(&self) -> Vec<Vec<String>> {
         if self.runs.is_empty() {
             vec![self.collectors.iter().map(|c| c.name().to_string()).collect()]
         } else {
@@ -437,7 +437,7 @@ mod tests {
     fn sufficiency_bounds_and_image_are_typed_and_checked_when_loaded() {
         let base = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\n";
         let s = Scenario::from_toml(base, Path::new("x.toml")).unwrap();
-        assert_eq!(s.sufficiency, crate::assert::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 });
+        assert_eq!(s.sufficiency, judge::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 });
         let s = Scenario::from_toml(&format!("{base}[sufficiency]\nmin_rate_ratio = 0.25\n"), Path::new("x.toml")).unwrap();
         assert_eq!((s.sufficiency.max_lost_ratio, s.sufficiency.min_rate_ratio), (0.01, 0.25));
         for (extra, why) in [

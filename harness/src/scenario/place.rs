@@ -11,7 +11,7 @@ use toml::de::{DeTable, DeValue};
 /// One step of a key path: a table key or an index into an array (`[[expect]]` number 2 is
 /// `["expect", 1]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Seg {
+pub(crate) enum Seg {
     Key(String),
     Index(usize),
 }
@@ -30,7 +30,7 @@ impl From<usize> for Seg {
 
 /// A mistake and the key it is about.
 #[derive(Debug)]
-pub struct Misplaced {
+pub(crate) struct Misplaced {
     pub path: Vec<Seg>,
     pub error: anyhow::Error,
 }
@@ -44,7 +44,7 @@ impl fmt::Display for Misplaced {
 impl std::error::Error for Misplaced {}
 
 /// `error`, about the key at `path`.
-pub fn at(path: Vec<Seg>, error: anyhow::Error) -> anyhow::Error {
+pub(crate) fn at(path: Vec<Seg>, error: anyhow::Error) -> anyhow::Error {
     // Keep the innermost place: a check deeper down knows better than its caller.
     if error.downcast_ref::<Misplaced>().is_some() {
         return error;
@@ -60,7 +60,7 @@ macro_rules! scenario_path {
 }
 
 /// Byte offset of the deepest part of `path` found in `text` (the key's value, or its table).
-pub fn locate(text: &str, path: &[Seg]) -> Option<usize> {
+pub(crate) fn locate(text: &str, path: &[Seg]) -> Option<usize> {
     let root = DeTable::parse(text).ok()?;
     let mut best = None;
     let mut here: Option<&DeValue<'_>> = None;
@@ -91,7 +91,7 @@ pub fn locate(text: &str, path: &[Seg]) -> Option<usize> {
 }
 
 /// 1-based line and column (in characters) of a byte offset.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..text.floor_char_boundary(offset)];
     let line = before.matches('\n').count() + 1;
@@ -135,7 +135,7 @@ fn named_key(message: &str) -> Option<(&str, Option<String>)> {
 }
 
 /// The error of loading `origin`, as `file:line:column: what`.
-pub fn explain(text: &str, origin: &Path, error: anyhow::Error) -> anyhow::Error {
+pub(crate) fn explain(text: &str, origin: &Path, error: anyhow::Error) -> anyhow::Error {
     let (offset, message) = match error.downcast::<Misplaced>() {
         Ok(m) => (locate(text, &m.path), format!("{:#}", m.error)),
         Err(e) => match e.downcast::<toml::de::Error>() {

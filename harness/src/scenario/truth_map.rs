@@ -6,7 +6,7 @@
 use anyhow::{Result, bail};
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Expr {
+pub(crate) enum Expr {
     Number(f64),
     /// A JSON pointer (RFC 6901) and the column it starts at.
     Pointer(String, usize),
@@ -111,7 +111,7 @@ impl Parser<'_> {
 }
 
 impl Expr {
-    pub fn parse(text: &str) -> Result<Expr> {
+    pub(crate) fn parse(text: &str) -> Result<Expr> {
         let mut p = Parser { text, pos: 0 };
         let expr = p.sum()?;
         if p.peek().is_some() {
@@ -121,7 +121,7 @@ impl Expr {
     }
 
     /// The value over `file`; a missing or non-numeric pointer and a division by zero are errors.
-    pub fn eval(&self, file: &serde_json::Value) -> Result<f64> {
+    pub(crate) fn eval(&self, file: &serde_json::Value) -> Result<f64> {
         Ok(match self {
             Expr::Number(n) => *n,
             Expr::Pointer(p, col) => match file.pointer(p) {

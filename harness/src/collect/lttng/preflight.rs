@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use object::read::elf::{Dyn, ElfFile64, FileHeader, SectionHeader};
 use object::{Endianness, elf};
 
-use crate::collect::Unsupported;
+use crate::host::errors::Unsupported;
 
 pub const PROVIDER_FILE: &str = "libcoreclrtraceptprovider.so";
 
@@ -27,7 +27,7 @@ const LIB_DIRS: &[&str] = &[
 ];
 
 /// The DT_NEEDED sonames of an ELF file.
-pub fn needed_sonames(data: &[u8], path: &Path) -> Result<Vec<String>> {
+pub(crate) fn needed_sonames(data: &[u8], path: &Path) -> Result<Vec<String>> {
     let file = ElfFile64::<Endianness>::parse(data)
         .map_err(|e| anyhow::anyhow!("{}: not a 64-bit ELF shared object ({e}) at byte offset 0", path.display()))?;
     let endian = file.endian();
@@ -74,12 +74,12 @@ pub struct ProviderCheck {
 
 impl ProviderCheck {
     /// The needed LTTng-UST sonames the target lacks.
-    pub fn missing(&self, root: &Path) -> Vec<String> {
+    pub(crate) fn missing(&self, root: &Path) -> Vec<String> {
         self.ust_needed.iter().filter(|s| find_lib(root, s).is_none()).cloned().collect()
     }
 
     /// An [`Unsupported`] when the provider cannot load, with the sonames as the reason.
-    pub fn require(&self, root: &Path) -> Result<(), Unsupported> {
+    pub(crate) fn require(&self, root: &Path) -> Result<(), Unsupported> {
         let missing = self.missing(root);
         if missing.is_empty() && self.loaded != Some(false) {
             return Ok(());
@@ -110,7 +110,7 @@ impl ProviderCheck {
 }
 
 /// `liblttng-ust.so.0` → the LTTng releases that ship it.
-pub fn ust_generation(soname: &str) -> &'static str {
+pub(crate) fn ust_generation(soname: &str) -> &'static str {
     match soname.rsplit('.').next() {
         Some("0") => "LTTng-UST 2.12 and older",
         Some("1") => "LTTng-UST 2.13 and newer",
@@ -119,7 +119,7 @@ pub fn ust_generation(soname: &str) -> &'static str {
 }
 
 /// A library by soname under `root`'s library folders.
-pub fn find_lib(root: &Path, soname: &str) -> Option<PathBuf> {
+pub(crate) fn find_lib(root: &Path, soname: &str) -> Option<PathBuf> {
     LIB_DIRS.iter().map(|d| root.join(d).join(soname)).find(|p| p.exists())
 }
 
@@ -159,7 +159,7 @@ pub fn check_runtime_dir(root: &Path, runtime_dir: &Path) -> Result<ProviderChec
 /// Checks a running app: finds its runtime folder from the mapped libcoreclr.so, reads the
 /// provider through `/proc/PID/root` (so a container's own files are read), and records whether
 /// the provider is mapped.
-pub fn check_process(host_pid: u32) -> Result<(ProviderCheck, PathBuf)> {
+pub(crate) fn check_process(host_pid: u32) -> Result<(ProviderCheck, PathBuf)> {
     let maps_path = format!("/proc/{host_pid}/maps");
     let maps = std::fs::read_to_string(&maps_path)
         .with_context(|| format!("cannot read {maps_path}: has the app (pid {host_pid}) exited?"))?;

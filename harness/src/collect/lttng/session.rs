@@ -47,14 +47,14 @@ pub struct Tools {
 }
 
 /// A finished command: exit status and both outputs.
-pub struct Output {
+pub(crate) struct Output {
     pub ok: bool,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Tools {
-    pub fn argv(&self, program: &str, args: &[&str]) -> Vec<String> {
+    pub(crate) fn argv(&self, program: &str, args: &[&str]) -> Vec<String> {
         let mut argv = Vec::new();
         if let Place::Namespaces { anchor } = self.place {
             argv.extend(["nsenter", "-t"].map(String::from));
@@ -74,13 +74,13 @@ impl Tools {
     }
 
     /// Runs `lttng ARGS` and waits (bounded) for it.
-    pub fn lttng(&self, args: &[&str]) -> Result<Output> {
+    pub(crate) fn lttng(&self, args: &[&str]) -> Result<Output> {
         let mut cmd = self.command("lttng", args);
         run_bounded(&mut cmd, COMMAND_TIMEOUT).with_context(|| format!("running `{}`", self.argv("lttng", args).join(" ")))
     }
 
     /// Runs `lttng ARGS`; a non-zero exit is an error quoting the tool.
-    pub fn lttng_ok(&self, args: &[&str]) -> Result<String> {
+    pub(crate) fn lttng_ok(&self, args: &[&str]) -> Result<String> {
         let out = self.lttng(args)?;
         if !out.ok {
             bail!(
@@ -94,7 +94,7 @@ impl Tools {
     }
 
     /// Whether a session daemon answers.
-    pub fn daemon_answers(&self) -> bool {
+    pub(crate) fn daemon_answers(&self) -> bool {
         self.lttng(&["list"]).map(|o| o.ok).unwrap_or(false)
     }
 
@@ -109,7 +109,7 @@ impl Tools {
 }
 
 /// `  1) NAME [active]` lines of `lttng list`.
-pub fn parse_session_names(listing: &str) -> Vec<String> {
+pub(crate) fn parse_session_names(listing: &str) -> Vec<String> {
     listing
         .lines()
         .filter_map(|l| {
@@ -167,11 +167,11 @@ impl Daemon {
     }
 
     /// Stops the daemon (SIGTERM; SIGKILL after 10 s) and reaps it.
-    pub fn stop(mut self) -> Result<()> {
+    pub(crate) fn stop(mut self) -> Result<()> {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }
-        let _ = crate::run::signal(self.child.id(), 15);
+        let _ = crate::host::proc::signal(self.child.id(), 15);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -270,7 +270,7 @@ impl Session {
             sweep_stale(&tools, &mut commands)?;
             None
         } else {
-            commands.push(crate::run::quoted(tools.argv("lttng-sessiond", &["--no-kernel"])));
+            commands.push(crate::host::proc::quoted(tools.argv("lttng-sessiond", &["--no-kernel"])));
             match start_daemon(&tools, daemon_log) {
                 Ok(d) => Some(d),
                 Err(e) if e.downcast_ref::<DaemonRace>().is_some() => None,
@@ -289,7 +289,7 @@ impl Session {
     }
 
     fn run(&mut self, args: &[&str]) -> Result<String> {
-        self.commands.push(crate::run::quoted(self.tools.argv("lttng", args)));
+        self.commands.push(crate::host::proc::quoted(self.tools.argv("lttng", args)));
         self.tools.lttng_ok(args)
     }
 
@@ -308,13 +308,13 @@ impl Session {
 
     /// Tracepoints of `provider` (e.g. `DotNETRuntime`) the app with pid `pid` (as it sees
     /// itself) has registered with the daemon.
-    pub fn registered_tracepoints(&self, pid: u32, provider: &str) -> Result<usize> {
+    pub(crate) fn registered_tracepoints(&self, pid: u32, provider: &str) -> Result<usize> {
         let out = self.tools.lttng_ok(&["list", "--userspace"])?;
         Ok(count_registered(&out, pid, provider))
     }
 
     /// Waits until the app registered at least one tracepoint of `provider`.
-    pub fn wait_registered(&self, pid: u32, provider: &str, timeout: Duration) -> Result<usize> {
+    pub(crate) fn wait_registered(&self, pid: u32, provider: &str, timeout: Duration) -> Result<usize> {
         let deadline = Instant::now() + timeout;
         loop {
             let n = self.registered_tracepoints(pid, provider)?;
@@ -335,7 +335,7 @@ impl Session {
 
     /// Stops (flushing every buffer to the trace folder) and destroys the session, then stops
     /// the daemon if we started it. Idempotent; the first error is returned after all steps ran.
-    pub fn close(&mut self) -> Result<()> {
+    pub(crate) fn close(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
         }
@@ -377,7 +377,7 @@ pub fn sweep_stale(tools: &Tools, commands: &mut Vec<String>) -> Result<Vec<Stri
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        commands.push(crate::run::quoted(tools.argv("lttng", &["destroy", &name])));
+        commands.push(crate::host::proc::quoted(tools.argv("lttng", &["destroy", &name])));
         tools.lttng_ok(&["destroy", &name])?;
         swept.push(name);
     }
@@ -385,7 +385,7 @@ pub fn sweep_stale(tools: &Tools, commands: &mut Vec<String>) -> Result<Vec<Stri
 }
 
 /// Counts `provider:` tracepoints under the `PID: pid - Name: …` block of `lttng list -u`.
-pub fn count_registered(listing: &str, pid: u32, provider: &str) -> usize {
+pub(crate) fn count_registered(listing: &str, pid: u32, provider: &str) -> usize {
     let header = format!("PID: {pid} - ");
     let needle = format!("{provider}:");
     let mut in_block = false;

@@ -1,0 +1,180 @@
+//! `kind = "share"` and `kind = "share_at_least"`: how a collector splits samples among compared
+//! methods, held to the workload's truth (or to a floor). Both count samples the same way
+//! ([`super::share`]), so they live together.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::sufficiency::floor;
+use super::units::percent;
+use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, SHARE_TOLERANCE_PTS, ShareMode, share, truth_f64};
+
+/// Share of `method` among the methods in `among`, against a truth value (a dotted path into
+/// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareCheck {
+    pub method: String,
+    pub among: Vec<String>,
+    pub truth: String,
+    #[serde(default)]
+    pub mode: ShareMode,
+    #[serde(default)]
+    pub sample_kind: Option<String>,
+    #[serde(default)]
+    pub tolerance_pts: Option<f64>,
+    #[serde(default)]
+    pub min_samples: Option<u64>,
+}
+
+/// Share of `method` among `among` is at least `min` (fraction; "≈ only X" uses 0.9).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareAtLeastCheck {
+    pub method: String,
+    pub among: Vec<String>,
+    pub min: f64,
+    #[serde(default)]
+    pub mode: ShareMode,
+    #[serde(default)]
+    pub sample_kind: Option<String>,
+    #[serde(default)]
+    pub min_samples: Option<u64>,
+}
+
+/// The method and every compared pattern must be regexes, caught when the scenario loads.
+pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
+    for p in std::iter::once(method).chain(among.iter().map(String::as_str)) {
+        regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
+    }
+    Ok(())
+}
+
+impl Judge for ShareCheck {
+    fn truth_paths(&self) -> Vec<&str> {
+        vec![self.truth.as_str()]
+    }
+    fn default_name(&self) -> String {
+        format!("share of `{}`", self.method)
+    }
+
+    fn validate(&self) -> Result<()> {
+        compile(&self.method, &self.among)
+    }
+
+    fn sampled(&self) -> bool {
+        true
+    }
+
+    fn against_wall_clock_truth(&self) -> bool {
+        true
+    }
+
+    fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
+        let ShareCheck { method, among, truth, mode, sample_kind, tolerance_pts, min_samples } = self;
+        let c = ev.read(collector)?;
+        let truth_share = truth_f64(ev.truth_for(&c.collector), truth)?;
+        let (measured, samples, _) = share(c, method, among, *mode, sample_kind.as_deref())?;
+        let tol = tolerance_pts.unwrap_or(SHARE_TOLERANCE_PTS);
+        let min_n = min_samples.unwrap_or(SHARE_MIN_SAMPLES);
+        let err_pts = (measured - truth_share).abs() * 100.0;
+        let check = Check::new(
+            name,
+            Some(&c.collector),
+            err_pts <= tol,
+            format!("{} ± {tol} pts (truth `{truth}`), ≥ {min_n} samples", percent(truth_share)),
+            format!("{} over {samples} samples (error {err_pts:.1} pts)", percent(measured)),
+        )
+        .value("share", measured)
+        .value("truth", truth_share)
+        .value("error_pts", err_pts)
+        .value("samples", samples as f64);
+        Ok(floor(check, samples, min_n, "samples"))
+    }
+}
+
+impl Judge for ShareAtLeastCheck {
+    fn default_name(&self) -> String {
+        format!("share of `{}` at least", self.method)
+    }
+
+    fn validate(&self) -> Result<()> {
+        compile(&self.method, &self.among)
+    }
+
+    fn sampled(&self) -> bool {
+        true
+    }
+
+    fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
+        let ShareAtLeastCheck { method, among, min, mode, sample_kind, min_samples } = self;
+        let c = ev.read(collector)?;
+        let (measured, samples, _) = share(c, method, among, *mode, sample_kind.as_deref())?;
+        let min_n = min_samples.unwrap_or(SHARE_MIN_SAMPLES);
+        let check = Check::new(
+            name,
+            Some(&c.collector),
+            measured >= *min,
+            format!("≥ {}, ≥ {min_n} samples", percent(*min)),
+            format!("{} over {samples} samples", percent(measured)),
+        )
+        .value("share", measured)
+        .value("samples", samples as f64);
+        Ok(floor(check, samples, min_n, "samples"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Verdict;
+    use crate::testing::{evaluate_on, frame, sample};
+    use model::{Collection, DsoClass};
+
+    #[test]
+    fn share_check_is_inconclusive_below_min_samples() {
+        let mut c = Collection::new("perf-cpu");
+        c.samples.push(sample(vec![frame("W::HotLoop()", DsoClass::Jit)]));
+        let truth = serde_json::json!({"shares": {"cpu": {"HotLoop": 1.0}}});
+        let exp = ShareCheck {
+            method: "HotLoop".into(),
+            among: vec!["HotLoop".into(), "ColdLoop".into()],
+            truth: "shares.cpu.HotLoop".into(),
+            mode: ShareMode::Leaf,
+            sample_kind: None,
+            tolerance_pts: None,
+            min_samples: None,
+        };
+        let check = evaluate_on(&exp, &[c.clone()], truth.clone());
+        assert_eq!(check.verdict, Verdict::Inconclusive, "{check:?}");
+        assert_eq!(check.reason.as_deref(), Some("1 samples, below the floor of 300 (min_samples): too few to decide"));
+        // Held to one sample, the same split passes, with its numbers written out.
+        let check = evaluate_on(&ShareCheck { min_samples: Some(1), ..exp }, &[c], truth);
+        assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+        assert_eq!(check.expected, "100.0 % ± 5 pts (truth `shares.cpu.HotLoop`), ≥ 1 samples");
+        assert_eq!(check.measured, "100.0 % over 1 samples (error 0.0 pts)");
+    }
+
+    #[test]
+    fn share_at_least_holds_a_floor() {
+        let mut c = Collection::new("perf-cpu");
+        for _ in 0..9 {
+            c.samples.push(sample(vec![frame("W::HotLoop()", DsoClass::Jit)]));
+        }
+        c.samples.push(sample(vec![frame("W::ColdLoop()", DsoClass::Jit)]));
+        let exp = |min: f64| ShareAtLeastCheck {
+            method: "HotLoop".into(),
+            among: vec!["HotLoop".into(), "ColdLoop".into()],
+            min,
+            mode: ShareMode::Inclusive,
+            sample_kind: None,
+            min_samples: Some(10),
+        };
+        let check = evaluate_on(&exp(0.9), &[c.clone()], serde_json::json!({}));
+        assert_eq!((check.verdict, check.name.as_str()), (Verdict::Pass, "share of `HotLoop` at least"));
+        assert_eq!(check.measured, "90.0 % over 10 samples");
+        assert_eq!(evaluate_on(&exp(0.95), &[c], serde_json::json!({})).verdict, Verdict::Fail);
+        assert!(exp(0.9).validate().is_ok());
+        assert!(ShareAtLeastCheck { among: vec!["(".into()], ..exp(0.9) }.validate().is_err());
+    }
+}

@@ -1,0 +1,8 @@
+//! Recordings and traces into the model: a perf.data recording (samples symbolized) and an
+//! EventPipe trace (events, stacks named by the trace's own method events, counters).
+
+mod nettrace;
+mod perf;
+
+pub use nettrace::{add_counter_metrics, decode_nettrace, to_collection};
+pub use perf::{decode_recording, preload_samples, samples_to_model};

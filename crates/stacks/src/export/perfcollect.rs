@@ -1,0 +1,239 @@
+//! A perfcollect-compatible `<name>.trace.zip` (what PerfView opens; perfcollect's layout from
+//! its `ProcessCollectedData`): one folder `<name>.trace/` holding
+//! - `perf.data.txt`: `perf script -F comm,pid,tid,cpu,time,period,event,ip,sym,dso,trace` text of
+//!   the on-CPU samples, written from the model so every frame carries the name tracelab gave it
+//!   ([`frame_label`], the folded stacks' own: ReadyToRun and code-version-merged JIT names
+//!   included);
+//! - the runtime's `perf-PID.map` and `perfinfo-PID.map` when the run kept them;
+//! - `lttngTrace/`: the LTTng session's CTF folder as LTTng wrote it (`…/ust/uid/0/64-bit/metadata`
+//!   and `channel*` streams), when the run traced with LTTng.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::fold::frame_label;
+use model::Collection;
+
+/// The zip's file name: PerfView recognises perfcollect traces by the `.trace.zip` suffix.
+pub fn file_name(name: &str) -> String {
+    format!("{name}.trace.zip")
+}
+
+/// What a trace.zip is made of.
+pub struct TraceZipInput<'a> {
+    /// Names the zip and its folder (perfcollect's trace name).
+    pub name: &'a str,
+    /// The on-CPU samples (perf cpu-clock), when the run has them.
+    pub perf: Option<&'a Collection>,
+    /// Thread names from the run (perf's COMM records), for the `comm` column.
+    pub run: &'a [Collection],
+    /// The LTTng session's output folder (holding `ust/…`), when the run traced with LTTng.
+    pub lttng_dir: Option<&'a Path>,
+    /// The runtime's perf-PID.map / perfinfo-PID.map files.
+    pub runtime_files: Vec<PathBuf>,
+}
+
+/// `perf script` text of a collection's samples, in perfcollect's field order: `comm pid/tid
+/// [cpu] secs.micros: period event: ` then one `\tADDR SYMBOL (DSO)` line per frame, leaf first,
+/// and an empty line. The model keeps no CPU number: every sample says CPU 0.
+pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
+    let period = coll.metrics.get("frequency_hz").filter(|hz| **hz > 0.0).map(|hz| (1e9 / hz).round() as u64).unwrap_or(1);
+    let comm = |tid: u32, pid: u32| -> String {
+        let name = crate::export::firefox::thread_name(coll, run, tid)
+            .or_else(|| crate::export::firefox::thread_name(coll, run, pid))
+            .unwrap_or("dotnet");
+        // perf prints comm as one field; TraceEvent finds its end at `  PID/TID`.
+        name.replace(['\n', '\t'], " ")
+    };
+    let mut samples: Vec<&model::Sample> = coll.samples.iter().collect();
+    samples.sort_by_key(|s| s.time_ns);
+    let mut out = String::with_capacity(samples.len() * 256);
+    for s in samples {
+        let secs = s.time_ns / 1_000_000_000;
+        let micros = (s.time_ns % 1_000_000_000) / 1000;
+        let weight = period * s.weight.max(1);
+        out.push_str(&format!("{} {}/{} [000] {secs}.{micros:06}: {weight} cpu-clock: \n", comm(s.tid, s.pid), s.pid, s.tid));
+        for f in &s.frames {
+            let dso = f.dso.as_deref().unwrap_or("[unknown]");
+            let sym = if f.name.is_some() { frame_label(f) } else { "[unknown]".to_string() };
+            out.push_str(&format!("\t{:>16x} {sym} ({dso})\n", f.addr));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Writes `<run_dir>/<name>.trace.zip`; returns its path. Nothing is written when the run has
+/// neither perf samples nor an LTTng folder.
+pub fn write(input: &TraceZipInput, run_dir: &Path) -> Result<Option<PathBuf>> {
+    if input.perf.is_none() && input.lttng_dir.is_none() {
+        return Ok(None);
+    }
+    let path = run_dir.join(file_name(input.name));
+    let partial = run_dir.join(format!(".{}.partial", file_name(input.name)));
+    let result = write_zip(input, &partial).and_then(|()| {
+        std::fs::rename(&partial, &path).with_context(|| format!("cannot rename {} to {}", partial.display(), path.display()))
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    result.map(|()| Some(path))
+}
+
+fn write_zip(input: &TraceZipInput, path: &Path) -> Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(file));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let root = format!("{}.trace", input.name);
+    if let Some(perf) = input.perf {
+        zip.start_file(format!("{root}/perf.data.txt"), options)?;
+        zip.write_all(perf_script_text(perf, input.run).as_bytes())?;
+    }
+    // A container run's maps appear twice (its /tmp folder and the copy beside it): one entry per
+    // name, and a second file of that name with other content (another run) keeps its folder.
+    let mut written: std::collections::HashMap<String, Vec<u8>> = std::collections::HashMap::new();
+    for f in &input.runtime_files {
+        let Some(name) = f.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+        let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let entry = match written.get(&name) {
+            None => format!("{root}/{name}"),
+            Some(first) if *first == bytes => continue,
+            Some(_) => {
+                let folder = f.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                format!("{root}/{folder}/{name}")
+            }
+        };
+        zip.start_file(entry, options)?;
+        zip.write_all(&bytes)?;
+        written.entry(name).or_insert(bytes);
+    }
+    if let Some(dir) = input.lttng_dir {
+        // perfcollect: `mkdir lttngTrace; cp -r $lttngTraceDir lttngTrace`.
+        let session = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "lttng".into());
+        add_tree(&mut zip, dir, &format!("{root}/lttngTrace/{session}"), options)?;
+    }
+    zip.finish()?.flush()?;
+    Ok(())
+}
+
+fn add_tree<W: std::io::Write + std::io::Seek>(
+    zip: &mut zip::ZipWriter<W>,
+    dir: &Path,
+    prefix: &str,
+    options: zip::write::SimpleFileOptions,
+) -> Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = format!("{prefix}/{}", e.file_name().to_string_lossy());
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            add_tree(zip, &e.path(), &name, options)?;
+        } else if kind.is_file() {
+            zip.start_file(name, options)?;
+            let mut f = std::fs::File::open(e.path()).with_context(|| format!("cannot read {}", e.path().display()))?;
+            std::io::copy(&mut f, zip)?;
+        }
+    }
+    Ok(())
+}
+
+/// The runtime's perf-PID.map / perfinfo-PID.map files under `artifacts` (a host run moves them
+/// there; a container run's /tmp is a folder of the run).
+pub fn runtime_files(artifacts: &Path) -> Vec<PathBuf> {
+    let is_runtime_file = |name: &str| {
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        name.strip_prefix("perf-").or_else(|| name.strip_prefix("perfinfo-")).and_then(|r| r.strip_suffix(".map")).is_some_and(digits)
+    };
+    let mut out = Vec::new();
+    let mut todo = vec![(artifacts.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 2 && !name.starts_with("lttng") && !name.starts_with('.') => todo.push((e.path(), depth + 1)),
+                Ok(t) if t.is_file() && is_runtime_file(&name) => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_script_text_has_perfcollects_fields_and_our_names() {
+        let d = crate::perf_fixtures::decode_fixture("perf-cpu", 16459, 16459, &[], &|_| None);
+        let mut coll = d.collection;
+        coll.metrics.insert("frequency_hz".into(), 999.0);
+        let text = perf_script_text(&coll, &[]);
+        let first = text.lines().next().unwrap();
+        // `comm pid/tid [cpu] secs.micros: period event: `, as perf script prints those fields.
+        let re = regex::Regex::new(r"^\S.* \d+/\d+ \[\d{3}\] \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
+        assert!(re.is_match(first), "{first:?}");
+        assert_eq!(text.matches("cpu-clock:").count(), coll.samples.len());
+        // One label per method, as in the folded stacks (model): code versions merged,
+        // no return type or assembly.
+        assert!(text.contains(" Fixture.Phases::CpuHot(int64) ("), "{}", &text[..2000]);
+        assert!(!text.contains("CpuHot(int64)[Optimized"));
+    }
+
+    #[test]
+    fn zip_holds_perfcollects_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut coll = Collection::new("perf-cpu");
+        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1_500_000_000, weight: 1, frames: vec![], kind: None });
+        let map = dir.path().join("artifacts/tmp/perf-7.map");
+        std::fs::create_dir_all(map.parent().unwrap()).unwrap();
+        std::fs::write(&map, "1000 10 W::Hot()\n").unwrap();
+        std::fs::write(dir.path().join("artifacts/tmp/perfinfo-7.map"), "ImageLoad;/app/W.dll;{guid};\n").unwrap();
+        let files = runtime_files(&dir.path().join("artifacts"));
+        assert_eq!(files.len(), 2, "{files:?}");
+        let lttng = tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions");
+        let input = TraceZipInput { name: "run", perf: Some(&coll), run: &[], lttng_dir: Some(&lttng), runtime_files: files };
+        let path = write(&input, dir.path()).unwrap().unwrap();
+        assert_eq!(path.file_name().unwrap(), "run.trace.zip");
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+        for want in [
+            "run.trace/perf.data.txt",
+            "run.trace/perf-7.map",
+            "run.trace/perfinfo-7.map",
+            "run.trace/lttngTrace/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit/metadata",
+            "run.trace/lttngTrace/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit/channel0_0",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut zip.by_name("run.trace/perf.data.txt").unwrap(), &mut text).unwrap();
+        assert_eq!(text, "dotnet 7/7 [000] 1.500000: 1 cpu-clock: \n\n");
+        assert!(!dir.path().join(".run.trace.zip.partial").exists());
+    }
+
+    #[test]
+    fn a_map_found_twice_is_one_entry_and_another_runs_map_of_that_name_keeps_its_folder() {
+        // A container run: the map in the container's /tmp folder and its copy beside it; a
+        // second run of the scenario whose app got the same pid.
+        let dir = tempfile::tempdir().unwrap();
+        let artifacts = dir.path().join("artifacts");
+        for (rel, text) in [("perf-7.map", "1000 10 W::Hot()\n"), ("container-tmp/perf-7.map", "1000 10 W::Hot()\n"), ("run-2/perf-7.map", "2000 10 W::Cold()\n")] {
+            std::fs::create_dir_all(artifacts.join(rel).parent().unwrap()).unwrap();
+            std::fs::write(artifacts.join(rel), text).unwrap();
+        }
+        let mut coll = Collection::new("perf-cpu");
+        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1, weight: 1, frames: vec![], kind: None });
+        let input = TraceZipInput { name: "run", perf: Some(&coll), run: &[], lttng_dir: None, runtime_files: runtime_files(&artifacts) };
+        let path = write(&input, dir.path()).unwrap().unwrap();
+        let zip = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let mut names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["run.trace/perf-7.map", "run.trace/perf.data.txt", "run.trace/run-2/perf-7.map"]);
+    }
+}

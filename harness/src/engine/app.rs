@@ -1,0 +1,413 @@
+//! One launch of the app with its collectors, in phases: [`launch`] (start it and wait until it
+//! is ready and warmed up), [`collect`] (start every collector, release the app, apply the load
+//! or let the measured window pass), [`stop`] (stop the collectors and the app, in the order the
+//! app's kind needs, then read the exit code and the truth) and [`decode`] (every collector's
+//! artifacts into the model).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use stacks::DecodeContext;
+
+use super::{RunOptions, RunState};
+use crate::collect::Collector;
+use crate::run::{AppLaunch, Target};
+use crate::scenario::{Protocol, Ready, Scenario, Stop};
+
+/// One launch: the app with `collectors`, from start to decoded collections in `state`.
+pub(super) fn run_app(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    built: &crate::workload::PreparedApp,
+    target: &mut dyn Target,
+    collectors: &mut [Box<dyn Collector>],
+    artifacts: &Path,
+    state: &mut RunState,
+) -> Result<()> {
+    let mut launched = launch(scenario, built, target, collectors, artifacts, state)?;
+    let collecting = collect(scenario, built, target, collectors, &mut launched, state)?;
+    stop(scenario, target, collectors, &mut launched, collecting, state)?;
+    decode(opts, target, collectors, &launched, state)?;
+    launched.app.keep_runtime_files(&launched.artifacts)?;
+    Ok(())
+}
+
+/// The app, started and ready to be measured.
+struct Launched {
+    app: crate::run::RunningApp,
+    artifacts: PathBuf,
+    truth_path: PathBuf,
+    go_path: PathBuf,
+    protocol: Protocol,
+    /// Where `[load]` goes: the scenario's, else the ready line's capture, else the app's own word.
+    url: Option<String>,
+    t_run: Instant,
+}
+
+/// Collectors recording and the app released into its measured phase (or the first failure).
+struct Collecting {
+    started: Vec<usize>,
+    start_error: Option<anyhow::Error>,
+    probe: Option<crate::run::load::LoadProbe>,
+    spinner: crate::host::progress::Step,
+}
+
+/// Starts the app with what its collectors need and waits until it is ready and warmed up.
+fn launch(
+    scenario: &Scenario,
+    built: &crate::workload::PreparedApp,
+    target: &mut dyn Target,
+    collectors: &[Box<dyn Collector>],
+    artifacts: &Path,
+    state: &mut RunState,
+) -> Result<Launched> {
+    let artifacts = artifacts.to_path_buf();
+    let truth_path = artifacts.join("truth.json");
+    let go_path = artifacts.join(".go");
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for c in collectors.iter() {
+        env.extend(c.app_env());
+    }
+    // The scenario's and this run's collectors' own `env` override what collectors ask for.
+    let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
+    env.extend(scenario.run_env(&names)?);
+    let protocol = scenario.protocol();
+    let mut args = Vec::new();
+    if protocol == Protocol::Tracelab {
+        args.extend(["--truth".to_string(), truth_path.display().to_string(), "--go-file".to_string(), go_path.display().to_string()]);
+    }
+    args.extend(scenario.args.iter().cloned());
+    let launch = AppLaunch { program: built.program.clone(), args, env: env.clone(), work_dir: artifacts.clone(), cwd: scenario.cwd.clone() };
+    state.commands.push(
+        [
+            crate::host::proc::quoted(env.iter().map(|(k, v)| format!("{k}={v}"))),
+            built.program.describe(),
+            crate::host::proc::quoted(&launch.args),
+        ]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(" "),
+    );
+
+    crate::host::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
+    let t_run = Instant::now();
+    let mut app = target.launch(&launch)?;
+    let awaited = match protocol {
+        Protocol::Tracelab => app.wait_for_line("TRACELAB READY", Duration::from_secs(90)).map(|_| None),
+        Protocol::None => {
+            let ready = scenario.ready.clone().unwrap_or_else(|| default_ready(scenario, built));
+            crate::host::progress::note("launch", &format!("waiting for {}", ready.describe()));
+            let timeout = Duration::from_secs(scenario.timeout_s.min(90));
+            crate::run::ready::await_ready(&mut app, &ready, timeout).and_then(|url| {
+                let warmup = scenario.warmup_s.unwrap_or(1.0);
+                crate::host::progress::note("launch", &format!("ready; warm-up {warmup} s before measuring"));
+                if crate::run::ready::run_for(&mut app, warmup) {
+                    Ok(url)
+                } else {
+                    app.drain_output();
+                    bail!("the app exited during its {warmup} s warm-up; its last lines:\n{}", app.last_lines(15))
+                }
+            })
+        }
+    };
+    state.load.insert("app.pid".into(), f64::from(app.target_pid));
+    let url = match awaited {
+        Ok(url) => url,
+        Err(e) => {
+            let code = target.wait_app(&mut app, Duration::from_secs(1));
+            let _ = std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"));
+            let e = match code {
+                Ok(code) => e.context(format!("the app ended with exit code {code}")),
+                Err(_) => e,
+            };
+            // The app never got to be measured: no answer of the pipeline was wrong.
+            return Err(if protocol == Protocol::None { crate::host::errors::Infrastructure::wrap(e) } else { e });
+        }
+    };
+    let url = scenario.load.as_ref().and_then(|l| l.url.clone()).or(url).or_else(|| {
+        app.transcript.iter().find_map(|l| l.strip_prefix("TRACELAB LISTENING ")).map(|u| u.trim().trim_end_matches('/').to_string())
+    });
+    Ok(Launched { app, artifacts, truth_path, go_path, protocol, url, t_run })
+}
+
+/// Starts every collector (each returns once it records), then releases the app into its
+/// measured phase and applies the load or lets the window pass.
+fn collect(
+    scenario: &Scenario,
+    built: &crate::workload::PreparedApp,
+    target: &mut dyn Target,
+    collectors: &mut [Box<dyn Collector>],
+    launched: &mut Launched,
+    state: &mut RunState,
+) -> Result<Collecting> {
+    let Launched { app, artifacts, go_path, protocol, url, .. } = launched;
+    let app = &mut *app;
+    let protocol = *protocol;
+    // Every collector must be recording before the app is released into its measured phase.
+    let mut started: Vec<usize> = Vec::new();
+    let mut start_error = None;
+    for (i, c) in collectors.iter_mut().enumerate() {
+        crate::host::progress::note("launch", &format!("starting collector `{}`", c.name()));
+        match c.start(target, app, artifacts) {
+            Ok(()) => started.push(i),
+            Err(e) => {
+                start_error = Some(e.context(format!("collector `{}` could not start", c.name())));
+                break;
+            }
+        }
+    }
+    let probe = start_error.is_none().then(|| crate::run::load::LoadProbe::start(app.host_pid));
+    // The collect step starts when the app is released, before any load: started after the load
+    // (as it once was) it showed 1.3 s for a ~10 s collection.
+    let mut spinner = None;
+    if start_error.is_none() {
+        if protocol == Protocol::Tracelab {
+            std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
+        }
+        let what = format!("app `{}`", built.name);
+        spinner = Some(match expected_collect_s(scenario) {
+            Some(s) => crate::host::progress::timed_step("collect", what, Duration::from_secs_f64(s)),
+            None => crate::host::progress::step("collect", what),
+        });
+        if let Some(load) = &scenario.load {
+            let applied = url
+                .as_deref()
+                .context("no URL for `[load]`: give `[load] url`, or a `ready.line` with a (?P<url>…) capture")
+                .and_then(|u| apply_load(load, u, protocol == Protocol::Tracelab, state));
+            if let Err(e) = applied {
+                start_error = Some(e);
+            }
+        } else if protocol == Protocol::None && scenario.stop != Some(Stop::Exit) {
+            crate::run::ready::run_for(app, scenario.seconds.unwrap_or(DEFAULT_WINDOW_S));
+        }
+    }
+    let spinner = spinner.unwrap_or_else(|| crate::host::progress::step("collect", format!("stopping `{}`", built.name)));
+    Ok(Collecting { started, start_error, probe, spinner })
+}
+
+/// Stops the collectors and the app (an app as it is after its collectors, unless it is awaited
+/// to exit by itself), then reads its exit code and its truth.
+fn stop(
+    scenario: &Scenario,
+    target: &mut dyn Target,
+    collectors: &mut [Box<dyn Collector>],
+    launched: &mut Launched,
+    collecting: Collecting,
+    state: &mut RunState,
+) -> Result<()> {
+    let Collecting { started, mut start_error, probe, spinner } = collecting;
+    let Launched { app, artifacts, truth_path, go_path, protocol, url, t_run } = launched;
+    let app = &mut *app;
+    let protocol = *protocol;
+    // An app as it is ends after its collectors (unless it is awaited to exit by itself): a
+    // user image is its container's pid 1, whose exit would end the tools beside it unflushed.
+    let stop = scenario.stop.clone().unwrap_or(Stop::Sigterm);
+    let stop_first = protocol == Protocol::None && stop != Stop::Exit;
+    if stop_first {
+        stop_collectors(collectors, &started, target, app, state, &mut start_error);
+    }
+    let exit = match protocol {
+        // Nothing will be measured: the app is not left waiting for a go signal that never comes
+        // (it once held the run 120 s after a collector failed to start).
+        _ if start_error.is_some() => target.wait_app(app, Duration::from_millis(300)),
+        Protocol::None if app.is_alive() => crate::run::ready::stop_app(app, &stop, url.as_deref()).and_then(|done| {
+            state.commands.push(done);
+            let limit = if stop == Stop::Exit { scenario.timeout_s } else { STOP_GRACE_S };
+            target.wait_app(app, Duration::from_secs(limit)).with_context(|| format!("after {}", describe_stop(&stop)))
+        }),
+        _ => target.wait_app(app, Duration::from_secs(scenario.timeout_s)),
+    };
+    match &exit {
+        Ok(0) if !scenario.expect_crash => spinner.done("finished"),
+        Ok(code) if scenario.expect_crash && *code == SIGABRT_EXIT => spinner.done("crashed, as expected (SIGABRT)"),
+        Ok(code) if stop_first => spinner.done(&format!("stopped (exit code {code})")),
+        _ => spinner.failed(),
+    }
+    for (k, v) in probe.map(|p| p.finish()).unwrap_or_default() {
+        let worst = state.load.entry(k).or_insert(v);
+        *worst = worst.max(v);
+    }
+    if !stop_first {
+        stop_collectors(collectors, &started, target, app, state, &mut start_error);
+    }
+    state.durations.insert("run".into(), t_run.elapsed().as_secs_f64());
+    std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"))?;
+    let _ = std::fs::remove_file(&go_path);
+    if let Some(e) = start_error {
+        return Err(e);
+    }
+    let code = exit?;
+    state.load.insert("app.exit_code".into(), code as f64);
+    // An app stopped by the signal it was asked to stop with ends with that signal's code.
+    let by_our_signal = stop_first && matches!((&stop, code), (Stop::Sigterm, 143 | -1) | (Stop::Sigint, 130 | -1));
+    if scenario.expect_crash {
+        if code != SIGABRT_EXIT {
+            bail!(
+                "the app was expected to die of an unhandled exception (SIGABRT, exit code {SIGABRT_EXIT}) but exited with code {code}; last lines:\n{}",
+                app.last_lines(15)
+            );
+        }
+    } else if code != 0 && !by_our_signal {
+        bail!("the app exited with code {code}; last lines:\n{}", app.last_lines(15));
+    }
+    state.truth = match protocol {
+        Protocol::Tracelab => {
+            let truth_text = std::fs::read_to_string(&truth_path)
+                .with_context(|| format!("the app wrote no {} (its output is in artifacts/app-output.txt)", truth_path.display()))?;
+            serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?
+        }
+        Protocol::None => match &scenario.truth {
+            Some(spec) => spec.read(scenario.cwd.as_deref().unwrap_or(&artifacts))?,
+            None => serde_json::Value::Null,
+        },
+    };
+    Ok(())
+}
+
+/// Every collector's artifacts into the model, with each collection's stack completeness.
+fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn Collector>], launched: &Launched, state: &mut RunState) -> Result<()> {
+    let Launched { app, artifacts, .. } = launched;
+    let t_decode = Instant::now();
+    // Container runs record paths as the container saw them; the target maps them to host files.
+    let target_ref: &dyn Target = &*target;
+    let map_fn = |p: &Path| target_ref.path_map(p);
+    let path_map: &dyn Fn(&Path) -> Option<PathBuf> = &map_fn;
+    let ctx = DecodeContext {
+        artifacts: &artifacts,
+        app_tmp_dir: &app.tmp_dir_host,
+        host_pid: app.host_pid,
+        target_pid: app.target_pid,
+        path_map,
+        symbol_dirs: &opts.symbol_dirs,
+    };
+    // The perf map the runtime wrote in this run (a perf collector copies it into the artifacts)
+    // lists every method the JIT compiled, sampled or not: the ground truth of JIT names.
+    let perf_map = artifacts.join(format!("perf-{}.map", app.target_pid));
+    let perf_map_names = if perf_map.is_file() {
+        let bytes = std::fs::read(&perf_map).with_context(|| format!("cannot read {}", perf_map.display()))?;
+        let table = stacks::parse_perf_map(&bytes, &perf_map)?;
+        table.names().map(|n| model::merge_code_version(n).to_string()).collect()
+    } else {
+        std::collections::BTreeSet::new()
+    };
+    for c in collectors.iter_mut() {
+        let decoding = crate::host::progress::step("decode", c.name());
+        let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
+        decoding.done(&format!("{} samples, {} events", collection.samples.len(), collection.events.len()));
+        if collection.method_names.is_empty() {
+            collection.method_names = perf_map_names.clone();
+        }
+        if !collection.samples.is_empty() {
+            let report = stacks::completeness_of_collection(&collection);
+            report.add_metrics_if_absent(&mut collection.metrics);
+            state.completeness.insert(collection.collector.clone(), serde_json::to_value(&report)?);
+        }
+        state.collections.push(collection);
+    }
+    state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// How a process the runtime aborted on an unhandled exception exits (128 + SIGABRT), as a
+/// shell reports it and as the host target reports a death by signal.
+const SIGABRT_EXIT: i32 = 134;
+
+/// Seconds a run of an app as it is measures when neither `seconds` nor `[load]` says.
+const DEFAULT_WINDOW_S: f64 = 5.0;
+
+/// Seconds an app gets to end after its stop signal or request.
+const STOP_GRACE_S: u64 = 30;
+
+fn describe_stop(stop: &Stop) -> String {
+    match stop {
+        Stop::Sigint => "SIGINT".into(),
+        Stop::Sigterm => "SIGTERM".into(),
+        Stop::Exit => "waiting for it to exit".into(),
+        Stop::Http(p) => format!("GET {p}"),
+    }
+}
+
+/// Readiness when the scenario names none: ASP.NET Core's own listening line for a web app (its
+/// runtimeconfig lists Microsoft.AspNetCore.App) or when load is asked for, else the runtime's
+/// diagnostics socket (any .NET app has one).
+fn default_ready(scenario: &Scenario, app: &crate::workload::PreparedApp) -> Ready {
+    let web = scenario.load.is_some()
+        || match &app.program {
+            crate::workload::Program::Dll(dll) => crate::scenario::is_aspnetcore(dll),
+            crate::workload::Program::Command(argv) => crate::scenario::is_aspnetcore(&Path::new(&argv[0]).with_extension("dll")),
+            crate::workload::Program::Image(_) => false,
+        };
+    if web { Ready::Line(crate::scenario::ASPNETCORE_READY_LINE.into()) } else { Ready::DiagnosticSocket }
+}
+
+/// Stops the started collectors (each writes its data); the first failure is kept.
+fn stop_collectors(
+    collectors: &mut [Box<dyn Collector>],
+    started: &[usize],
+    target: &mut dyn Target,
+    app: &crate::run::RunningApp,
+    state: &mut RunState,
+    first_error: &mut Option<anyhow::Error>,
+) {
+    for &i in started {
+        if let Err(e) = collectors[i].stop(target, app) {
+            // The tool crashed or hung around the app: infrastructure, unless the environment
+            // proves the collector cannot work here (a SKIP).
+            let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
+            let e = if crate::host::errors::unsupported_reason(&e).is_some() { e } else { crate::host::errors::Infrastructure::wrap(e) };
+            first_error.get_or_insert(e);
+        }
+        state.commands.extend(collectors[i].commands());
+    }
+}
+
+/// How long the measured phase should last: the load's seconds (the app is stopped after it),
+/// else the app's `--seconds`; None for workloads that run to a count.
+fn expected_collect_s(scenario: &Scenario) -> Option<f64> {
+    if let Some(load) = &scenario.load {
+        return Some(load.seconds);
+    }
+    if scenario.protocol() == Protocol::None {
+        return (scenario.stop != Some(Stop::Exit)).then(|| scenario.seconds.unwrap_or(DEFAULT_WINDOW_S));
+    }
+    let at = scenario.args.iter().position(|a| a == "--seconds")?;
+    scenario.args.get(at + 1)?.parse().ok()
+}
+
+/// Drives equal loopback load on each route of `url` for the stated time; a tracelab workload
+/// is then asked to end its measured phase (`GET /stop`).
+fn apply_load(load: &crate::scenario::LoadSpec, url: &str, tracelab_stop: bool, state: &mut RunState) -> Result<()> {
+    crate::host::progress::note("collect", &format!(
+        "load: {} connection(s) per route on {} for {} s",
+        load.connections_per_route,
+        load.routes.join(", "),
+        load.seconds
+    ));
+    let host_port = crate::run::load::loopback_host_port(url)?;
+    let routes = load.routes.iter().map(|r| r.parse()).collect::<Result<Vec<loadgen::Route>, _>>()?;
+    let mut config = loadgen::Config::new(&host_port, routes)?;
+    config.connections_per_route = load.connections_per_route as usize;
+    config.duration = Duration::from_secs_f64(load.seconds);
+    let report = loadgen::run(&config).context("the load generator failed")?;
+    state.commands.push(format!(
+        "loadgen {url} routes={} connections_per_route={} seconds={}",
+        load.routes.join(","),
+        load.connections_per_route,
+        load.seconds
+    ));
+    state.load_report = Some(serde_json::to_value(&report)?);
+    if !tracelab_stop {
+        return Ok(());
+    }
+    // Ends the app's measured phase now rather than at its --seconds.
+    let mut stop = loadgen::Config::new(&host_port, vec!["/stop".parse()?])?;
+    stop.max_requests_per_route = Some(1);
+    stop.duration = Duration::from_secs(5);
+    let _ = loadgen::run(&stop);
+    Ok(())
+}
+

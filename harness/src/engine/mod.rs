@@ -1,0 +1,316 @@
+//! Runs one scenario end to end: build → launch → collect → stop → decode → judge → report
+//! (shared/DESIGN.md §2). The engine only sequences stages; each stage lives in its own module.
+//! This file chooses the target and runs the attempts; `app` is one launch of the app with its
+//! collectors, in phases; `judging` turns the collections into checks and a verdict.
+
+mod app;
+mod judging;
+
+pub use judging::{last_gc_heap_stats, run_metrics};
+use judging::{data_quality, judge, slug};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use judge::Verdict;
+use crate::collect;
+use crate::collect::Collector;
+use model::Collection;
+use crate::report::{Manifest, ResultsDir};
+use crate::scenario::Scenario;
+use crate::run::{Target, TargetKind};
+
+/// How to run a scenario (command-line overrides of the scenario file).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub target: Option<TargetKind>,
+    pub image: Option<String>,
+    /// Where result folders go (default `<root>/results`).
+    pub results_root: Option<PathBuf>,
+    /// `--symbols DIR`: folders with separate debug files (`libcoreclr.so.dbg` …).
+    pub symbol_dirs: Vec<PathBuf>,
+}
+
+/// What a run ended as.
+pub struct RunOutcome {
+    pub verdict: Verdict,
+    pub reason: Option<String>,
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// The target a run uses and why: an explicit choice, else the scenario's, else `container`
+/// when a Docker daemon answers and `host` otherwise.
+pub(crate) fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(TargetKind, Option<String>)> {
+    if let Some(t) = opts.target {
+        return Ok((t, None));
+    }
+    if let Some(t) = scenario.target {
+        return Ok((t, None));
+    }
+    if let crate::scenario::WorkloadRef::Image { .. } = scenario.workload {
+        // The user's image has none of the tools: they run beside it.
+        return Ok((TargetKind::Sidecar, Some("an `image` workload: tools run in a sidecar beside it".into())));
+    }
+    if container_default_available() {
+        Ok((TargetKind::Container, None))
+    } else {
+        Ok((TargetKind::Host, Some("no Docker daemon answers: running on the host".into())))
+    }
+}
+
+/// Whether the container target can be the default here: a daemon answers.
+fn container_default_available() -> bool {
+    crate::host::environment::docker_version().is_some()
+}
+
+/// Builds the target a run uses. Container targets default to the least capability set the
+/// capability matrix measured to work for the scenario's collectors.
+fn make_target(
+    kind: TargetKind,
+    dotnet: &crate::host::dotnet::Dotnet,
+    scenario: &Scenario,
+    image: Option<&str>,
+) -> Result<Box<dyn Target>> {
+    match kind {
+        TargetKind::Host => Ok(Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()))),
+        TargetKind::Container | TargetKind::Sidecar => {
+            let kinds: Vec<_> = scenario.collectors.iter().map(|c| c.kind()).collect();
+            let caps = match &scenario.capabilities {
+                Some(c) => c.clone(),
+                None => crate::collect::caps::least_working_for_on(kind, &kinds).unwrap_or_default(),
+            };
+            let mut options = crate::run::container::ContainerOptions::new(image.unwrap_or("bullseye"), caps)?;
+            if scenario.load.is_some() {
+                // The only case for the host network: a loopback load generator on the host.
+                options.network = "host".into();
+            }
+            Ok(Box::new(crate::run::container::ContainerTarget::new(kind, options)?))
+        }
+    }
+}
+
+/// Runs `scenario` and writes its results folder. Errors are returned only when not even a
+/// results folder could be written; anything that goes wrong inside the run becomes a FAIL (a
+/// SKIP for an [`collect::Unsupported`] environment, an ERROR for a [`crate::host::errors::Infrastructure`]
+/// failure) with its reason.
+///
+/// A run whose data cannot decide it (inconclusive: lost events, a starved sampler, too few
+/// samples — a busy machine, not a wrong pipeline) collects again, as a whole new run, up to
+/// `[sufficiency] attempts` in all; the deciding run's manifest lists the earlier ones.
+pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
+    crate::host::owner::install();
+    let attempts = scenario.sufficiency.attempts.max(1);
+    let mut earlier: Vec<crate::report::EarlierAttempt> = Vec::new();
+    loop {
+        let outcome = run_attempt(scenario, opts, &earlier);
+        // An interrupted run ends with the signal's exit code, from the handler.
+        crate::host::owner::await_signal_exit();
+        let outcome = outcome?;
+        if outcome.verdict != Verdict::Inconclusive || earlier.len() + 1 >= attempts as usize {
+            return Ok(outcome);
+        }
+        let reason = outcome.reason.clone().unwrap_or_default();
+        crate::host::progress::note(
+            "report",
+            &format!("inconclusive ({reason}): collecting again, attempt {} of {attempts}", earlier.len() + 2),
+        );
+        earlier.push(crate::report::EarlierAttempt { run_id: outcome.manifest.run_id.clone(), reason });
+    }
+}
+
+fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report::EarlierAttempt]) -> Result<RunOutcome> {
+    let started = crate::report::utc_rfc3339();
+    let (target_kind, target_note) = choose_target(scenario, opts)?;
+    if let Some(note) = &target_note {
+        crate::host::progress::note("launch", note);
+    }
+    let image = opts.image.clone().or_else(|| scenario.image.clone());
+    let label = crate::host::environment::short_label(
+        target_kind.as_str(),
+        if target_kind == TargetKind::Host { None } else { Some(image.as_deref().unwrap_or("bullseye")) },
+    );
+    let run_id = format!("{}-{}-{}", crate::report::utc_stamp(), scenario.name, label);
+    let results_root = opts.results_root.clone().unwrap_or_else(|| crate::project_root().join("results"));
+    // What runs killed before this one left (SIGKILL cannot be caught): removed, and said.
+    let swept = crate::host::sweep::sweep_dead(&results_root, true)
+        .map(|s| s.lines())
+        .unwrap_or_else(|e| vec![format!("the start-up sweep failed: {e:#}")]);
+    for line in &swept {
+        crate::host::progress::note("launch", &format!("removed {line}"));
+    }
+    let dir = ResultsDir::create(&results_root, &run_id)?;
+
+    let mut state = RunState {
+        durations: BTreeMap::new(),
+        commands: Vec::new(),
+        collections: Vec::new(),
+        truth: serde_json::Value::Null,
+        truths: BTreeMap::new(),
+        environment: crate::host::environment::collect(),
+        completeness: BTreeMap::new(),
+        workload: None,
+        load_report: None,
+        load: BTreeMap::new(),
+    };
+    state.environment.target = target_kind.as_str().to_string();
+    state.environment.image =
+        if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
+
+    let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
+    // What the run's host processes left in /tmp (a diagnostics socket and debugger pipes when
+    // the app was stopped by a signal; the maps of a run that failed before decoding).
+    for left in crate::host::owner::release_ended_processes() {
+        crate::host::progress::note("report", &format!("could not remove {left}"));
+    }
+    crate::host::owner::remove_scratch_dir();
+    let report_step = crate::host::progress::step("report", "checks, stacks, flame graphs, summary");
+    let (verdict, reason, mut checks) = match outcome {
+        Ok(()) => judge(scenario, &state),
+        Err(e) => match crate::host::errors::unsupported_reason(&e) {
+            Some(why) => (Verdict::Skip, Some(why), Vec::new()),
+            None if crate::host::errors::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
+            None => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
+        },
+    };
+    let mut metrics = run_metrics(&state.collections);
+    for q in data_quality(scenario, &state.collections) {
+        q.metrics(&mut metrics);
+    }
+    metrics.extend(state.load.clone());
+    let share_err = checks.iter().filter_map(|c| c.values.get("error_pts")).cloned().fold(f64::NAN, f64::max);
+    if !share_err.is_nan() {
+        metrics.insert("share_error_pts_max".into(), share_err);
+    }
+    for c in &mut checks {
+        if let Some(col) = &c.collector {
+            for (k, v) in &c.values {
+                metrics.entry(format!("{col}.check.{}.{k}", slug(&c.name))).or_insert(*v);
+            }
+        }
+    }
+    let t_report = Instant::now();
+    let viewer_files = crate::report::write_stacks(&dir, scenario, &state.collections);
+    let findings = crate::report::diagnose(&state.collections);
+    let resolution = state
+        .collections
+        .iter()
+        .filter(|c| !c.samples.is_empty())
+        .map(|c| (c.collector.clone(), crate::report::resolution_json(c)))
+        .collect();
+    state.durations.insert("report".into(), t_report.elapsed().as_secs_f64());
+    let manifest = Manifest {
+        scenario: scenario.name.clone(),
+        verdict,
+        reason: reason.clone(),
+        checks,
+        metrics,
+        environment: state.environment.clone(),
+        commands: state.commands.clone(),
+        durations_s: state.durations.clone(),
+        default_tolerances: [
+            ("share_pts".to_string(), judge::SHARE_TOLERANCE_PTS),
+            ("share_min_samples".to_string(), judge::SHARE_MIN_SAMPLES as f64),
+            ("event_count".to_string(), judge::EVENT_COUNT_TOLERANCE as f64),
+        ]
+        .into(),
+        workload: state.workload.clone(),
+        collectors: scenario.collectors.iter().map(|c| c.name().to_string()).collect(),
+        started_utc: started,
+        run_id: run_id.clone(),
+        resolution,
+        completeness: state.completeness.clone(),
+        findings,
+        notes: scenario.notes.clone(),
+        share_tables: crate::report::share_tables(scenario, &state.collections, &state.truth, &state.truths),
+        load: state.load_report.clone(),
+        earlier_attempts: earlier.to_vec(),
+        swept_at_start: swept,
+        viewer_files,
+    };
+    let final_dir = dir.finish(&manifest)?;
+    let mut manifest = manifest;
+    // Another run may have taken the name: the folder's own name is the id.
+    manifest.run_id = final_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(run_id);
+    report_step.done(&format!("{} in {}", verdict.upper(), final_dir.display()));
+    Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
+}
+
+pub(crate) struct RunState {
+    durations: BTreeMap<String, f64>,
+    commands: Vec<String>,
+    collections: Vec<Collection>,
+    truth: serde_json::Value,
+    /// Collector name → the truth of the run it observed (scenarios with separate runs).
+    truths: BTreeMap<String, serde_json::Value>,
+    environment: crate::host::environment::Environment,
+    completeness: BTreeMap<String, serde_json::Value>,
+    workload: Option<String>,
+    load_report: Option<serde_json::Value>,
+    /// Machine load while the app ran (`load.*` metrics; the worst of several runs).
+    load: BTreeMap<String, f64>,
+}
+
+fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> Result<T>) -> Result<T> {
+    let t = Instant::now();
+    let r = f(state);
+    *state.durations.entry(name.to_string()).or_default() += t.elapsed().as_secs_f64();
+    r
+}
+
+fn execute(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    target_kind: TargetKind,
+    image: Option<&str>,
+    dir: &ResultsDir,
+    state: &mut RunState,
+) -> Result<()> {
+    // Build every collector first: a bad option fails before anything runs.
+    let mut collectors: Vec<Box<dyn Collector>> =
+        scenario.collectors.iter().map(collect::from_spec).collect::<Result<_>>()?;
+    let groups = scenario.run_groups();
+
+    crate::host::progress::note("build", &format!("workload for `{}`", scenario.name));
+    let dotnet = timed(state, "dotnet", |_| crate::host::dotnet::Dotnet::locate_or_install())?;
+    if state.environment.dotnet_runtimes.is_empty() {
+        state.environment.dotnet_runtimes = crate::host::environment::dotnet_runtimes(&dotnet.dotnet);
+    }
+    let built = timed(state, "build", |_| crate::workload::prepare(&scenario.workload))?;
+    state.workload = Some(built.name.clone());
+
+    for (i, group) in groups.iter().enumerate() {
+        let mut members: Vec<Box<dyn Collector>> = Vec::new();
+        let mut rest = Vec::new();
+        for c in collectors.drain(..) {
+            if group.iter().any(|g| g == c.name()) { members.push(c) } else { rest.push(c) }
+        }
+        collectors = rest;
+        let artifacts = if groups.len() > 1 { dir.artifacts().join(format!("run-{}", i + 1)) } else { dir.artifacts() };
+        std::fs::create_dir_all(&artifacts)?;
+        if groups.len() > 1 {
+            crate::host::progress::note("launch", &format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
+        }
+        let mut target: Box<dyn Target> =
+            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image))?;
+        state.environment.target_capabilities = target.capabilities();
+        let first_collection = state.collections.len();
+        let result = app::run_app(scenario, opts, &built, target.as_mut(), &mut members, &artifacts, state);
+        let cleanup = target.cleanup();
+        result?;
+        cleanup.context("cleaning up the target")?;
+        for c in &state.collections[first_collection..] {
+            state.truths.insert(c.collector.clone(), state.truth.clone());
+        }
+    }
+    // With separate runs, the manifest-level truth is the first run's.
+    if let Some(first) = groups.first().and_then(|g| g.first()).and_then(|c| state.truths.get(c)) {
+        state.truth = first.clone();
+    }
+    Ok(())
+}
+
+

@@ -1,0 +1,52 @@
+//! What the manifest says about the data beyond the verdict: resolution per DSO class, and
+//! diagnoses of known pitfalls found in the data itself (stripped runtime code, W^X's unnamed
+//! JIT alias).
+
+use model::{Collection, DsoClass};
+
+pub(crate) fn resolution_json(c: &Collection) -> serde_json::Value {
+    let leaf = judge::resolution(c, true);
+    let all = judge::resolution(c, false);
+    let mut classes = serde_json::Map::new();
+    for class in DsoClass::ALL {
+        let (lt, ln) = leaf.get(&class).copied().unwrap_or_default();
+        let (at, an) = all.get(&class).copied().unwrap_or_default();
+        classes.insert(
+            class.as_str().into(),
+            serde_json::json!({
+                "leaf_total": lt, "leaf_named": ln,
+                "leaf_ratio": if lt > 0 { Some(ln as f64 / lt as f64) } else { None },
+                "all_total": at, "all_named": an,
+                "all_ratio": if at > 0 { Some(an as f64 / at as f64) } else { None },
+            }),
+        );
+    }
+    serde_json::json!({ "classes": classes })
+}
+
+/// Diagnoses of known pitfalls, from the data itself.
+pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in collections {
+        out.extend(model::unnamed_dso_hints(c));
+        let leaves = c.samples.iter().filter_map(|s| s.frames.first());
+        let (mut total, mut doublemapped) = (0u64, 0u64);
+        for f in leaves {
+            total += 1;
+            if f.name.is_none() && f.dso.as_deref().is_some_and(|d| d.contains("doublemapper")) {
+                doublemapped += 1;
+            }
+        }
+        if total > 0 && doublemapped * 5 >= total {
+            out.push(format!(
+                "`{}`: {doublemapped} of {total} leaf frames ({:.1} %) are unnamed JIT code in `/memfd:doublemapper`: \
+                 W^X is on, so JIT code runs from a memfd alias the perf map does not describe. \
+                 Set DOTNET_EnableWriteXorExecute=0 for named JIT frames.",
+                c.collector,
+                doublemapped as f64 / total as f64 * 100.0
+            ));
+        }
+    }
+    out
+}
+
