@@ -1,6 +1,6 @@
 //! The .NET apps the benches and tests build from source: the fixture app with a known CPU split
 //! (../shared/fixtures/FixtureApp) and the apps written without any tracelab code
-//! (`lab/tests/apps`), each built from a copy so nothing is written into the checkout.
+//! (`corpus`), each built from a copy so nothing is written into the checkout.
 
 /// The fixture app (../shared/fixtures/FixtureApp), built for tests and benchmarks that need a
 /// real .NET process with a known CPU split.
@@ -44,7 +44,7 @@ pub mod fixture_app {
     }
 }
 
-/// The apps of `lab/tests/apps` (written without any tracelab code), built as their user
+/// The apps of `corpus` (written without any tracelab code), built as their user
 /// would build them, from a copy: nothing is written into the checkout.
 pub mod user_app {
     use std::path::{Path, PathBuf};
@@ -53,12 +53,12 @@ pub mod user_app {
 
     use harness::host::dotnet::Dotnet;
 
-    /// Builds `lab/tests/apps/<name>` from a copy in `dir/src` into `dir/bin`; the dll.
+    /// Builds `corpus/<name>` from a copy in `dir/src` into `dir/bin`; the dll.
     pub fn build(name: &str, dir: &Path) -> Result<PathBuf> {
         let dotnet = Dotnet::locate_or_install()?;
         let src = dir.join("src");
         std::fs::create_dir_all(&src)?;
-        let from = harness::project_root().join("lab/tests/apps").join(name);
+        let from = harness::project_root().join("corpus").join(name);
         for entry in std::fs::read_dir(&from).with_context(|| format!("cannot list {}", from.display()))?.flatten() {
             std::fs::copy(entry.path(), src.join(entry.file_name()))?;
         }

@@ -219,6 +219,25 @@ pub fn generate(axes: &Axes) -> String {
          \x20         path: target/tmp/interrupt-*.md\n\
          \x20         if-no-files-found: warn\n"
     );
+    // The corpus (lab/tests/it/corpus.rs): every app written without tracelab code on every
+    // target, each cell held to the verdict's promise; CI runs a slice. The table is the artifact.
+    let _ = write!(
+        y,
+        "  corpus:\n\
+         \x20   name: corpus · every app on every target\n\
+         \x20   runs-on: ubuntu-24.04\n\
+         \x20   timeout-minutes: 60\n\
+         {steps_prelude}\
+         \x20     - name: run\n\
+         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=corpus::corpus_every_app_on_every_target)'\n\
+         \x20     - name: upload the corpus table\n\
+         \x20       if: always()\n\
+         \x20       uses: actions/upload-artifact@v4\n\
+         \x20       with:\n\
+         \x20         name: corpus\n\
+         \x20         path: target/tmp/corpus.md\n\
+         \x20         if-no-files-found: warn\n"
+    );
     let _ = write!(
         y,
         "  report:\n\
@@ -355,8 +374,9 @@ mod tests {
         let uploads = y.matches("name: results-").count()
             + y.matches("name: soak-").count()
             + y.matches("name: fuzz-").count()
-            + y.matches("name: interrupt-").count();
-        assert_eq!(jobs, 8);
+            + y.matches("name: interrupt-").count()
+            + y.matches("name: corpus\n").count();
+        assert_eq!(jobs, 9);
         assert_eq!(jobs, uploads, "{y}");
     }
 

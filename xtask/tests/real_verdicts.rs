@@ -172,3 +172,73 @@ fn init_then_scenario_passes_on_an_app_as_it_is_and_leaves_nothing_behind() {
     let left: Vec<&String> = tmp.iter().filter(|n| n.contains(&format!("-{pid}.")) || n.contains(&format!("-{pid}-"))).collect();
     assert!(left.is_empty(), "the finished run left {left:?} in /tmp");
 }
+
+/// Five runs started together — three in containers and one on the host under perf, one in a
+/// container under EventPipe — beside a user's own `perf record -a`, which holds perf's
+/// locked-memory budget of uid 0: none ends FAIL or ERROR because of the others (each records:
+/// the perf containers hold CAP_IPC_LOCK, from the capability table); each PASSes, or is
+/// INCONCLUSIVE with a starvation reason that names the concurrent load.
+#[test]
+fn runs_started_together_beside_a_users_perf_all_decide() {
+    let test = "real_verdicts::runs_started_together_beside_a_users_perf_all_decide";
+    let perf = || detect_perf_binary().map(|_| ()).ok_or_else(|| "no `perf` (or `perf_X.Y`) on PATH".to_string());
+    let docker = harness::host::docker::Docker::available;
+    if !prerequisites(test, &[&require_root, &perf, &docker]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The user's own system-wide recording, with ring buffers past the whole budget.
+    let mut user_perf = Command::new(detect_perf_binary().unwrap())
+        .args(["record", "-a", "-e", "cpu-clock", "-F", "49", "-m", "256", "-o"])
+        .arg(dir.path().join("user.data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let runs = [
+        ("cpu-bound", "container"),
+        ("cpu-bound", "container"),
+        ("cpu-bound", "container"),
+        ("cpu-bound", "host"),
+        ("cpu-bound-eventpipe", "container"),
+    ];
+    let children: Vec<(String, std::path::PathBuf, std::process::Child)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (scenario, target))| {
+            let results = dir.path().join(format!("results-{i}"));
+            let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+                .args(["scenario", scenario, "--target", target, "--no-setup", "--results"])
+                .arg(&results)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (format!("{scenario} on {target} (run {i})"), results, child)
+        })
+        .collect();
+    let mut broken = Vec::new();
+    for (what, results, child) in children {
+        let out = child.wait_with_output().unwrap();
+        let manifest: Option<serde_json::Value> =
+            std::fs::read_to_string(results.join("latest/manifest.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let reason = manifest.as_ref().and_then(|m| m["reason"].as_str().map(String::from)).unwrap_or_default();
+        let ok = match out.status.code() {
+            Some(0) => true,
+            // Inconclusive only for the load of the other runs, named.
+            Some(3) => reason.contains("other processes kept"),
+            _ => false,
+        };
+        if !ok {
+            broken.push(format!(
+                "{what}: exit {:?}, reason: {reason}\nstderr tail: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).lines().rev().take(8).collect::<Vec<_>>().join(" | ")
+            ));
+        }
+    }
+    let _ = harness::host::proc::signal(user_perf.id(), 2);
+    let _ = user_perf.wait();
+    assert!(broken.is_empty(), "runs started together broke each other:\n{}", broken.join("\n\n"));
+}

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::sufficiency::floor;
 use super::{Check, Evidence, Judge, NameMatch, RankedMethod, ShareMode, known_method_keys, rank_methods};
 use model::Collection;
 
@@ -59,7 +60,14 @@ pub struct AgreeFramesCheck {
     /// samples blocked threads too, which on-CPU perf never sees).
     #[serde(default)]
     pub sample_kinds: BTreeMap<String, String>,
+    /// Fewer counted samples than this, in either collector, decide nothing (inconclusive);
+    /// default [`AGREE_FRAMES_MIN_SAMPLES`]: a top list of a handful of samples is noise.
+    #[serde(default)]
+    pub min_samples: Option<u64>,
 }
+
+/// The default floor of samples counted per collector.
+pub const AGREE_FRAMES_MIN_SAMPLES: u64 = 100;
 
 impl Judge for AgreeFramesCheck {
     fn default_name(&self) -> String {
@@ -86,7 +94,7 @@ impl Judge for AgreeFramesCheck {
     }
 
     fn judge(&self, name: String, _collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let AgreeFramesCheck { collectors, assembly, mode, names, top, min_common, min_r2r, sample_kinds } = self;
+        let AgreeFramesCheck { collectors, assembly, mode, names, top, min_common, min_r2r, sample_kinds, min_samples } = self;
         let re = Regex::new(assembly).map_err(|e| e.to_string())?;
         let [a, b] = collectors.as_slice() else {
             return Err(format!("agree_frames compares exactly two collectors, got {collectors:?}"));
@@ -163,7 +171,8 @@ impl Judge for AgreeFramesCheck {
                 check.details.push(format!("  {:>2}. {:>6}  {}{marks}", i + 1, m.weight, m.key));
             }
         }
-        Ok(check)
+        let floor_n = min_samples.unwrap_or(AGREE_FRAMES_MIN_SAMPLES);
+        Ok(floor(check, na.min(nb), floor_n, "samples counted in the fewer collector"))
     }
 }
 
@@ -190,6 +199,7 @@ mod tests {
             min_common,
             min_r2r,
             sample_kinds: [("b".to_string(), "managed".to_string())].into(),
+            min_samples: Some(1),
         }
     }
 
@@ -224,6 +234,11 @@ mod tests {
         // Fewer in common than asked: FAIL, naming what differs.
         let check = judge_agree(&agree(3, None, NameMatch::Exact), a.clone(), b.clone());
         assert_eq!(check.verdict, Verdict::Fail);
+        // … unless the lists rest on too few samples (34 counted in each: below the default
+        // floor of 100), which decide nothing either way.
+        let thin = judge_agree(&AgreeFramesCheck { min_samples: None, ..agree(3, None, NameMatch::Exact) }, a.clone(), b.clone());
+        assert_eq!(thin.verdict, Verdict::Inconclusive, "{thin:?}");
+        assert!(thin.reason.as_deref().unwrap().starts_with("34 samples counted in the fewer collector, below the floor of 100"), "{thin:?}");
         assert!(check.measured.contains("only a: `") && check.measured.contains("Three"), "{}", check.measured);
         // Too few precompiled methods in a's top list.
         let check = judge_agree(&agree(2, Some(4), NameMatch::Exact), a.clone(), b.clone());
@@ -238,9 +253,9 @@ mod tests {
         let mut b_map = b.clone();
         b_map.method_names.insert("void [System.Private.CoreLib] System.Demo::Five(int)".into());
         assert_eq!(judge_agree(&agree(1, None, NameMatch::Exact), misspelt, b_map).verdict, Verdict::Pass);
-        // Never on zero samples.
+        // Never a PASS on zero samples, nor a FAIL: no data decides nothing.
         let check = judge_agree(&agree(0, None, NameMatch::Exact), a, Collection::new("b"));
-        assert_eq!(check.verdict, Verdict::Fail);
+        assert_eq!(check.verdict, Verdict::Inconclusive);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::percent;
-use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, ShareMode, share};
+use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, ShareMode, Starvation, share};
 
 fn ten() -> f64 {
     10.0
@@ -54,6 +54,10 @@ impl Judge for AgreeShareCheck {
 
     fn sampled(&self) -> bool {
         true
+    }
+
+    fn starvation(&self) -> Starvation {
+        Starvation::BetweenCollectors
     }
 
     fn judge(&self, name: String, _collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {

@@ -43,10 +43,10 @@ pub use resolved::ResolvedCheck;
 pub use share::{ShareAtLeastCheck, ShareCheck};
 pub use stack_count::StackCountCheck;
 pub use waker::WakerCheck;
-pub use sufficiency::{DataQuality, Sufficiency, ThreadRate, apply as apply_sufficiency};
+pub use sufficiency::{DataQuality, MachineLoad, Starvation, Sufficiency, ThreadRate, TruthClock, apply as apply_sufficiency, inconclusive};
 pub use units::{duration_ns, hertz, percent, weight};
 
-use model::{Collection, DsoClass, Frame, MethodName, Sample, frame_assembly, merge_code_version};
+use model::{Collection, DsoClass, Frame, MethodName, Sample, Sampling, frame_assembly, merge_code_version};
 
 /// Default tolerances (shared/DESIGN.md §4).
 pub const SHARE_TOLERANCE_PTS: f64 = 5.0;
@@ -106,13 +106,12 @@ pub trait Judge {
         false
     }
 
-    /// Whether the check holds sample shares against a truth the app measured in wall-clock
-    /// time, so that a thread starved of CPU in one phase (fewer samples per second than asked)
-    /// skews it. Only such checks take the sampling-rate rule: a web app's pool threads are on
-    /// CPU part of the time by design, and a share bound (`share_at_least`) or a frame check does
-    /// not compare with wall-clock phases.
-    fn against_wall_clock_truth(&self) -> bool {
-        false
+    /// Which starvation biases what the check compares ([`sufficiency`]): shares held against a
+    /// truth measured on a clock, or two collectors' shares compared. A share bound
+    /// (`share_at_least`) or a frame check is not biased: a web app's pool threads are on CPU
+    /// part of the time by design.
+    fn starvation(&self) -> Starvation {
+        Starvation::Unbiased
     }
 
     /// The check, or why it could not be judged (missing data or truth).
@@ -283,7 +282,45 @@ fn attribute(sample: &Sample, among: &[Regex], mode: ShareMode) -> Option<usize>
     })
 }
 
-/// Weighted share of `method` among `among`; returns (share, denominator samples, denominator weight).
+/// A wall-clock sampler's gap of more than this many ticks is a pause (of the sampler, or the
+/// thread was not yet there): the sample after it counts for one median tick.
+const MAX_TICKS_PER_SAMPLE: u64 = 10;
+
+/// What each sample of `c` stands for in a share, in sample order. Its own weight, except for a
+/// wall-clock sampler ([`Sampling::WallClock`]: EventPipe's SampleProfiler), whose tick rate
+/// follows the machine's load — a phase sampled at 500 Hz beside one at 800 Hz would count for
+/// less than its time — so there a sample stands for the nanoseconds since its thread's
+/// previous sample (its first, and one after a pause, for the median tick).
+pub fn sample_weights(c: &Collection) -> Vec<u64> {
+    if c.sampling != Sampling::WallClock {
+        return c.samples.iter().map(|s| s.weight).collect();
+    }
+    let mut order: Vec<usize> = (0..c.samples.len()).collect();
+    order.sort_by_key(|&i| (c.samples[i].tid, c.samples[i].time_ns));
+    let mut ticks: Vec<u64> = order
+        .windows(2)
+        .filter(|w| c.samples[w[0]].tid == c.samples[w[1]].tid)
+        .map(|w| c.samples[w[1]].time_ns - c.samples[w[0]].time_ns)
+        .filter(|&d| d > 0)
+        .collect();
+    if ticks.is_empty() {
+        return c.samples.iter().map(|s| s.weight).collect();
+    }
+    let mid = ticks.len() / 2;
+    let median = *ticks.select_nth_unstable(mid).1;
+    let mut weights = vec![median; c.samples.len()];
+    for w in order.windows(2) {
+        let (a, b) = (&c.samples[w[0]], &c.samples[w[1]]);
+        if a.tid == b.tid {
+            let gap = b.time_ns - a.time_ns;
+            weights[w[1]] = if gap > 0 && gap <= median * MAX_TICKS_PER_SAMPLE { gap } else { median };
+        }
+    }
+    weights
+}
+
+/// Weighted share of `method` among `among` ([`sample_weights`]); returns (share, denominator
+/// samples, denominator weight).
 pub fn share(
     collection: &Collection,
     method: &str,
@@ -299,17 +336,18 @@ pub fn share(
     });
     let target = target.ok_or_else(|| format!("`{method}` must be one of `among` {among:?}"))?;
     let (mut hit, mut all, mut samples) = (0u64, 0u64, 0u64);
-    for s in &collection.samples {
+    let weights = sample_weights(collection);
+    for (s, weight) in collection.samples.iter().zip(weights) {
         if let Some(kind) = sample_kind {
             if s.kind.as_deref() != Some(kind) {
                 continue;
             }
         }
         if let Some(i) = attribute(s, &among_re, mode) {
-            all += s.weight;
+            all += weight;
             samples += 1;
             if i == target {
-                hit += s.weight;
+                hit += weight;
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::sufficiency::floor;
 use super::{Check, Evidence, Judge, bounds_text, resolution, within, yes};
 use model::DsoClass;
 
@@ -22,7 +23,14 @@ pub struct ResolvedCheck {
     /// Only samples of this kind (a system call of `perf-syscalls`: `read`, `write` …).
     #[serde(default)]
     pub sample_kind: Option<String>,
+    /// Fewer frames of the class than this decide nothing (inconclusive); default
+    /// [`RESOLVED_MIN_FRAMES`].
+    #[serde(default)]
+    pub min_samples: Option<u64>,
 }
+
+/// The default floor of frames a ratio is judged on: one frame of two named is no evidence.
+pub const RESOLVED_MIN_FRAMES: u64 = 50;
 
 /// (total, named) frames of `class` (`managed` adds JIT and R2R).
 fn class_ratio(res: &std::collections::BTreeMap<DsoClass, (u64, u64)>, class: &str) -> Result<(u64, u64), String> {
@@ -42,7 +50,7 @@ impl Judge for ResolvedCheck {
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let ResolvedCheck { class, min, max, leaf_only, sample_kind } = self;
+        let ResolvedCheck { class, min, max, leaf_only, sample_kind, min_samples } = self;
         let mut c = ev.read(collector)?;
         let of_kind;
         if let Some(kind) = sample_kind {
@@ -54,9 +62,9 @@ impl Judge for ResolvedCheck {
         let res = resolution(c, *leaf_only);
         let (total, named) = class_ratio(&res, class)?;
         let ratio = if total > 0 { named as f64 / total as f64 } else { 0.0 };
-        // No frames of the class at all proves nothing: a ratio needs a denominator.
+        let floor_n = min_samples.unwrap_or(RESOLVED_MIN_FRAMES);
         let pass = total > 0 && within(ratio, *min, *max);
-        Ok(Check::new(
+        let check = Check::new(
             name,
             Some(&c.collector),
             pass,
@@ -69,7 +77,9 @@ impl Judge for ResolvedCheck {
             format!("{named} of {total} named ({:.1} %)", ratio * 100.0),
         )
         .value("ratio", ratio)
-        .value("frames", total as f64))
+        .value("frames", total as f64);
+        // Too few frames of the class (none at all, or one of two named) prove nothing.
+        Ok(floor(check, total, floor_n, &format!("{} frames of class `{class}`", if *leaf_only { "leaf" } else { "all" })))
     }
 }
 
@@ -87,14 +97,19 @@ mod tests {
         c.samples.push(sample(vec![frame("S::M()", DsoClass::R2r)]));
         c.samples.push(sample(vec![Frame { name: None, dso: None, class: DsoClass::Jit, addr: 1 }]));
         c.samples.push(sample(vec![Frame { name: None, dso: None, class: DsoClass::Kernel, addr: 2 }]));
-        let check = |class: &str, min| ResolvedCheck { class: class.into(), min, max: None, leaf_only: true, sample_kind: None };
+        let check = |class: &str, min| ResolvedCheck { class: class.into(), min, max: None, leaf_only: true, sample_kind: None, min_samples: Some(1) };
         let judged = evaluate_on(&check("managed", Some(0.6)), &[c.clone()], serde_json::json!({}));
         assert_eq!(judged.verdict, Verdict::Pass, "{judged:?}");
         assert_eq!((judged.name.as_str(), judged.measured.as_str()), ("resolved managed frames", "2 of 3 named (66.7 %)"));
         assert_eq!(judged.expected, "ratio ≥ 0.6 over > 0 leaf frames");
         assert_eq!(evaluate_on(&check("kernel", None), &[c.clone()], serde_json::json!({})).verdict, Verdict::Pass);
-        // No libc frame at all: nothing proven.
-        assert_eq!(evaluate_on(&check("libc", None), &[c.clone()], serde_json::json!({})).verdict, Verdict::Fail);
+        // No libc frame at all: nothing proven, nothing decided.
+        let none = evaluate_on(&check("libc", None), &[c.clone()], serde_json::json!({}));
+        assert_eq!(none.verdict, Verdict::Inconclusive, "{none:?}");
+        assert_eq!(none.reason.as_deref(), Some("0 leaf frames of class `libc`, below the floor of 1 (min_samples): too few to decide"));
+        // The default floor: 3 managed frames, 2 named, decide nothing.
+        let thin = evaluate_on(&ResolvedCheck { min_samples: None, ..check("managed", Some(0.9)) }, &[c.clone()], serde_json::json!({}));
+        assert_eq!(thin.verdict, Verdict::Inconclusive, "{thin:?}");
         let judged = evaluate_on(&check("elsewhere", None), &[c], serde_json::json!({}));
         assert_eq!((judged.verdict, judged.measured.as_str()), (Verdict::Fail, "unknown DSO class `elsewhere`"));
     }

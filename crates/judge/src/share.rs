@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::percent;
-use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, SHARE_TOLERANCE_PTS, ShareMode, share, truth_f64};
+use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, SHARE_TOLERANCE_PTS, ShareMode, Starvation, TruthClock, share, truth_f64};
 
 /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
 /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.
@@ -25,6 +25,11 @@ pub struct ShareCheck {
     pub tolerance_pts: Option<f64>,
     #[serde(default)]
     pub min_samples: Option<u64>,
+    /// The clock the app measured its truth on: `cpu` (its threads' CPU time) or `wall` (a
+    /// stopwatch, the default). A sampler on the same clock is unbiased by other load; across
+    /// clocks a starved run is inconclusive ([`super::sufficiency`]).
+    #[serde(default)]
+    pub truth_clock: Option<TruthClock>,
 }
 
 /// Share of `method` among `among` is at least `min` (fraction; "≈ only X" uses 0.9).
@@ -66,12 +71,12 @@ impl Judge for ShareCheck {
         true
     }
 
-    fn against_wall_clock_truth(&self) -> bool {
-        true
+    fn starvation(&self) -> Starvation {
+        Starvation::AgainstTruth(self.truth_clock.unwrap_or_default())
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let ShareCheck { method, among, truth, mode, sample_kind, tolerance_pts, min_samples } = self;
+        let ShareCheck { method, among, truth, mode, sample_kind, tolerance_pts, min_samples, .. } = self;
         let c = ev.read(collector)?;
         let truth_share = truth_f64(ev.truth_for(&c.collector), truth)?;
         let (measured, samples, _) = share(c, method, among, *mode, sample_kind.as_deref())?;
@@ -144,6 +149,7 @@ mod tests {
             sample_kind: None,
             tolerance_pts: None,
             min_samples: None,
+            truth_clock: None,
         };
         let check = evaluate_on(&exp, &[c.clone()], truth.clone());
         assert_eq!(check.verdict, Verdict::Inconclusive, "{check:?}");
@@ -176,5 +182,39 @@ mod tests {
         assert_eq!(evaluate_on(&exp(0.95), &[c], serde_json::json!({})).verdict, Verdict::Fail);
         assert!(exp(0.9).validate().is_ok());
         assert!(ShareAtLeastCheck { among: vec!["(".into()], ..exp(0.9) }.validate().is_err());
+    }
+
+    /// SampleProfiler's tick rate follows the machine's load: a phase in which it sampled at
+    /// 800 Hz and one at 500 Hz (the load changed halfway) count for their time, not their
+    /// samples. The app spent 3 s in Hot and 1 s in Cold (75 %).
+    #[test]
+    fn wall_clock_samples_count_for_the_time_since_their_threads_previous_one() {
+        let mut c = Collection::new("eventpipe");
+        c.sampling = model::Sampling::WallClock;
+        let mut t = 0u64;
+        let mut run = |c: &mut Collection, name: &str, seconds: f64, hz: f64| {
+            let n = (seconds * hz) as u64;
+            for _ in 0..n {
+                t += (1e9 / hz) as u64;
+                let mut s = sample(vec![frame(name, DsoClass::Jit)]);
+                s.time_ns = t;
+                c.samples.push(s);
+            }
+        };
+        // 1.5 s Hot at 800 Hz, then the load changes: 1.5 s Hot and 1 s Cold at 500 Hz.
+        run(&mut c, "W::Hot()", 1.5, 800.0);
+        run(&mut c, "W::Hot()", 1.5, 500.0);
+        run(&mut c, "W::Cold()", 1.0, 500.0);
+        let among = ["Hot".to_string(), "Cold".to_string()];
+        let (weighted, n, _) = crate::share(&c, "Hot", &among, ShareMode::Leaf, None).unwrap();
+        assert_eq!(n, 2450);
+        assert!((weighted - 0.75).abs() < 0.002, "time-weighted share {weighted}");
+        // Counted, the same samples say 79.6 %: the bias the weighting removes.
+        let counted = c.samples.iter().filter(|s| s.frames[0].name.as_deref() == Some("W::Hot()")).count() as f64 / n as f64;
+        assert!((counted - 0.796).abs() < 0.002, "{counted}");
+        // A CPU-time sampler's samples count one each.
+        c.sampling = model::Sampling::CpuTime;
+        let (plain, _, _) = crate::share(&c, "Hot", &among, ShareMode::Leaf, None).unwrap();
+        assert!((plain - counted).abs() < 1e-9);
     }
 }

@@ -1,10 +1,24 @@
 //! Whether a run had the data to decide. A check that lacks it is `inconclusive` with the reason,
 //! never a FAIL: a FAIL promises the pipeline gave a wrong answer with enough data to say so.
-//! Three rules (issue 15; a scenario overrides the bounds in `[sufficiency]`):
-//! fewer samples than a check's floor (each kind applies its own `min_samples`), lost events
-//! above `max_lost_ratio` of the recorded samples, and an effective sampling rate below
-//! `min_rate_ratio` of the asked frequency on the measured threads (a thread starved of CPU by
-//! other load gets fewer samples per second in one phase than another, which skews shares).
+//! The rules (a scenario overrides the bounds in `[sufficiency]`):
+//! - fewer samples than a check's floor (each kind applies its own `min_samples`);
+//! - lost events above `max_lost_ratio` of the recorded samples;
+//! - starvation, where it biases what a check compares. A sampler and a truth on the same clock
+//!   agree whatever the load: perf cpu-clock counts a thread's CPU time, so its shares of CPU-time
+//!   truth hold on a busy machine; SampleProfiler's samples, weighted by the time since the
+//!   thread's previous one ([`crate::sample_weights`]), estimate wall time. Across clocks they
+//!   part when other load takes the CPU unevenly across the app's phases, so:
+//!   - CPU-time samples against wall-clock truth: a measured thread sampled below
+//!     `min_rate_ratio` of the asked frequency while it was runnable, in either half of the time
+//!     it was, is starved. A gap between two of its samples longer than [`BLOCKED_GAP_PERIODS`]
+//!     sampling periods (and [`MIN_BLOCKED_GAP_NS`]) is the thread's own blocking — a sleep, a
+//!     join, a wait in native code — and does not count: a runnable thread that other load keeps
+//!     off the CPU waits one scheduler slice between runs (a few ms; ~25 ms on a crowded run
+//!     queue), far shorter.
+//!   - wall-clock samples against CPU-time truth, or two collectors on different clocks compared
+//!     with each other: other processes kept more than `1 - min_rate_ratio` of the CPUs busy
+//!     during the run.
+//!   The reason names the concurrent load the engine measured.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::units::{hertz, percent};
 use super::{Check, Verdict};
-use model::Collection;
+use model::{Collection, Sampling};
 
 /// The bounds a scenario may set (`[sufficiency]`).
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -50,18 +64,50 @@ impl Sufficiency {
 /// A thread takes part in the rate rule when it carries at least this share of the collection's
 /// samples: the workload's busy threads, not the runtime's occasional ones.
 const MEASURED_THREAD_SHARE: f64 = 0.10;
-/// A thread seen for less than this is too short to split into phases.
+/// A thread runnable for less than this is too short to split into phases.
 const MIN_THREAD_SPAN_S: f64 = 0.5;
+/// A gap of more than this many sampling periods between two samples of a thread is its own
+/// blocking, not starvation (see the module docs).
+pub const BLOCKED_GAP_PERIODS: f64 = 25.0;
+/// … and of at least this long.
+pub const MIN_BLOCKED_GAP_NS: u64 = 100_000_000;
 
-/// Sampling rate of one measured thread, over its whole span and in each half of it.
+/// Sampling rate of one measured thread while it was runnable, over all of that time and in each
+/// half of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ThreadRate {
     pub tid: u32,
     pub samples: u64,
+    /// From its first sample to its last.
     pub span_s: f64,
+    /// The part of the span the thread could be sampled (its own blocking left out).
+    pub runnable_s: f64,
     pub rate_hz: f64,
-    /// Samples per second in the first and the second half of the thread's span.
+    /// Samples per second of runnable time in the first and the second half of it.
     pub phase_hz: [f64; 2],
+}
+
+/// What else the machine ran while the app was measured, as the engine saw it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineLoad {
+    pub cores: f64,
+    /// Share of all CPUs other processes kept busy (0..1).
+    pub other_busy_share: f64,
+    /// The busiest other processes: name and share of all CPUs.
+    pub top: Vec<(String, f64)>,
+}
+
+impl MachineLoad {
+    /// "other processes kept 61.0 % of the 2 CPUs busy (stress-ng-cpu 48.0 %, perf 6.1 %)".
+    pub fn describe(&self) -> String {
+        let top = self.top.iter().map(|(n, s)| format!("{n} {}", percent(*s))).collect::<Vec<_>>().join(", ");
+        format!(
+            "other processes kept {} of the {} CPUs busy{}",
+            percent(self.other_busy_share),
+            self.cores,
+            if top.is_empty() { String::new() } else { format!(" ({top})") }
+        )
+    }
 }
 
 /// How complete one collector's data is.
@@ -72,7 +118,32 @@ pub struct DataQuality {
     pub lost: u64,
     /// The sampling frequency the collector asked for (timer samplers only).
     pub asked_hz: Option<f64>,
+    /// How the collector sampled.
+    pub sampling: Sampling,
     pub threads: Vec<ThreadRate>,
+    /// The machine's other load during the run, when the engine measured it.
+    pub load: Option<MachineLoad>,
+}
+
+/// Which starvation, if any, biases what a check compares (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Starvation {
+    /// The check reads no sample shares, or reads them on one clock.
+    Unbiased,
+    /// Shares held against a truth the app measured on this clock.
+    AgainstTruth(TruthClock),
+    /// Shares of two collectors compared with each other.
+    BetweenCollectors,
+}
+
+/// The clock a truth was measured on: the app's CPU time (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`,
+/// `getrusage`) or wall-clock time (a stopwatch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TruthClock {
+    Cpu,
+    #[default]
+    Wall,
 }
 
 impl DataQuality {
@@ -83,29 +154,55 @@ impl DataQuality {
             by_tid.entry(s.tid).or_default().push(s.time_ns);
         }
         let total = c.samples.len() as f64;
+        // Gaps longer than this are the thread's own blocking.
+        let blocked_gap_ns = asked_hz
+            .filter(|h| *h > 0.0)
+            .map_or(MIN_BLOCKED_GAP_NS, |hz| ((BLOCKED_GAP_PERIODS / hz * 1e9) as u64).max(MIN_BLOCKED_GAP_NS));
         let mut threads = Vec::new();
         for (tid, mut times) in by_tid {
             if (times.len() as f64) < total * MEASURED_THREAD_SHARE {
                 continue;
             }
             times.sort_unstable();
-            let (first, last) = (times[0], times[times.len() - 1]);
-            let span_s = (last - first) as f64 / 1e9;
-            if span_s < MIN_THREAD_SPAN_S {
+            let span_s = (times[times.len() - 1] - times[0]) as f64 / 1e9;
+            // The runnable stretches: consecutive samples no further apart than a blocking gap.
+            let gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+            let runnable_ns: u64 = gaps.iter().filter(|&&g| g <= blocked_gap_ns).sum();
+            let runnable_s = runnable_ns as f64 / 1e9;
+            if runnable_s < MIN_THREAD_SPAN_S {
                 continue;
             }
-            let mid = first + (last - first) / 2;
-            let first_half = times.iter().filter(|&&t| t < mid).count() as f64;
+            // Split the runnable time (not the span) in halves: the samples whose runnable time
+            // before them is under half, and the rest.
+            let mut before = 0u64;
+            let mut first_half = 1.0; // the first sample opens the first half
+            for &g in &gaps {
+                if g <= blocked_gap_ns {
+                    before += g;
+                }
+                if before * 2 < runnable_ns {
+                    first_half += 1.0;
+                }
+            }
             let second_half = times.len() as f64 - first_half;
             threads.push(ThreadRate {
                 tid,
                 samples: times.len() as u64,
                 span_s,
-                rate_hz: times.len() as f64 / span_s,
-                phase_hz: [first_half / (span_s / 2.0), second_half / (span_s / 2.0)],
+                runnable_s,
+                rate_hz: times.len() as f64 / runnable_s,
+                phase_hz: [first_half / (runnable_s / 2.0), second_half / (runnable_s / 2.0)],
             });
         }
-        DataQuality { collector: c.collector.clone(), samples: c.samples.len() as u64, lost: c.lost_events, asked_hz, threads }
+        DataQuality {
+            collector: c.collector.clone(),
+            samples: c.samples.len() as u64,
+            lost: c.lost_events,
+            asked_hz,
+            sampling: c.sampling,
+            threads,
+            load: None,
+        }
     }
 
     /// Lost events per recorded sample (infinite when everything was lost).
@@ -132,7 +229,7 @@ impl DataQuality {
     }
 
     /// Why this collector's samples cannot decide a check, or `None` when they can.
-    pub fn insufficient(&self, rules: &Sufficiency, rate_rule: bool) -> Option<String> {
+    pub fn insufficient(&self, rules: &Sufficiency, starvation: Starvation) -> Option<String> {
         let mut why = Vec::new();
         let lost = self.lost_ratio();
         if lost > rules.max_lost_ratio {
@@ -147,18 +244,42 @@ impl DataQuality {
                 percent(rules.max_lost_ratio)
             ));
         }
-        if let (true, Some(ratio), Some((tid, phase, hz)), Some(asked)) =
-            (rate_rule, self.min_rate_ratio(), self.slowest_phase(), self.asked_hz)
-            && ratio < rules.min_rate_ratio
-        {
-            why.push(format!(
-                "`{}` sampled thread {tid} at {} in phase {phase} of 2, {} of the asked {} (bound {})",
-                self.collector,
-                hertz(hz),
-                percent(ratio),
-                hertz(asked),
-                percent(rules.min_rate_ratio)
-            ));
+        let load = || self.load.as_ref().map(|l| format!("; {}", l.describe())).unwrap_or_default();
+        match (starvation, self.sampling) {
+            (Starvation::AgainstTruth(TruthClock::Wall), Sampling::CpuTime) => {
+                if let (Some(ratio), Some((tid, phase, hz)), Some(asked)) = (self.min_rate_ratio(), self.slowest_phase(), self.asked_hz)
+                    && ratio < rules.min_rate_ratio
+                {
+                    why.push(format!(
+                        "`{}` sampled thread {tid} at {} in phase {phase} of 2 of the time it was runnable, {} of the asked {} \
+                         (bound {}): other load kept it off the CPU, so its CPU time no longer tracks the wall-clock truth{}",
+                        self.collector,
+                        hertz(hz),
+                        percent(ratio),
+                        hertz(asked),
+                        percent(rules.min_rate_ratio),
+                        load()
+                    ));
+                }
+            }
+            (Starvation::AgainstTruth(TruthClock::Cpu), Sampling::WallClock) | (Starvation::BetweenCollectors, _) => {
+                if let Some(l) = &self.load
+                    && l.other_busy_share > 1.0 - rules.min_rate_ratio
+                {
+                    let against = if starvation == Starvation::BetweenCollectors {
+                        "collectors sampling CPU time and wall-clock time part"
+                    } else {
+                        "wall-clock samples no longer track the CPU-time truth"
+                    };
+                    why.push(format!(
+                        "`{}`: {} during the run (bound {}): {against} when other load takes the CPU",
+                        self.collector,
+                        l.describe(),
+                        percent(1.0 - rules.min_rate_ratio)
+                    ));
+                }
+            }
+            _ => {}
         }
         (!why.is_empty()).then(|| why.join("; "))
     }
@@ -175,6 +296,7 @@ impl DataQuality {
         }
         for t in &self.threads {
             m.insert(format!("{p}.thread.{}.rate_hz", t.tid), t.rate_hz);
+            m.insert(format!("{p}.thread.{}.runnable_s", t.tid), t.runnable_s);
             m.insert(format!("{p}.thread.{}.phase1_hz", t.tid), t.phase_hz[0]);
             m.insert(format!("{p}.thread.{}.phase2_hz", t.tid), t.phase_hz[1]);
         }
@@ -202,13 +324,19 @@ pub fn inconclusive(mut check: Check, reason: String) -> Check {
     check
 }
 
-/// Applies the collection-wide rules to a check that reads sample proportions; the rate rule
-/// only when `rate_rule` (the check compares with wall-clock truth).
-pub fn apply(check: Check, quality: Option<&DataQuality>, rules: &Sufficiency, rate_rule: bool) -> Check {
-    match quality.and_then(|q| q.insufficient(rules, rate_rule)) {
-        Some(why) => inconclusive(check, why),
-        None => check,
+/// Applies the collection-wide rules to a check that reads sample proportions: the qualities of
+/// the collectors it reads, and the starvation that biases what it compares.
+pub fn apply(check: Check, qualities: &[&DataQuality], rules: &Sufficiency, starvation: Starvation) -> Check {
+    let starvation = match starvation {
+        // Two collectors on one clock are not biased against each other.
+        Starvation::BetweenCollectors if qualities.iter().all(|q| q.sampling == qualities[0].sampling) => Starvation::Unbiased,
+        s => s,
+    };
+    let why: Vec<String> = qualities.iter().filter_map(|q| q.insufficient(rules, starvation)).collect();
+    if why.is_empty() {
+        return check;
     }
+    inconclusive(check, why.join("; "))
 }
 
 #[cfg(test)]
@@ -231,32 +359,82 @@ mod tests {
         Check::new("c".into(), Some("perf-cpu"), true, "x".into(), "y".into())
     }
 
+    fn cpu_clock(c: Collection) -> Collection {
+        Collection { sampling: Sampling::CpuTime, ..c }
+    }
+
+    const WALL_TRUTH: Starvation = Starvation::AgainstTruth(TruthClock::Wall);
+
     #[test]
     fn a_starved_phase_makes_sample_checks_inconclusive() {
-        // Thread 1 runs at the asked 1000 Hz; thread 2 gets 250 Hz in its second half.
+        // Thread 1 runs at the asked 1000 Hz; thread 2 gets 250 Hz in its second half (a sample
+        // every 4 ms: a thread other load keeps off the CPU, not one that blocks).
         let mut c = Collection::new("perf-cpu");
         spread(&mut c, 1, 4000, 0.0, 4.0);
         spread(&mut c, 2, 2000, 0.0, 2.0);
         spread(&mut c, 2, 500, 2.0, 4.0);
         spread(&mut c, 3, 5, 0.0, 4.0); // a runtime thread, not measured
-        let q = DataQuality::measure(&c, Some(1000.0));
+        let c = cpu_clock(c);
+        let mut q = DataQuality::measure(&c, Some(1000.0));
         assert_eq!(q.threads.iter().map(|t| t.tid).collect::<Vec<_>>(), vec![1, 2]);
         let (tid, phase, hz) = q.slowest_phase().unwrap();
         assert_eq!((tid, phase), (2, 2));
         assert!((hz - 250.0).abs() < 2.0, "{hz}");
+        q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.61, top: vec![("stress-ng-cpu".into(), 0.48)] });
         let rules = Sufficiency::default();
-        let judged = apply(passed(), Some(&q), &rules, true);
+        let judged = apply(passed(), &[&q], &rules, WALL_TRUTH);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         let reason = judged.reason.unwrap();
-        assert!(reason.starts_with("`perf-cpu` sampled thread 2 at 25") && reason.contains("Hz in phase 2 of 2") && reason.contains("of the asked 1000 Hz (bound 50.0 %)"), "{reason}");
+        assert!(reason.starts_with("`perf-cpu` sampled thread 2 at 25") && reason.contains("Hz in phase 2 of 2 of the time it was runnable"), "{reason}");
+        assert!(reason.contains("of the asked 1000 Hz (bound 50.0 %)"), "{reason}");
+        assert!(reason.ends_with("other processes kept 61.0 % of the 2 CPUs busy (stress-ng-cpu 48.0 %)"), "the reason names the load: {reason}");
         // A scenario that accepts a quarter of the rate decides.
         let lenient = Sufficiency { min_rate_ratio: 0.2, ..rules.clone() };
-        assert_eq!(apply(passed(), Some(&q), &lenient, true).verdict, Verdict::Pass);
-        // Without an asked frequency (off-CPU, EventPipe) the rate rule does not apply.
-        assert_eq!(apply(passed(), Some(&DataQuality::measure(&c, None)), &rules, true).verdict, Verdict::Pass);
-        // Nor to a check that does not compare with wall-clock truth (a share bound, a frame
-        // check): a web app's pool threads are on CPU part of the time by design.
-        assert_eq!(apply(passed(), Some(&q), &rules, false).verdict, Verdict::Pass);
+        assert_eq!(apply(passed(), &[&q], &lenient, WALL_TRUTH).verdict, Verdict::Pass);
+        // CPU-time samples against CPU-time truth are not biased by starvation: decided.
+        assert_eq!(apply(passed(), &[&q], &rules, Starvation::AgainstTruth(TruthClock::Cpu)).verdict, Verdict::Pass);
+        // Nor does a check that reads no shares against a truth take the rule.
+        assert_eq!(apply(passed(), &[&q], &rules, Starvation::Unbiased).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_thread_that_blocks_is_not_starved() {
+        // 2 s on CPU at the asked rate, 3 s asleep (or joining, or in a native wait), 1 s on
+        // CPU again: its rate while runnable is the asked one, whatever its span says.
+        let mut c = Collection::new("perf-cpu");
+        spread(&mut c, 1, 2000, 0.0, 2.0);
+        spread(&mut c, 1, 1000, 5.0, 6.0);
+        let c = cpu_clock(c);
+        let q = DataQuality::measure(&c, Some(1000.0));
+        let t = &q.threads[0];
+        assert!((t.span_s - 6.0).abs() < 0.01 && (t.runnable_s - 3.0).abs() < 0.01, "{t:?}");
+        assert!(t.phase_hz.iter().all(|hz| (hz - 1000.0).abs() < 5.0), "{t:?}");
+        assert_eq!(apply(passed(), &[&q], &Sufficiency::default(), WALL_TRUTH).verdict, Verdict::Pass);
+        // The old reading (samples over the span's halves: 333 Hz in the first) was starvation.
+        assert!((2000.0 / 3.0) < 1000.0 * 0.7);
+    }
+
+    #[test]
+    fn wall_clock_samples_against_cpu_truth_are_inconclusive_under_other_load() {
+        let mut c = Collection::new("eventpipe");
+        spread(&mut c, 1, 4000, 0.0, 4.0);
+        c.sampling = Sampling::WallClock;
+        let mut q = DataQuality::measure(&c, None);
+        let rules = Sufficiency::default();
+        let cpu_truth = Starvation::AgainstTruth(TruthClock::Cpu);
+        // An idle machine: decided.
+        q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.04, top: vec![] });
+        assert_eq!(apply(passed(), &[&q], &rules, cpu_truth).verdict, Verdict::Pass);
+        q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.7, top: vec![("perf".into(), 0.1)] });
+        let judged = apply(passed(), &[&q], &rules, cpu_truth);
+        assert_eq!(judged.verdict, Verdict::Inconclusive);
+        assert!(judged.reason.as_deref().unwrap().contains("other processes kept 70.0 % of the 2 CPUs busy (perf 10.0 %)"), "{judged:?}");
+        // Against wall-clock truth the same samples are not biased.
+        assert_eq!(apply(passed(), &[&q], &rules, WALL_TRUTH).verdict, Verdict::Pass);
+        // Two collectors on different clocks compared with each other are; on one clock not.
+        let perf = DataQuality { sampling: Sampling::CpuTime, ..q.clone() };
+        assert_eq!(apply(passed(), &[&perf, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Inconclusive);
+        assert_eq!(apply(passed(), &[&q, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Pass);
     }
 
     #[test]
@@ -267,9 +445,9 @@ mod tests {
         let rules = Sufficiency::default();
         let failed = Check::new("c".into(), Some("perf-offcpu"), false, "x".into(), "y".into());
         // 1.0 % lost is at the bound: still decided.
-        assert_eq!(apply(failed.clone(), Some(&DataQuality::measure(&c, None)), &rules, true).verdict, Verdict::Fail);
+        assert_eq!(apply(failed.clone(), &[&DataQuality::measure(&c, None)], &rules, Starvation::Unbiased).verdict, Verdict::Fail);
         c.lost_events = 307;
-        let judged = apply(failed, Some(&DataQuality::measure(&c, None)), &rules, true);
+        let judged = apply(failed, &[&DataQuality::measure(&c, None)], &rules, Starvation::Unbiased);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         let reason = judged.reason.unwrap();
         assert!(reason.starts_with("`perf-offcpu` lost 307 events against 1000 samples recorded (30.7 %, above the bound of 1.0 %;"), "{reason}");

@@ -196,6 +196,39 @@ pub struct Collection {
     /// last gave itself); viewers show them instead of bare ids.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub thread_names: BTreeMap<u32, String>,
+    /// How the samples were taken: what a share of them estimates.
+    #[serde(default, skip_serializing_if = "Sampling::is_other")]
+    pub sampling: Sampling,
+}
+
+/// How a collector took its samples, which decides what a share of them estimates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sampling {
+    /// One sample per period of a thread's own CPU time (perf `cpu-clock` on a process): sample
+    /// counts are CPU time, whatever else the machine runs.
+    CpuTime,
+    /// Every thread at each tick of a wall-clock timer (EventPipe's SampleProfiler, about 1 ms):
+    /// the tick rate follows the machine's load, so a sample stands for the time since its
+    /// thread's previous one, and shares weighted so estimate wall time.
+    WallClock,
+    /// Anything else: events with weights of their own (off-CPU intervals in ns, system calls).
+    #[default]
+    Other,
+}
+
+impl Sampling {
+    pub fn is_other(&self) -> bool {
+        *self == Sampling::Other
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sampling::CpuTime => "cpu_time",
+            Sampling::WallClock => "wall_clock",
+            Sampling::Other => "other",
+        }
+    }
 }
 
 impl Collection {

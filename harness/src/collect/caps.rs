@@ -23,6 +23,9 @@ pub const CAP_SETS: &[(&str, &[&str])] = &[
     ("SYS_PTRACE", &["SYS_PTRACE"]),
     ("PERFMON+SYS_PTRACE", &["PERFMON", "SYS_PTRACE"]),
     ("SYS_ADMIN", &["SYS_ADMIN"]),
+    // CAP_IPC_LOCK lifts perf's per-user locked-memory budget, which every perf session of uid 0
+    // shares (other runs' containers, a user's own `perf record -a`).
+    ("SYS_ADMIN+IPC_LOCK", &["SYS_ADMIN", "IPC_LOCK"]),
     ("SYS_ADMIN+SYS_PTRACE", &["SYS_ADMIN", "SYS_PTRACE"]),
     ("privileged", &["privileged"]),
 ];

@@ -201,6 +201,11 @@ impl Collector for DotnetTrace {
         if !self.rundown {
             argv.extend(["--rundown".into(), "false".into()]);
         }
+        if app.held_at_start {
+            // The engine resumes a held app once every collector records; dotnet-trace would
+            // resume it as soon as its own session started.
+            argv.push("--resume-runtime:false".into());
+        }
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .env("DOTNET_ROOT", &dotnet.root)

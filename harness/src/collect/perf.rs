@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
+use crate::host::errors::Unsupported;
 use model::Collection;
 use crate::run::{RunningApp, Target, ToolProcess};
 
@@ -164,7 +165,11 @@ impl PerfCpuCollector {
 /// Explains a failed perf start from its stderr: what is wrong and what to do.
 pub fn explain_perf_failure(stderr: &str) -> String {
     let mut advice = String::new();
-    if stderr.contains("perf_event_paranoid") || stderr.contains("Permission") || stderr.contains("EACCES") {
+    if stderr.contains("Permission error mapping pages") {
+        advice = "perf could not map its ring buffer: the locked-memory budget it shares with every perf session of \
+                  uid 0 is used up"
+            .into();
+    } else if stderr.contains("perf_event_paranoid") || stderr.contains("Permission") || stderr.contains("EACCES") {
         advice = "perf may not observe this process: run as root, or lower /proc/sys/kernel/perf_event_paranoid \
                   (`sysctl kernel.perf_event_paranoid=1`), or in a container grant CAP_SYS_ADMIN \
                   (CAP_PERFMON where the engine knows it)"
@@ -195,12 +200,37 @@ impl Collector for PerfCpuCollector {
         let perf = match &self.perf_binary {
             Some(p) => p.clone(),
             // Inside a container the engine's target knows its own tools; on the host we detect.
-            None if app.container_id.is_none() => detect_perf_binary()
-                .context("no `perf` (or `perf_X.Y`) on PATH: install linux-perf (Debian) / linux-tools")?
-                .display()
-                .to_string(),
+            None if app.container_id.is_none() => match detect_perf_binary() {
+                Some(p) => p.display().to_string(),
+                None => {
+                    return Err(Unsupported {
+                        reason: "no `perf` (or `perf_X.Y`) on PATH: install linux-perf (Debian) / linux-tools (`cargo xtask setup` does)".into(),
+                    }
+                    .into());
+                }
+            },
             None => "perf".to_string(),
         };
+        let name = self.name.clone();
+        super::perf_record::waiting_for_budget(&name, || self.start_once(target, app, artifacts, perf.clone()))
+    }
+
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
+        self.stop_recording(app)
+    }
+
+    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
+        self.decode_data(ctx)
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.commands.clone()
+    }
+}
+
+impl PerfCpuCollector {
+    /// One start of `perf record`, returning once its events are enabled.
+    fn start_once(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path, perf: String) -> Result<()> {
         std::fs::create_dir_all(artifacts).with_context(|| format!("cannot create {}", artifacts.display()))?;
         self.artifacts = Some(artifacts.to_path_buf());
         self.target_pid = app.target_pid;
@@ -279,7 +309,7 @@ impl Collector for PerfCpuCollector {
         Ok(())
     }
 
-    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
+    fn stop_recording(&mut self, app: &RunningApp) -> Result<()> {
         if let Some(mut tool) = self.tool.take() {
             // perf -p exits by itself once the process is gone; an app still running (stopped
             // after the collectors) needs no grace.
@@ -314,15 +344,11 @@ impl Collector for PerfCpuCollector {
         Ok(())
     }
 
-    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
+    fn decode_data(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = ctx.artifacts.join(format!("{}.data", self.name));
         let rec = PerfRecording::read_with(&path, SampleOrder::Time, |mmaps, os| stacks::prefetch_job(ctx, mmaps, os))?;
         let mut coll = decode_recording(&rec, ctx, &self.name, self.name_doublemapped)?;
         coll.metrics.insert("frequency_hz".into(), self.frequency as f64);
         Ok(coll)
-    }
-
-    fn commands(&self) -> Vec<String> {
-        self.commands.clone()
     }
 }

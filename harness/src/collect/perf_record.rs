@@ -101,6 +101,84 @@ pub(crate) fn start_limit() -> Duration {
     if std::env::var_os("TRACELAB_IN_GUEST").is_some() { Duration::from_secs(180) } else { Duration::from_secs(20) }
 }
 
+/// How long a perf collector waits for the locked-memory budget other perf sessions hold.
+const BUDGET_WAIT: Duration = Duration::from_secs(90);
+
+/// perf's words when the per-user locked-memory budget for its ring buffers is used up.
+fn budget_used_up(err: &anyhow::Error) -> bool {
+    let text = format!("{err:#}");
+    text.contains("Permission error mapping pages") || text.contains("perf_event_mlock_kb")
+}
+
+/// The perf processes of uid 0 running now (any container's, the host's, a user's own).
+fn root_perf_sessions() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let root = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|u| u.split_whitespace().nth(1)) == Some("0");
+            (comm.trim() == "perf" || comm.trim().starts_with("perf_")) && root
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Why perf could not map its buffer, in words a stranger can act on.
+fn budget_cause() -> String {
+    let kb = super::offcpu::perf_mlock_kb().map_or_else(|| "?".into(), |k| k.to_string());
+    let sessions = root_perf_sessions();
+    format!(
+        "perf's locked-memory budget for ring buffers (kernel.perf_event_mlock_kb = {kb} KiB per CPU, × {} CPUs) is shared by \
+         every perf session of uid 0 — on the host and in every container; {} running now (pids {:?}) — and is used up, and \
+         this perf lacks CAP_IPC_LOCK, which lifts the bound. Grant it (`capabilities = [\"SYS_ADMIN\", \"IPC_LOCK\"]`; \
+         the capability table's perf sets hold it), raise the budget (`sysctl -w kernel.perf_event_mlock_kb=8192`), or run \
+         when the other sessions have ended",
+        super::offcpu::online_cpus(),
+        sessions.len(),
+        sessions
+    )
+}
+
+/// Runs `attempt` (a perf start) again while perf finds its locked-memory budget used up by other
+/// sessions — the loser of several runs started together waits, then records — for at most
+/// [`BUDGET_WAIT`]; then an infrastructure error naming the cause and the fix.
+pub(crate) fn waiting_for_budget<T>(what: &str, attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    wait_for_budget(what, BUDGET_WAIT, Duration::from_secs(2), attempt)
+}
+
+fn wait_for_budget<T>(what: &str, wait: Duration, poll: Duration, mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let mut noted = false;
+    loop {
+        match attempt() {
+            Err(e) if budget_used_up(&e) && started.elapsed() < wait => {
+                if !noted {
+                    crate::host::progress::note(
+                        "launch",
+                        &format!(
+                            "{what}: perf's locked-memory budget is used up by {} other perf session(s) of uid 0; waiting up to {} s",
+                            root_perf_sessions().len(),
+                            wait.as_secs()
+                        ),
+                    );
+                    noted = true;
+                }
+                std::thread::sleep(poll);
+            }
+            Err(e) if budget_used_up(&e) => {
+                return Err(crate::host::errors::Infrastructure::wrap(
+                    e.context(format!("waited {} s: {}", started.elapsed().as_secs(), budget_cause())),
+                ));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// perf's control FIFOs (`--control fifo:CTL,ACK` with `-D -1`): perf opens its events disabled,
 /// synthesizes the app's mappings, and enables them when told, answering `ack` once the enabling
 /// ioctls are done. That answer is the moment recording surely runs: a header on disk and a
@@ -214,6 +292,10 @@ impl PerfRecord {
     /// target with its events disabled and returns once perf has acknowledged enabling them
     /// ([`PerfControl`]): from then on every event of the app is recorded.
     pub(crate) fn start(target: &mut dyn Target, app: &RunningApp, argv: Vec<String>, host_output: PathBuf, log: PathBuf) -> Result<PerfRecord> {
+        waiting_for_budget(&argv.join(" "), || Self::start_once(target, app, argv.clone(), host_output.clone(), log.clone()))
+    }
+
+    fn start_once(target: &mut dyn Target, app: &RunningApp, argv: Vec<String>, host_output: PathBuf, log: PathBuf) -> Result<PerfRecord> {
         let _ = std::fs::remove_file(&host_output);
         let mut control = PerfControl::beside(&host_output, app)?;
         let argv = with_control(argv, &control);
@@ -287,6 +369,36 @@ impl PerfRecord {
 mod tests {
     use super::*;
 
+    /// perf's own words when its ring buffer does not fit the budget (perf 6.1).
+    const MAPPING_ERROR: &str = "Permission error mapping pages.\nConsider increasing /proc/sys/kernel/perf_event_mlock_kb,\n\
+                                 or try again with a smaller value of -m/--mmap_pages.\n(current value: 4294967295,129)";
+
+    #[test]
+    fn a_used_up_budget_is_waited_for_then_named_as_infrastructure() {
+        // Freed after two tries: the third start records.
+        let mut tries = 0;
+        let started = wait_for_budget("perf-cpu", Duration::from_secs(5), Duration::from_millis(1), || {
+            tries += 1;
+            if tries < 3 { Err(anyhow::anyhow!("perf exited at start: {MAPPING_ERROR}")) } else { Ok(tries) }
+        });
+        assert_eq!(started.unwrap(), 3);
+        // Never freed: an infrastructure error naming the budget, who shares it and the fix.
+        let err = wait_for_budget("perf-cpu", Duration::from_millis(20), Duration::from_millis(5), || -> Result<()> {
+            Err(anyhow::anyhow!("perf exited at start: {MAPPING_ERROR}"))
+        })
+        .unwrap_err();
+        assert!(crate::host::errors::is_infrastructure(&err), "{err:#}");
+        let text = format!("{err:#}");
+        assert!(text.contains("locked-memory budget") && text.contains("every perf session of uid 0") && text.contains("IPC_LOCK"), "{text}");
+        // Any other failure is not waited for.
+        let mut tries = 0;
+        let other = wait_for_budget("perf-cpu", Duration::from_secs(5), Duration::from_millis(1), || -> Result<()> {
+            tries += 1;
+            Err(anyhow::anyhow!("perf exited at start: No permission to enable cpu-clock event."))
+        });
+        assert!(other.is_err() && tries == 1);
+    }
+
     #[test]
     fn control_options_go_right_after_record() {
         let argv: Vec<String> = ["perf", "record", "-k", "1", "-p", "7", "-o", "x.data"].iter().map(|s| s.to_string()).collect();
@@ -301,6 +413,7 @@ mod tests {
             output: std::sync::mpsc::channel().1,
             child: None,
             transcript: Vec::new(),
+            held_at_start: false,
         };
         let control = PerfControl::beside(&dir.path().join("x.data"), &app).unwrap();
         let ctl = dir.path().join(".x.data.ctl");

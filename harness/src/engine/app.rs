@@ -1,8 +1,17 @@
-//! One launch of the app with its collectors, in phases: [`launch`] (start it and wait until it
-//! is ready and warmed up), [`collect`] (start every collector, release the app, apply the load
-//! or let the measured window pass), [`stop`] (stop the collectors and the app, in the order the
-//! app's kind needs, then read the exit code and the truth) and [`decode`] (every collector's
+//! One launch of the app with its collectors, in phases: [`launch`] (start it), [`collect`]
+//! (start every collector, release the app, wait until it is ready and warmed up, then apply the
+//! load or let the measured window pass), [`stop`] (stop the collectors and the app, in the order
+//! the app's kind needs, then read the exit code and the truth) and [`decode`] (every collector's
 //! artifacts into the model).
+//!
+//! An app as it is (no tracelab protocol) starts held in the runtime — the diagnostics port's
+//! startup suspension, `DOTNET_DefaultDiagnosticPortSuspend=1` — and is resumed over its
+//! diagnostics socket once every collector records, so each collector sees it from its first
+//! managed code; the runtime stays held until every suspending port has resumed (an EventPipe
+//! startup session's own port too). Samples are then judged from ready + `warmup_s` to the stop
+//! ([`Window`]): start-up is recorded, not judged. Where the runtime cannot be held (diagnostics
+//! disabled, not a .NET process) collectors start after ready, and a collector that missed part
+//! of the window makes the checks reading it inconclusive with the seconds missed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +23,7 @@ use stacks::DecodeContext;
 
 use super::{RunOptions, RunState};
 use crate::collect::Collector;
+use crate::host::errors::{Infrastructure, Undecided};
 use crate::run::{AppLaunch, Target};
 use crate::scenario::{Protocol, Ready, Scenario, Stop};
 
@@ -35,16 +45,31 @@ pub(super) fn run_app(
     Ok(())
 }
 
-/// The app, started and ready to be measured.
+/// The app, started: held in the runtime until its collectors record, or already ready.
 struct Launched {
     app: crate::run::RunningApp,
     artifacts: PathBuf,
     truth_path: PathBuf,
     go_path: PathBuf,
     protocol: Protocol,
+    /// Held at start in the runtime, to be resumed over its diagnostics socket.
+    held: bool,
     /// Where `[load]` goes: the scenario's, else the ready line's capture, else the app's own word.
     url: Option<String>,
     t_run: Instant,
+}
+
+/// The variable that holds a .NET runtime at start until a tool resumes it over its default
+/// diagnostics port (the startup suspension dotnet-monitor and `dotnet-trace --resume-runtime` use).
+pub(crate) const SUSPEND_VAR: &str = "DOTNET_DefaultDiagnosticPortSuspend";
+
+/// How long a held app may take to open its diagnostics socket.
+const HELD_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether an app launched with `env` can be held at start: the runtime's diagnostics server is on.
+fn holdable(env: &BTreeMap<String, String>) -> bool {
+    let off = |k: &str| env.get(k).is_some_and(|v| v.trim() == "0");
+    !off("DOTNET_EnableDiagnostics") && !off("DOTNET_EnableDiagnostics_IPC") && !off("COMPlus_EnableDiagnostics")
 }
 
 /// Collectors recording and the app released into its measured phase (or the first failure).
@@ -75,6 +100,11 @@ fn launch(
     let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
     env.extend(scenario.run_env(&names)?);
     let protocol = scenario.protocol();
+    // An app as it is starts held, unless its diagnostics are off (nothing could resume it).
+    let held = protocol == Protocol::None && holdable(&env);
+    if held {
+        env.insert(SUSPEND_VAR.into(), "1".into());
+    }
     let mut args = Vec::new();
     if protocol == Protocol::Tracelab {
         args.extend(["--truth".to_string(), truth_path.display().to_string(), "--go-file".to_string(), go_path.display().to_string()]);
@@ -96,16 +126,54 @@ fn launch(
     crate::host::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
     let t_run = Instant::now();
     let mut app = target.launch(&launch)?;
+    app.held_at_start = held;
+    state.window = super::Window { launched_ns: crate::host::proc::monotonic_ns(), held, ..Default::default() };
+    state.load.insert("app.pid".into(), f64::from(app.target_pid));
+    if held {
+        // The runtime opens its diagnostics socket and waits there for its collectors.
+        crate::host::progress::note("launch", "held at start until every collector records (the runtime's startup suspension)");
+        if let Err(e) = crate::run::ready::await_ready(&mut app, &Ready::DiagnosticSocket, HELD_SOCKET_TIMEOUT) {
+            let code = target.wait_app(&mut app, Duration::from_secs(1));
+            let _ = std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"));
+            let e = match code {
+                Ok(code) => e.context(format!("the app ended with exit code {code}")),
+                Err(_) => e,
+            };
+            return Err(Infrastructure::wrap(e.context(format!(
+                "the app, started with {SUSPEND_VAR}=1, opened no diagnostics socket within {} s: is it a .NET app? \
+                 (set `env = {{ DOTNET_EnableDiagnostics = \"0\" }}` for a process tracelab cannot hold)",
+                HELD_SOCKET_TIMEOUT.as_secs()
+            ))));
+        }
+        return Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url: None, t_run });
+    }
+    let url = await_ready_and_warm_up(scenario, built, target, &mut app, &artifacts, protocol, state)?;
+    state.window.from_ns = Some(crate::host::proc::monotonic_ns());
+    Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url, t_run })
+}
+
+/// Waits until the app is ready (its line, port, diagnostics socket or delay; a tracelab workload's
+/// `TRACELAB READY`), lets an app as it is warm up, and returns the URL `[load]` goes to.
+fn await_ready_and_warm_up(
+    scenario: &Scenario,
+    built: &crate::workload::PreparedApp,
+    target: &mut dyn Target,
+    app: &mut crate::run::RunningApp,
+    artifacts: &Path,
+    protocol: Protocol,
+    state: &mut RunState,
+) -> Result<Option<String>> {
     let awaited = match protocol {
         Protocol::Tracelab => app.wait_for_line("TRACELAB READY", Duration::from_secs(90)).map(|_| None),
         Protocol::None => {
             let ready = scenario.ready.clone().unwrap_or_else(|| default_ready(scenario, built));
             crate::host::progress::note("launch", &format!("waiting for {}", ready.describe()));
             let timeout = Duration::from_secs(scenario.timeout_s.min(90));
-            crate::run::ready::await_ready(&mut app, &ready, timeout).and_then(|url| {
+            crate::run::ready::await_ready(app, &ready, timeout).and_then(|url| {
+                state.window.ready_ns = Some(crate::host::proc::monotonic_ns());
                 let warmup = scenario.warmup_s.unwrap_or(1.0);
                 crate::host::progress::note("launch", &format!("ready; warm-up {warmup} s before measuring"));
-                if crate::run::ready::run_for(&mut app, warmup) {
+                if crate::run::ready::run_for(app, warmup) {
                     Ok(url)
                 } else {
                     app.drain_output();
@@ -114,24 +182,22 @@ fn launch(
             })
         }
     };
-    state.load.insert("app.pid".into(), f64::from(app.target_pid));
     let url = match awaited {
         Ok(url) => url,
         Err(e) => {
-            let code = target.wait_app(&mut app, Duration::from_secs(1));
+            let code = target.wait_app(app, Duration::from_secs(1));
             let _ = std::fs::write(artifacts.join("app-output.txt"), app.transcript.join("\n"));
             let e = match code {
                 Ok(code) => e.context(format!("the app ended with exit code {code}")),
                 Err(_) => e,
             };
             // The app never got to be measured: no answer of the pipeline was wrong.
-            return Err(if protocol == Protocol::None { crate::host::errors::Infrastructure::wrap(e) } else { e });
+            return Err(if protocol == Protocol::None { Infrastructure::wrap(e) } else { e });
         }
     };
-    let url = scenario.load.as_ref().and_then(|l| l.url.clone()).or(url).or_else(|| {
+    Ok(scenario.load.as_ref().and_then(|l| l.url.clone()).or(url).or_else(|| {
         app.transcript.iter().find_map(|l| l.strip_prefix("TRACELAB LISTENING ")).map(|u| u.trim().trim_end_matches('/').to_string())
-    });
-    Ok(Launched { app, artifacts, truth_path, go_path, protocol, url, t_run })
+    }))
 }
 
 /// Starts every collector (each returns once it records), then releases the app into its
@@ -144,21 +210,41 @@ fn collect(
     launched: &mut Launched,
     state: &mut RunState,
 ) -> Result<Collecting> {
-    let Launched { app, artifacts, go_path, protocol, url, .. } = launched;
+    let Launched { app, artifacts, go_path, protocol, held, url, .. } = launched;
     let app = &mut *app;
-    let protocol = *protocol;
+    let (protocol, held) = (*protocol, *held);
     // Every collector must be recording before the app is released into its measured phase.
     let mut started: Vec<usize> = Vec::new();
     let mut start_error = None;
     for (i, c) in collectors.iter_mut().enumerate() {
         crate::host::progress::note("launch", &format!("starting collector `{}`", c.name()));
         match c.start(target, app, artifacts) {
-            Ok(()) => started.push(i),
+            Ok(()) => {
+                started.push(i);
+                state.window.collectors.entry(c.name().to_string()).or_default().0 = Some(crate::host::proc::monotonic_ns());
+            }
             Err(e) => {
-                start_error = Some(e.context(format!("collector `{}` could not start", c.name())));
+                // A collector that cannot start is no wrong answer of the pipeline: SKIP where
+                // the environment proves it cannot work here, else an infrastructure error.
+                let e = e.context(format!("collector `{}` could not start", c.name()));
+                start_error = Some(if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) });
                 break;
             }
         }
+    }
+    if held && start_error.is_none() {
+        // Every collector records: let the runtime go, then wait until the app is ready.
+        match crate::run::ready::resume_held(app) {
+            Ok(()) => {
+                state.commands.push(format!("ResumeRuntime over the diagnostics socket of pid {} ({SUSPEND_VAR}=1)", app.target_pid));
+                match await_ready_and_warm_up(scenario, built, target, app, artifacts, protocol, state) {
+                    Ok(u) => *url = u,
+                    Err(e) => start_error = Some(e),
+                }
+            }
+            Err(e) => start_error = Some(Infrastructure::wrap(e)),
+        }
+        state.window.from_ns = Some(crate::host::proc::monotonic_ns());
     }
     let probe = start_error.is_none().then(|| crate::run::load::LoadProbe::start(app.host_pid));
     // The collect step starts when the app is released, before any load: started after the load
@@ -167,12 +253,20 @@ fn collect(
     if start_error.is_none() {
         if protocol == Protocol::Tracelab {
             std::fs::write(&go_path, b"go").with_context(|| format!("cannot write {}", go_path.display()))?;
+            state.window.from_ns = Some(crate::host::proc::monotonic_ns());
         }
         let what = format!("app `{}`", built.name);
         spinner = Some(match expected_collect_s(scenario) {
             Some(s) => crate::host::progress::timed_step("collect", what, Duration::from_secs_f64(s)),
             None => crate::host::progress::step("collect", what),
         });
+        // An app that is not held measures what comes after its collectors: the load, or the
+        // window of `seconds` (an app awaited to exit by itself measures from ready + warm-up,
+        // which its collectors may have missed).
+        let measured_after_collectors = !held && protocol == Protocol::None && (scenario.load.is_some() || scenario.stop != Some(Stop::Exit));
+        if measured_after_collectors {
+            state.window.from_ns = Some(crate::host::proc::monotonic_ns());
+        }
         if let Some(load) = &scenario.load {
             let applied = url
                 .as_deref()
@@ -200,7 +294,7 @@ fn stop(
     state: &mut RunState,
 ) -> Result<()> {
     let Collecting { started, mut start_error, probe, spinner } = collecting;
-    let Launched { app, artifacts, truth_path, go_path, protocol, url, t_run } = launched;
+    let Launched { app, artifacts, truth_path, go_path, protocol, url, t_run, .. } = launched;
     let app = &mut *app;
     let protocol = *protocol;
     // An app as it is ends after its collectors (unless it is awaited to exit by itself): a
@@ -208,6 +302,7 @@ fn stop(
     let stop = scenario.stop.clone().unwrap_or(Stop::Sigterm);
     let stop_first = protocol == Protocol::None && stop != Stop::Exit;
     if stop_first {
+        state.window.to_ns = Some(crate::host::proc::monotonic_ns());
         stop_collectors(collectors, &started, target, app, state, &mut start_error);
     }
     let exit = match protocol {
@@ -221,13 +316,22 @@ fn stop(
         }),
         _ => target.wait_app(app, Duration::from_secs(scenario.timeout_s)),
     };
+    if !stop_first {
+        // The app ended (or was given up on): the window closes when it did.
+        state.window.to_ns = Some(crate::host::proc::monotonic_ns());
+    }
     match &exit {
         Ok(0) if !scenario.expect_crash => spinner.done("finished"),
         Ok(code) if scenario.expect_crash && *code == SIGABRT_EXIT => spinner.done("crashed, as expected (SIGABRT)"),
         Ok(code) if stop_first => spinner.done(&format!("stopped (exit code {code})")),
         _ => spinner.failed(),
     }
-    for (k, v) in probe.map(|p| p.finish()).unwrap_or_default() {
+    let (load, other) = probe.map(|p| p.finish()).unwrap_or_default();
+    // Of several launches, the busiest machine names the load.
+    if load.get("load.other_busy_share") >= state.load.get("load.other_busy_share") {
+        state.other_load = Some(other);
+    }
+    for (k, v) in load {
         let worst = state.load.entry(k).or_insert(v);
         *worst = worst.max(v);
     }
@@ -240,7 +344,18 @@ fn stop(
     if let Some(e) = start_error {
         return Err(e);
     }
-    let code = exit?;
+    let code = match exit {
+        // An app meant to end by itself that did not: nothing it measured can be trusted whole.
+        Err(e) if stop == Stop::Exit && crate::run::still_running(&e) => {
+            return Err(anyhow::Error::new(Undecided(format!(
+                "the app did not end by itself within {} s (`timeout_s`) and was stopped: set `stop = \"sigterm\"` and `seconds` \
+                 (the measured window) for an app that runs until it is stopped, or a larger `timeout_s`; its last lines:\n{}",
+                scenario.timeout_s,
+                app.last_lines(10)
+            ))));
+        }
+        other => other?,
+    };
     state.load.insert("app.exit_code".into(), code as f64);
     // An app stopped by the signal it was asked to stop with ends with that signal's code.
     let by_our_signal = stop_first && matches!((&stop, code), (Stop::Sigterm, 143 | -1) | (Stop::Sigint, 130 | -1));
@@ -261,7 +376,27 @@ fn stop(
             serde_json::from_str(&truth_text).with_context(|| format!("{} is not JSON", truth_path.display()))?
         }
         Protocol::None => match &scenario.truth {
-            Some(spec) => spec.read(scenario.cwd.as_deref().unwrap_or(&artifacts))?,
+            Some(spec) => {
+                let cwd = scenario.cwd.as_deref().unwrap_or(artifacts);
+                let file = spec.file(cwd);
+                if !file.exists() {
+                    // Without its truth nothing is held against it: never a PASS, never a FAIL.
+                    let why = if by_our_signal {
+                        format!(
+                            "tracelab stopped it ({} after the measured window) before it wrote it: an app that ends by itself \
+                             takes `stop = \"exit\"`, else give it a longer `seconds`",
+                            describe_stop(&stop)
+                        )
+                    } else {
+                        format!("it exited with code {code} without writing it")
+                    };
+                    return Err(anyhow::Error::new(Undecided(format!(
+                        "the app wrote no truth file {} (`truth.path`): {why}",
+                        file.display()
+                    ))));
+                }
+                spec.read(cwd)?
+            }
             None => serde_json::Value::Null,
         },
     };
@@ -309,6 +444,7 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
         state.collections.push(collection);
     }
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
+    state.windows.push(state.window.clone());
     Ok(())
 }
 
@@ -354,11 +490,12 @@ fn stop_collectors(
     first_error: &mut Option<anyhow::Error>,
 ) {
     for &i in started {
+        state.window.collectors.entry(collectors[i].name().to_string()).or_default().1 = Some(crate::host::proc::monotonic_ns());
         if let Err(e) = collectors[i].stop(target, app) {
             // The tool crashed or hung around the app: infrastructure, unless the environment
             // proves the collector cannot work here (a SKIP).
             let e = e.context(format!("collector `{}` failed while stopping", collectors[i].name()));
-            let e = if crate::host::errors::unsupported_reason(&e).is_some() { e } else { crate::host::errors::Infrastructure::wrap(e) };
+            let e = if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) };
             first_error.get_or_insert(e);
         }
         state.commands.extend(collectors[i].commands());

@@ -9,12 +9,33 @@ use model::{Collection, DsoClass};
 
 use super::RunState;
 use crate::collect;
-use crate::scenario::Scenario;
+use crate::scenario::{Protocol, Scenario};
+
+/// A collector may miss this much of the measured window (its start racing the app's ready line)
+/// before the checks reading it are inconclusive.
+const MISSED_WINDOW_TOLERANCE_S: f64 = 0.25;
+
+/// The samples of `c` inside its launch's measured window: an app held at start is recorded from
+/// its first managed code, and its start-up and warm-up are not judged. Events stay whole (a
+/// count held against the app's own truth counts its whole life).
+fn measured(c: &Collection, window: Option<&super::Window>) -> Collection {
+    let Some((from, to)) = window.and_then(|w| Some((w.from_ns?, w.to_ns?))) else { return c.clone() };
+    Collection { samples: c.samples.iter().filter(|s| (from..=to).contains(&s.time_ns)).cloned().collect(), ..c.clone() }
+}
 
 /// Turns the expectations into checks and the checks into a verdict.
 pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec<Check>) {
-    let metrics = run_metrics(&state.collections);
-    let ev = Evidence { collections: &state.collections, truth: &state.truth, truths: &state.truths, metrics: &metrics };
+    // An app as it is is judged on its measured window; a tracelab workload measures its own
+    // phase (after its go file) and every sample counts as before.
+    let windowed: Vec<Collection>;
+    let judged: &[Collection] = if scenario.protocol() == Protocol::None {
+        windowed = state.collections.iter().map(|c| measured(c, state.window_of(&c.collector))).collect();
+        &windowed
+    } else {
+        &state.collections
+    };
+    let metrics = run_metrics(judged);
+    let ev = Evidence { collections: judged, truth: &state.truth, truths: &state.truths, metrics: &metrics };
     let mut checks: Vec<Check> = Vec::new();
     // A scenario never passes on zero samples: every collector must have seen something.
     for c in &state.collections {
@@ -32,14 +53,36 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     }
     // A check on samples too thin to decide (lost events, a starved sampling rate) is
     // inconclusive, whichever way it came out.
-    let quality = data_quality(scenario, &state.collections);
+    let quality = data_quality(scenario, judged, &state.load, state.other_load.as_ref());
+    let first = state.collections.first().map(|c| c.collector.as_str());
     checks.extend(scenario.expectations.iter().map(|e| {
         let check = e.evaluate(&ev);
         if !e.check.judge().sampled() {
             return check;
         }
-        let q = quality.iter().find(|q| Some(&q.collector) == check.collector.as_ref());
-        judge::apply_sufficiency(check, q, &scenario.sufficiency, e.check.judge().against_wall_clock_truth())
+        // The collectors the check read (its own, else the first).
+        let mut read = e.collectors();
+        if read.is_empty() {
+            read.extend(first);
+        }
+        let qualities: Vec<&judge::DataQuality> = quality.iter().filter(|q| read.contains(&q.collector.as_str())).collect();
+        let mut check = judge::apply_sufficiency(check, &qualities, &scenario.sufficiency, e.check.judge().starvation());
+        // A collector that did not see the whole measured window cannot decide what it read.
+        for name in read {
+            let Some(window) = state.window_of(name) else { continue };
+            if let Some(missed) = window.missed_s(name).filter(|m| *m > MISSED_WINDOW_TOLERANCE_S) {
+                let why = if window.held {
+                    "it was not recording for part of the measured window".to_string()
+                } else {
+                    "it started after the app was ready: the app could not be held at start (its runtime's diagnostics are \
+                     off, so nothing can resume it), so its start-up and first moments went unrecorded; checks of an app that \
+                     ends by itself need it held"
+                        .to_string()
+                };
+                check = judge::inconclusive(check, format!("`{name}` did not record {missed:.1} s of the measured window: {why}"));
+            }
+        }
+        check
     }));
     let verdict = Verdict::combine(checks.iter().map(|c| c.verdict));
     let reason = checks
@@ -54,9 +97,21 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     (verdict, (!reason.is_empty()).then_some(reason), checks)
 }
 
-/// Each collection's data quality: lost events and, for timer samplers, the effective sampling
-/// rate of the measured threads against the frequency the scenario asked for.
-pub(super) fn data_quality(scenario: &Scenario, collections: &[Collection]) -> Vec<judge::DataQuality> {
+/// Each collection's data quality: lost events; for timer samplers, the effective sampling rate
+/// of the measured threads while they were runnable against the frequency the scenario asked
+/// for; and the machine's other load while the app ran (`load.*` metrics of the run, with the
+/// busiest other processes), which the sufficiency rules name.
+pub(super) fn data_quality(
+    scenario: &Scenario,
+    collections: &[Collection],
+    load: &BTreeMap<String, f64>,
+    other: Option<&crate::run::load::OtherLoad>,
+) -> Vec<judge::DataQuality> {
+    let machine = load.get("load.other_busy_share").map(|&share| judge::MachineLoad {
+        cores: load.get("load.cores").copied().unwrap_or(1.0),
+        other_busy_share: share,
+        top: other.map(|o| o.top.clone()).unwrap_or_default(),
+    });
     collections
         .iter()
         .map(|c| {
@@ -65,7 +120,7 @@ pub(super) fn data_quality(scenario: &Scenario, collections: &[Collection]) -> V
                 collect::CollectorOptions::PerfCpu(o) => Some(o.frequency as f64),
                 _ => None,
             });
-            judge::DataQuality::measure(c, asked)
+            judge::DataQuality { load: machine.clone(), ..judge::DataQuality::measure(c, asked) }
         })
         .collect()
 }
@@ -166,9 +221,54 @@ mod tests {
             workload: None,
             load_report: None,
             load: BTreeMap::new(),
+            other_load: None,
+            window: Default::default(),
+            windows: Vec::new(),
         }
     }
 
+
+    /// An app as it is (no tracelab protocol): `workload = { command = … }`.
+    fn app_scenario(expect: &str) -> Scenario {
+        let text = format!(
+            "name = \"s\"\nworkload = {{ command = [\"/bin/true\"] }}\ntruth = {{ path = \"t.json\" }}\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 100\n{expect}"
+        );
+        Scenario::from_toml(&text, Path::new("s.toml")).unwrap()
+    }
+
+    /// The samples of 0–4 s, a window of 1–3 s: the checks of an app as it is read the window's
+    /// 200; a collector that started 1.5 s into the window makes them inconclusive, with the seconds.
+    #[test]
+    fn an_app_as_it_is_is_judged_on_its_measured_window() {
+        let window = |held: bool, start_s: f64| super::super::Window {
+            launched_ns: 0,
+            ready_ns: Some(500_000_000),
+            held,
+            from_ns: Some(1_000_000_000),
+            to_ns: Some(3_000_000_000),
+            collectors: [("perf-cpu".to_string(), (Some((start_s * 1e9) as u64), Some(3_000_000_000)))].into(),
+        };
+        let floor = "[[expect]]\nkind = \"share\"\nname = \"hot\"\nmethod = \"Hot\"\namong = [\"Hot\", \"Cold\"]\ntruth = \"hot\"\nmin_samples = 200\n";
+        let mut state = state_with(0);
+        state.windows = vec![window(true, 0.0)];
+        let (v, reason, checks) = judge(&app_scenario(floor), &state);
+        assert_eq!((v, reason), (Verdict::Pass, None), "{checks:?}");
+        assert_eq!(checks.iter().find(|c| c.name == "hot").unwrap().values["samples"], 201.0);
+        // 201 samples: one more asked for is below the floor (the window trimmed the rest).
+        let (v, _, _) = judge(&app_scenario(&floor.replace("200", "202")), &state);
+        assert_eq!(v, Verdict::Inconclusive);
+        // Not held: the collector started 1.5 s into the window and missed its start.
+        state.windows = vec![window(false, 2.5)];
+        let (v, reason, _) = judge(&app_scenario(floor), &state);
+        assert_eq!(v, Verdict::Inconclusive);
+        let reason = reason.unwrap();
+        assert!(reason.contains("`perf-cpu` did not record 1.5 s of the measured window") && reason.contains("could not be held"), "{reason}");
+        // A tracelab workload measures its own phase: every sample counts.
+        state.windows = vec![window(true, 0.0)];
+        let (v, _, checks) = judge(&scenario(floor), &state);
+        assert_eq!(v, Verdict::Pass, "{checks:?}");
+        assert_eq!(checks.iter().find(|c| c.name == "hot").unwrap().values["samples"], 400.0);
+    }
 
     fn scenario(expect: &str) -> Scenario {
         let text = format!(

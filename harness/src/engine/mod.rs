@@ -37,6 +37,10 @@ pub struct RunOptions {
 /// What a run ended as.
 pub struct RunOutcome {
     pub verdict: Verdict,
+    /// An inconclusive run whose data was too thin (a starved sampler, lost events) may decide
+    /// when collected again; one the run itself left undecided (the app did not end in time, wrote
+    /// no truth) would only repeat.
+    pub collect_again: bool,
     pub reason: Option<String>,
     pub dir: PathBuf,
     pub manifest: Manifest,
@@ -110,7 +114,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome> {
         // An interrupted run ends with the signal's exit code, from the handler.
         crate::host::owner::await_signal_exit();
         let outcome = outcome?;
-        if outcome.verdict != Verdict::Inconclusive || earlier.len() + 1 >= attempts as usize {
+        if outcome.verdict != Verdict::Inconclusive || !outcome.collect_again || earlier.len() + 1 >= attempts as usize {
             return Ok(outcome);
         }
         let reason = outcome.reason.clone().unwrap_or_default();
@@ -155,6 +159,9 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         workload: None,
         load_report: None,
         load: BTreeMap::new(),
+        other_load: None,
+        window: Window::default(),
+        windows: Vec::new(),
     };
     state.environment.target = target_kind.as_str().to_string();
     state.environment.image =
@@ -168,16 +175,18 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
     }
     crate::host::owner::remove_scratch_dir();
     let report_step = crate::host::progress::step("report", "checks, stacks, flame graphs, summary");
+    let undecided = matches!(&outcome, Err(e) if crate::host::errors::undecided_reason(e).is_some());
     let (verdict, reason, mut checks) = match outcome {
         Ok(()) => judge(scenario, &state),
-        Err(e) => match crate::host::errors::unsupported_reason(&e) {
-            Some(why) => (Verdict::Skip, Some(why), Vec::new()),
-            None if crate::host::errors::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
-            None => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
+        Err(e) => match (crate::host::errors::unsupported_reason(&e), crate::host::errors::undecided_reason(&e)) {
+            (Some(why), _) => (Verdict::Skip, Some(why), Vec::new()),
+            (None, Some(why)) => (Verdict::Inconclusive, Some(why), Vec::new()),
+            _ if crate::host::errors::is_infrastructure(&e) => (Verdict::Error, Some(format!("infrastructure: {e:#}")), Vec::new()),
+            _ => (Verdict::Fail, Some(format!("{e:#}")), Vec::new()),
         },
     };
     let mut metrics = run_metrics(&state.collections);
-    for q in data_quality(scenario, &state.collections) {
+    for q in data_quality(scenario, &state.collections, &state.load, state.other_load.as_ref()) {
         q.metrics(&mut metrics);
     }
     metrics.extend(state.load.clone());
@@ -230,13 +239,14 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         earlier_attempts: earlier.to_vec(),
         swept_at_start: swept,
         viewer_files,
+        windows: state.windows.iter().map(Window::report).collect(),
     };
     let final_dir = dir.finish(&manifest)?;
     let mut manifest = manifest;
     // Another run may have taken the name: the folder's own name is the id.
     manifest.run_id = final_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(run_id);
     report_step.done(&format!("{} in {}", verdict.upper(), final_dir.display()));
-    Ok(RunOutcome { verdict, reason, dir: final_dir, manifest })
+    Ok(RunOutcome { verdict, collect_again: !undecided, reason, dir: final_dir, manifest })
 }
 
 pub(crate) struct RunState {
@@ -252,6 +262,66 @@ pub(crate) struct RunState {
     load_report: Option<serde_json::Value>,
     /// Machine load while the app ran (`load.*` metrics; the worst of several runs).
     load: BTreeMap<String, f64>,
+    /// The busiest other processes while the app ran (of the busiest launch).
+    other_load: Option<crate::run::load::OtherLoad>,
+    /// When the app and each collector ran, in the launch under way, CLOCK_MONOTONIC.
+    window: Window,
+    /// The windows of every launch, in order.
+    windows: Vec<Window>,
+}
+
+/// The moments of one launch, in CLOCK_MONOTONIC ns (the clock the collectors stamp samples with).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Window {
+    pub(crate) launched_ns: u64,
+    pub(crate) ready_ns: Option<u64>,
+    /// Held at start until every collector recorded.
+    pub(crate) held: bool,
+    /// The measured window: from ready + `warmup_s` (or the load's start, or the release of a
+    /// tracelab workload) to the stop.
+    pub(crate) from_ns: Option<u64>,
+    pub(crate) to_ns: Option<u64>,
+    /// Collector → (recording from, stopped at).
+    pub(crate) collectors: BTreeMap<String, (Option<u64>, Option<u64>)>,
+}
+
+impl RunState {
+    /// The window of the launch collector `name` recorded in.
+    fn window_of(&self, name: &str) -> Option<&Window> {
+        self.windows.iter().find(|w| w.collectors.contains_key(name))
+    }
+}
+
+impl Window {
+    /// Seconds from the launch.
+    fn offset(&self, ns: Option<u64>) -> Option<f64> {
+        ns.map(|t| (t as f64 - self.launched_ns as f64) / 1e9)
+    }
+
+    /// The window as the manifest records it: seconds from the launch.
+    pub(crate) fn report(&self) -> crate::report::WindowReport {
+        crate::report::WindowReport {
+            held_at_start: self.held,
+            ready_s: self.offset(self.ready_ns),
+            measured_from_s: self.offset(self.from_ns),
+            measured_to_s: self.offset(self.to_ns),
+            collectors: self
+                .collectors
+                .iter()
+                .map(|(name, (from, to))| (name.clone(), [self.offset(*from), self.offset(*to)]))
+                .collect(),
+        }
+    }
+
+    /// Seconds of the measured window collector `name` did not record (started late, stopped
+    /// early), when it ran in this launch.
+    pub(crate) fn missed_s(&self, name: &str) -> Option<f64> {
+        let (from, to) = (self.from_ns?, self.to_ns?);
+        let (start, stop) = self.collectors.get(name)?;
+        let late = start.map_or(0, |s| s.saturating_sub(from));
+        let early = stop.map_or(0, |s| to.saturating_sub(s));
+        Some((late + early) as f64 / 1e9)
+    }
 }
 
 fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> Result<T>) -> Result<T> {

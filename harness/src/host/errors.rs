@@ -1,8 +1,10 @@
-//! The two errors a run turns into a verdict other than FAIL, in one leaf that imports nothing of
-//! the harness: every stage that talks to the outside raises them, and the engine, several stages
-//! later, turns them into verdicts. [`Infrastructure`]: a failure around the pipeline, not in it
-//! (the Docker API, an image build, a tool that crashed) → `error`, exit 5. [`Unsupported`]: the
-//! environment proves a collector cannot work here → `skip`, exit 4.
+//! The errors a run turns into a verdict other than FAIL, in one leaf that imports nothing of the
+//! harness: the stages raise them where the cause is known, and the engine, several stages later,
+//! turns them into verdicts. [`Infrastructure`]: a failure around the pipeline, not in it (the
+//! Docker API, an image build, a tool that crashed, a collector that could not start) → `error`,
+//! exit 5. [`Unsupported`]: the environment proves a collector cannot work here → `skip`, exit 4.
+//! [`Undecided`]: the run itself left nothing to judge against (the app did not end by itself in
+//! time, its truth file is missing) → `inconclusive`, exit 3.
 
 /// A failure around the pipeline, not in it: the Docker API, an image build, a tool that crashed.
 /// Raised where it arises (docker.rs, image.rs, collector tools) and turned by the engine into an
@@ -45,6 +47,24 @@ impl std::fmt::Display for Unsupported {
 }
 
 impl std::error::Error for Unsupported {}
+
+/// A run that cannot be decided for a reason of the run, not of the pipeline: the app did not
+/// end by itself within its time, or wrote no truth file. The reason says what to change.
+#[derive(Debug, Clone)]
+pub struct Undecided(pub String);
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Undecided {}
+
+/// The reason if `err` (or anything in its chain) is an [`Undecided`].
+pub fn undecided_reason(err: &anyhow::Error) -> Option<String> {
+    err.chain().find_map(|e| e.downcast_ref::<Undecided>()).map(|u| u.0.clone())
+}
 
 /// The skip reason if `err` (or anything in its chain) is an [`Unsupported`].
 pub fn unsupported_reason(err: &anyhow::Error) -> Option<String> {

@@ -124,6 +124,15 @@ pub(crate) fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: the clock perf (`-k 1`), EventPipe (QPC on Linux) and LTTng
+/// stamp their records with, so the engine's own moments (ready, stop) compare with them.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

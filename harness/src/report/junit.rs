@@ -289,6 +289,7 @@ mod tests {
             earlier_attempts: Vec::new(),
             swept_at_start: Vec::new(),
             viewer_files: Default::default(),
+            windows: Vec::new(),
         }
     }
 

@@ -72,6 +72,27 @@ pub struct Manifest {
     /// profile, pprof, speedscope, perfcollect-style trace.zip).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub viewer_files: BTreeMap<String, Vec<String>>,
+    /// When the app and each collector ran, per launch: seconds from the app's launch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<WindowReport>,
+}
+
+/// One launch's moments, in seconds from the app's launch: the measured window the checks judged
+/// (samples outside it are recorded, not judged) and each collector's recording.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowReport {
+    /// The runtime held the app at start until every collector recorded.
+    pub held_at_start: bool,
+    /// When the app was ready (its ready line, port or diagnostics socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_from_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_to_s: Option<f64>,
+    /// Collector → [recording from, stopped at].
+    #[serde(default)]
+    pub collectors: BTreeMap<String, [Option<f64>; 2]>,
 }
 
 /// An inconclusive attempt of a run that was run again.
@@ -276,6 +297,27 @@ fn escape_md(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
+/// The measured window of each launch and when each collector recorded, in seconds from launch.
+fn window_markdown(s: &mut String, windows: &[WindowReport]) {
+    let secs = |t: Option<f64>| t.map_or_else(|| "–".to_string(), |t| format!("{t:.2}"));
+    for (i, w) in windows.iter().enumerate() {
+        let launch = if windows.len() > 1 { format!(" (launch {})", i + 1) } else { String::new() };
+        let _ = writeln!(
+            s,
+            "## Measured window{launch}\n\nSeconds from the app's launch{}. Ready at {} s; samples judged from {} s to {} s \
+             (start-up and warm-up are recorded, not judged).\n\n| collector | recording from | stopped at |\n|---|---|---|",
+            if w.held_at_start { ", held at start until every collector recorded" } else { " (not held at start)" },
+            secs(w.ready_s),
+            secs(w.measured_from_s),
+            secs(w.measured_to_s)
+        );
+        for (c, [from, to]) in &w.collectors {
+            let _ = writeln!(s, "| {c} | {} | {} |", secs(*from), secs(*to));
+        }
+        s.push('\n');
+    }
+}
+
 pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# {} — {}\n", m.scenario, m.verdict.upper());
@@ -322,6 +364,7 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
             s.push_str("```\n\n");
         }
     }
+    window_markdown(&mut s, &m.windows);
     for t in &m.share_tables {
         let _ = writeln!(s, "## Shares by collector\n");
         s.push_str(&share_table_markdown(t));

@@ -334,6 +334,7 @@ impl Target for ContainerTarget {
             output: rx,
             child: None,
             transcript: Vec::new(),
+            held_at_start: false,
         })
     }
 
@@ -424,7 +425,8 @@ impl Target for ContainerTarget {
             if Instant::now() >= deadline {
                 let _ = crate::host::proc::signal(app.host_pid, 9);
                 app.drain_output();
-                bail!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid);
+                return Err(anyhow::Error::new(super::StillRunning(timeout))
+                    .context(format!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -42,8 +42,61 @@ fn pid_ticks(pid: u32) -> Option<u64> {
     parse_pid_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Every process's (name, user + system ticks) by pid, from /proc.
+fn process_ticks() -> BTreeMap<u32, (String, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return out };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        if let Some(ticks) = parse_pid_stat(&stat) {
+            out.insert(pid, (stat[open + 1..close].to_string(), ticks));
+        }
+    }
+    out
+}
+
+/// What else ran while the app was measured: the busiest other processes by name (several of
+/// one name summed, `stress-ng-cpu ×2`), each with its share of all CPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct OtherLoad {
+    pub(crate) top: Vec<(String, f64)>,
+}
+
+/// How many other processes a run's load names.
+const TOP_OTHERS: usize = 3;
+
+/// The other processes' CPU between two readings of every process, `total` CPU ticks apart (all
+/// CPUs), leaving out `app` (and the shares under half a percent).
+fn other_load(before: &BTreeMap<u32, (String, u64)>, after: &BTreeMap<u32, (String, u64)>, app: u32, total: u64) -> OtherLoad {
+    let mut by_name: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    for (pid, (name, ticks)) in after {
+        if *pid == app || total == 0 {
+            continue;
+        }
+        // A process that started after the first reading counts all of its ticks.
+        let spent = ticks.saturating_sub(before.get(pid).filter(|(n, _)| n == name).map_or(0, |(_, t)| *t));
+        if spent > 0 {
+            let e = by_name.entry(name.clone()).or_default();
+            e.0 += spent;
+            e.1 += 1;
+        }
+    }
+    let mut top: Vec<(String, f64)> = by_name
+        .into_iter()
+        .map(|(name, (ticks, n))| (if n > 1 { format!("{name} ×{n}") } else { name }, ticks as f64 / total as f64))
+        .filter(|(_, share)| *share >= 0.005)
+        .collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    top.truncate(TOP_OTHERS);
+    OtherLoad { top }
+}
+
 /// Watches the machine from the app's release to its exit.
 pub(crate) struct LoadProbe {
+    app_pid: u32,
+    processes_start: BTreeMap<u32, (String, u64)>,
     loadavg_start: Option<f64>,
     cpu_start: Option<(u64, u64)>,
     app_start: Option<u64>,
@@ -70,16 +123,18 @@ impl LoadProbe {
                 }
             })
             .ok();
-        LoadProbe { loadavg_start: loadavg1(), cpu_start: cpu_ticks(), app_start, app_last, stop, thread }
+        LoadProbe { app_pid, processes_start: process_ticks(), loadavg_start: loadavg1(), cpu_start: cpu_ticks(), app_start, app_last, stop, thread }
     }
 
-    /// Stops watching and returns the `load.*` metrics (fractions of all CPUs; load averages).
-    pub(crate) fn finish(mut self) -> BTreeMap<String, f64> {
+    /// Stops watching and returns the `load.*` metrics (fractions of all CPUs; load averages) and
+    /// the busiest other processes.
+    pub(crate) fn finish(mut self) -> (BTreeMap<String, f64>, OtherLoad) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         let mut m = BTreeMap::new();
+        let mut other = OtherLoad::default();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         m.insert("load.cores".into(), cores);
         if let Some(l) = self.loadavg_start {
@@ -99,8 +154,10 @@ impl LoadProbe {
                 m.insert("load.app_busy_share".into(), app);
                 m.insert("load.other_busy_share".into(), (busy - app).max(0.0));
             }
+            // /proc/stat counts ticks of all CPUs; a process's ticks are of one.
+            other = other_load(&self.processes_start, &process_ticks(), self.app_pid, t1 - t0);
         }
-        m
+        (m, other)
     }
 }
 
@@ -154,10 +211,27 @@ mod tests {
             x = x.wrapping_mul(31).wrapping_add(1);
         }
         std::hint::black_box(x);
-        let m = probe.finish();
+        let (m, _) = probe.finish();
         assert!(m["load.cores"] >= 1.0);
         assert!(m.contains_key("load.loadavg1_end"));
         let (busy, app) = (m["load.cpu_busy_share"], m["load.app_busy_share"]);
         assert!(app > 0.0 && app <= busy + 1e-9, "{m:?}");
+    }
+
+    #[test]
+    fn the_busiest_other_processes_are_named_with_their_share() {
+        let before: BTreeMap<u32, (String, u64)> =
+            [(1, ("init".to_string(), 10)), (50, ("stress-ng-cpu".into(), 100)), (51, ("stress-ng-cpu".into(), 100)), (60, ("app".into(), 0))].into();
+        let after: BTreeMap<u32, (String, u64)> = [
+            (1, ("init".to_string(), 10)),
+            (50, ("stress-ng-cpu".into(), 300)),
+            (51, ("stress-ng-cpu".into(), 280)),
+            (60, ("app".into(), 350)),
+            // Started between the readings (a pid reused by another name counts whole).
+            (70, ("perf".into(), 40)),
+        ]
+        .into();
+        let other = other_load(&before, &after, 60, 1000);
+        assert_eq!(other.top, vec![("stress-ng-cpu ×2".to_string(), 0.38), ("perf".to_string(), 0.04)]);
     }
 }

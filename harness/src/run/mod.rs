@@ -101,6 +101,9 @@ pub struct RunningApp {
     pub(crate) child: Option<Child>,
     /// Everything received from `output` so far by [`RunningApp::wait_for_line`].
     pub transcript: Vec<String>,
+    /// The runtime holds the app at start until it is resumed over its diagnostics socket
+    /// (`DOTNET_DefaultDiagnosticPortSuspend=1`): a collector must not resume it itself.
+    pub held_at_start: bool,
 }
 
 impl RunningApp {
@@ -263,6 +266,23 @@ pub trait Target {
     }
 }
 
+/// The app was still running when [`Target::wait_app`] gave up on it (it was killed then).
+#[derive(Debug)]
+pub(crate) struct StillRunning(pub(crate) Duration);
+
+impl std::fmt::Display for StillRunning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "still running after {:?}", self.0)
+    }
+}
+
+impl std::error::Error for StillRunning {}
+
+/// Whether `err` says the app was still running when waiting for it ended.
+pub(crate) fn still_running(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<StillRunning>())
+}
+
 /// The app runs as a child of the harness, tools as well.
 pub struct HostTarget {
     pub dotnet: PathBuf,
@@ -336,6 +356,7 @@ impl Target for HostTarget {
             output: rx,
             child: Some(child),
             transcript: Vec::new(),
+            held_at_start: false,
         })
     }
     fn spawn_tool(&mut self, _app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess> {
@@ -372,7 +393,8 @@ impl Target for HostTarget {
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                bail!("the app (pid {}) did not exit within {:?}; killed", app.host_pid, timeout);
+                return Err(anyhow::Error::new(StillRunning(timeout))
+                    .context(format!("the app (pid {}) did not exit within {timeout:?}; killed", app.host_pid)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

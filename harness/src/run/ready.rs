@@ -228,6 +228,15 @@ pub(crate) fn diagnostics_answer(app: &RunningApp) -> bool {
     eventpipe::ipc::DiagnosticsClient::for_pid(app.host_pid).is_ok_and(|c| c.process_info().is_ok())
 }
 
+/// Lets a runtime held at start (`DOTNET_DefaultDiagnosticPortSuspend=1`) go: ResumeRuntime over
+/// its diagnostics socket, found as [`diagnostics_answer`] finds it.
+pub(crate) fn resume_held(app: &RunningApp) -> Result<()> {
+    eventpipe::ipc::DiagnosticsClient::for_pid(app.host_pid)
+        .and_then(|c| c.resume_runtime())
+        .map_err(anyhow::Error::from)
+        .map_err(|e| e.context(format!("resuming the runtime held at start (pid {}) over its diagnostics socket", app.host_pid)))
+}
+
 /// Asks the app to stop; returns what was done (for the manifest's commands).
 pub(crate) fn stop_app(app: &RunningApp, stop: &Stop, url: Option<&str>) -> Result<String> {
     Ok(match stop {

@@ -167,9 +167,14 @@ impl TruthSpec {
         Ok(())
     }
 
+    /// Where the app writes the file, for an app working in `app_cwd`.
+    pub(crate) fn file(&self, app_cwd: &Path) -> PathBuf {
+        if self.path.is_relative() { app_cwd.join(&self.path) } else { self.path.clone() }
+    }
+
     /// Reads the app's file and derives the truth tracelab checks.
     pub(crate) fn read(&self, app_cwd: &Path) -> Result<serde_json::Value> {
-        let path = if self.path.is_relative() { app_cwd.join(&self.path) } else { self.path.clone() };
+        let path = self.file(app_cwd);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("the app wrote no truth file {} (scenario `truth.path`)", path.display()))?;
         let file: serde_json::Value =

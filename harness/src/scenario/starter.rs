@@ -63,15 +63,26 @@ pub fn starter_toml(toml_path: &Path, app: StarterApp, web: bool) -> Result<Stri
     } else {
         t.push_str("ready = { diagnostic_socket = true }\n");
     }
-    t.push_str("# Seconds between readiness and measurement (start-up and first JIT stay out).\nwarmup_s = 1\n");
+    t.push_str(
+        "# The app starts held in the runtime until every collector records, so its start-up is recorded;\n\
+         # samples are judged from readiness + warmup_s to its stop.\n",
+    );
     if web {
+        t.push_str("# Seconds between readiness and measurement (start-up and first JIT stay out).\nwarmup_s = 1\n");
         t.push_str("# How the app stops after the load: \"sigint\", \"sigterm\", \"exit\" (it ends by itself) or { http = \"/path\" }.\n");
+        t.push_str("stop = \"sigterm\"\n");
     } else {
-        t.push_str("# Seconds measured; then the app is stopped: \"sigint\", \"sigterm\", \"exit\" (wait until it ends by itself)\n# or { http = \"/path\" }.\nseconds = 5\n");
+        t.push_str("# A console app is judged over its whole run (what it measures of itself covers all of it).\nwarmup_s = 0\n");
+        t.push_str(
+            "# It ends by itself; tracelab waits up to timeout_s, and a run it had to stop is inconclusive, never a PASS.\n\
+             # An app that runs until stopped: stop = \"sigterm\" (or \"sigint\", { http = \"/path\" }) and seconds = N.\n",
+        );
+        t.push_str("stop = \"exit\"\ntimeout_s = 60\n");
     }
-    t.push_str("stop = \"sigterm\"\n");
     t.push_str("# A truth file the app writes in its own format, and tracelab keys derived from it:\n");
     t.push_str("# truth = { path = \"out.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n");
+    t.push_str("# (and a check holding a share to it; `truth_clock` says what the app timed: \"cpu\" time or \"wall\" time)\n");
+    t.push_str("# [[expect]]\n# kind = \"share\"\n# method = \"::Alpha\\\\b\"\n# among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\n# truth = \"shares.cpu.Alpha\"\n# truth_clock = \"wall\"\n");
     if web {
         t.push_str("\n# Loopback load on the URL the ready line captured (or `url = \"http://127.0.0.1:PORT\"`).\n[load]\nroutes = [\"/\"]\nconnections_per_route = 4\nseconds = 10\n");
     }
@@ -82,10 +93,12 @@ pub fn starter_toml(toml_path: &Path, app: StarterApp, web: bool) -> Result<Stri
     );
     t.push_str(
         "\n# Checks that need no truth. (The engine also checks that each collector saw the process.)\n\
-         [[expect]]\nkind = \"resolved\"\nname = \"perf names the app's managed frames\"\ncollector = \"perf-cpu\"\nclass = \"managed\"\nmin = 0.9\n\n\
+         # Each check decides only on enough samples (min_samples): fewer make it inconclusive, not a FAIL.\n\
+         [[expect]]\nkind = \"resolved\"\nname = \"perf names the app's managed frames\"\ncollector = \"perf-cpu\"\nclass = \"managed\"\nmin = 0.9\n\
+         min_samples = 100\n\n\
          # perf and EventPipe name the same hot methods (EventPipe's samples of running managed code only).\n\
          [[expect]]\nkind = \"agree_frames\"\ncollectors = [\"perf-cpu\", \"eventpipe\"]\nassembly = \".\"\nnames = \"method_and_arity\"\n\
-         top = 5\nmin_common = 2\nsample_kinds = { eventpipe = \"managed\" }\n\n\
+         top = 5\nmin_common = 2\nsample_kinds = { eventpipe = \"managed\" }\nmin_samples = 200\n\n\
          # With a known hot method, its share in both (on CPU-bound code they measure the same thing):\n\
          # [[expect]]\n# kind = \"agree_share\"\n# method = \"::Alpha\\\\b\"\n# among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\n\
          # collectors = [\"perf-cpu\", \"eventpipe\"]\n# tolerance_pts = 10\n",

@@ -4,6 +4,10 @@
 //! The collectors of [`SIDECAR_ROWS`] are probed in a sidecar too (their tool in its own container
 //! with the capability set, the app's container with none).
 //!
+//! A perf collector's cells run with perf's locked-memory budget of uid 0 used up, as it is beside
+//! another run or a user's own `perf record -a` (a host perf holds it: [`BudgetHolder`]): the
+//! least set is the one that works then, so runs started together all record.
+//!
 //! The least set that works per collector is committed as `harness/data/caps.toml` (regenerated
 //! by `cargo xtask matrix caps`, checked for schema and coverage by a unit test): container runs
 //! default to it, whatever lies in the git-ignored `results/`. A run also writes
@@ -137,6 +141,8 @@ pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> 
     };
     let mut probes = Vec::new();
     for (kind, target) in probed_rows(options) {
+        // Held for the row's cells: what another perf session would hold.
+        let _budget = if kind.as_str().starts_with("perf-") { Some(BudgetHolder::start(&work)?) } else { None };
         for caps in &options.cap_sets {
             let probe = run_probe(kind, target, caps, options, &work)?;
             on_probe(&probe);
@@ -155,6 +161,44 @@ pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> 
         probes,
     }
     .with_least())
+}
+
+/// A host `perf record -a` whose ring buffers take the whole locked-memory budget of uid 0 (as root
+/// on the host it holds CAP_IPC_LOCK: the budget is charged, the rest goes past it), so a probed
+/// container perf meets the budget another session would have left it. Stopped when dropped.
+struct BudgetHolder {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl BudgetHolder {
+    fn start(work: &Path) -> Result<BudgetHolder> {
+        let perf = harness::collect::perf::detect_perf_binary().context("no `perf` on PATH to hold the budget")?;
+        let dir = tempfile::tempdir_in(work)?;
+        // 256 pages (1 MiB) per CPU is past the default budget of 516 KiB per CPU.
+        let child = std::process::Command::new(perf)
+            .args(["record", "-a", "-e", "cpu-clock", "-F", "1", "-m", "256", "-o"])
+            .arg(dir.path().join("hold.data"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("cannot start the perf that holds the budget")?;
+        // Its buffers are mapped within a second.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(BudgetHolder { child, _dir: dir })
+    }
+}
+
+impl Drop for BudgetHolder {
+    fn drop(&mut self) {
+        let _ = harness::host::proc::signal(self.child.id(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The rows a run probes: (collector, target), containers first.

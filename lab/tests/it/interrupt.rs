@@ -1,5 +1,5 @@
 //! Interrupted runs (issue: killed, interrupted or run twice at once). A real run of a user's
-//! project (lab/tests/apps/spin-two, no tracelab code) is started in a child process and sent
+//! project (corpus/spin-two, no tracelab code) is started in a child process and sent
 //! SIGINT or SIGKILL when its progress reaches each phase — build, launch, collect, decode — on
 //! each target. Afterwards nothing may look finished, no process of the run may live on, no
 //! container may outlive the lease, and after SIGINT no file of the run may be left in /tmp. The
@@ -31,7 +31,7 @@ fn docker_available() -> Result<(), String> {
 /// The scenario of each run: the user's project built into `XDG_CACHE_HOME` (fresh for the
 /// build phase, so there is a build to interrupt), perf on it for 3 s.
 fn scenario_toml(dir: &Path) -> PathBuf {
-    let app = harness::project_root().join("lab/tests/apps/spin-two");
+    let app = harness::project_root().join("corpus/spin-two");
     let text = format!(
         r#"name = "interrupted"
 workload = {{ project = "{}" }}

@@ -3,6 +3,7 @@
 //! is absent locally and fails in CI (see `tracelab_fixtures::prerequisites`).
 
 mod containers;
+mod corpus;
 mod eventpipe;
 mod interrupt;
 mod lttng;

@@ -1,4 +1,4 @@
-//! A user's app as it is (lab/tests/apps: no tracelab code in them): started with its own
+//! A user's app as it is (corpus: no tracelab code in them): started with its own
 //! argv, awaited by readiness, stopped its own way, judged by checks that need no truth — or by
 //! a truth file in its own format — on the host, in a container and from a user's own image.
 

@@ -53,6 +53,10 @@ fn model_frames(d: &eventpipe::Decoded, stack: u32) -> Vec<Frame> {
 /// Turns a decoded trace into the model (see the module docs for the frame naming).
 pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
     let mut coll = Collection::new(collector);
+    // EventPipe's samples are SampleProfiler's: every managed thread at each tick of its timer.
+    if !d.samples.is_empty() {
+        coll.sampling = model::Sampling::WallClock;
+    }
     let events = std::mem::take(&mut d.events);
     let pid = d.info.process_id;
     let mut frames_of: std::collections::HashMap<u32, Vec<Frame>> = Default::default();

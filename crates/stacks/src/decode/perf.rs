@@ -39,6 +39,7 @@ pub fn decode_recording(rec: &PerfRecording, ctx: &DecodeContext, collector: &st
     symbolizer.set_name_doublemapped(name_doublemapped);
     let mut coll = Collection::new(collector);
     coll.samples = samples_to_model(rec, &mut symbolizer, |_| 1);
+    coll.sampling = model::Sampling::CpuTime;
     coll.lost_events = rec.lost;
     // In time order, so a thread's last name wins (the runtime names its threads after start).
     coll.thread_names = rec.comms.iter().map(|c| (c.tid, c.name.clone())).collect();
