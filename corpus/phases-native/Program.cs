@@ -111,7 +111,7 @@ static class Checksum
     {
         ulong h = (ulong)seed;
         for (var i = 0; i < rounds; i++) h = (h ^ (ulong)i) * 1099511628211UL;
-        Interlocked.Xor(ref sink, h);
+        Interlocked.Or(ref sink, h);
     }
 }
 
