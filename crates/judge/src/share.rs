@@ -217,4 +217,44 @@ mod tests {
         let (plain, _, _) = crate::share(&c, "Hot", &among, ShareMode::Leaf, None).unwrap();
         assert!((plain - counted).abs() < 1e-9);
     }
+
+    /// A starved sampler ticks late, irregularly (1 ms, then 20–80 ms apart when four hogs took
+    /// the CPUs): each sample stands for the time around its tick, so a phase keeps its time.
+    /// A thread that appears halfway counts only for the ticks it was sampled at.
+    #[test]
+    fn a_starved_samplers_late_ticks_count_for_their_time_and_a_late_thread_for_its_own() {
+        let mut c = Collection::new("eventpipe");
+        c.sampling = model::Sampling::WallClock;
+        let push = |c: &mut Collection, tid: u32, name: &str, t: u64| {
+            let mut s = sample(vec![frame(name, DsoClass::Jit)]);
+            s.tid = tid;
+            s.time_ns = t;
+            c.samples.push(s);
+        };
+        // 2 s of Parse at 1 kHz; then 1 s of Render sampled at ticks 20, 40, 60, 80 ms apart.
+        let mut t = 0u64;
+        while t < 2_000_000_000 {
+            push(&mut c, 1, "Job::Parse()", t);
+            t += 1_000_000;
+        }
+        let mut k = 0u64;
+        while t < 3_000_000_000 {
+            push(&mut c, 1, "Job::Render()", t);
+            // A second thread, there from 2.5 s, sampled at the same ticks 30 µs later.
+            if t >= 2_500_000_000 {
+                push(&mut c, 2, "Pool::Idle()", t + 30_000);
+            }
+            t += 20_000_000 * (1 + k % 4);
+            k += 1;
+        }
+        let among = ["Parse".to_string(), "Render".to_string()];
+        let (weighted, n, _) = crate::share(&c, "Parse", &among, ShareMode::Leaf, None).unwrap();
+        // Within 1.5 pts: the job's end lies up to one starved tick (80 ms) after its last sample.
+        assert!((weighted - 2.0 / 3.0).abs() < 0.015, "time-weighted share {weighted} over {n}");
+        let counted = 2000.0 / n as f64;
+        assert!(counted > 0.97, "counted, the starved phase nearly vanishes: {counted}");
+        let weights = crate::sample_weights(&c);
+        let idle: u64 = c.samples.iter().zip(&weights).filter(|(s, _)| s.tid == 2).map(|(_, w)| *w).sum();
+        assert!((idle as f64 / 1e9 - 0.5).abs() < 0.06, "the late thread stands for its own 0.5 s: {idle}");
+    }
 }

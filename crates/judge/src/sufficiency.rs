@@ -5,8 +5,8 @@
 //! - lost events above `max_lost_ratio` of the recorded samples;
 //! - starvation, where it biases what a check compares. A sampler and a truth on the same clock
 //!   agree whatever the load: perf cpu-clock counts a thread's CPU time, so its shares of CPU-time
-//!   truth hold on a busy machine; SampleProfiler's samples, weighted by the time since the
-//!   thread's previous one ([`crate::sample_weights`]), estimate wall time. Across clocks they
+//!   truth hold on a busy machine; SampleProfiler's samples, each weighted by the time around its
+//!   sampler tick ([`crate::sample_weights`]), estimate wall time. Across clocks they
 //!   part when other load takes the CPU unevenly across the app's phases, so:
 //!   - CPU-time samples against wall-clock truth: a measured thread sampled below
 //!     `min_rate_ratio` of the asked frequency while it was runnable, in either half of the time
@@ -251,7 +251,7 @@ impl DataQuality {
                     && ratio < rules.min_rate_ratio
                 {
                     why.push(format!(
-                        "`{}` sampled thread {tid} at {} in phase {phase} of 2 of the time it was runnable, {} of the asked {} \
+                        "`{}` sampled thread {tid} at {} while it ran in phase {phase} of 2, {} of the asked {} \
                          (bound {}): other load kept it off the CPU, so its CPU time no longer tracks the wall-clock truth{}",
                         self.collector,
                         hertz(hz),
@@ -336,6 +336,13 @@ pub fn apply(check: Check, qualities: &[&DataQuality], rules: &Sufficiency, star
     if why.is_empty() {
         return check;
     }
+    // Thin or biased data cannot prove a disagreement, but a figure that agrees within tolerance
+    // is right all the same: it passes, and says what it passed despite.
+    if check.verdict == Verdict::Pass {
+        let mut check = check;
+        check.details.push(format!("agrees although: {}", why.join("; ")));
+        return check;
+    }
     inconclusive(check, why.join("; "))
 }
 
@@ -357,6 +364,11 @@ mod tests {
 
     fn passed() -> Check {
         Check::new("c".into(), Some("perf-cpu"), true, "x".into(), "y".into())
+    }
+
+    /// A check whose figure is outside its tolerance: what the rules may not let FAIL.
+    fn disagrees() -> Check {
+        Check { verdict: Verdict::Fail, ..passed() }
     }
 
     fn cpu_clock(c: Collection) -> Collection {
@@ -382,19 +394,31 @@ mod tests {
         assert!((hz - 250.0).abs() < 2.0, "{hz}");
         q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.61, top: vec![("stress-ng-cpu".into(), 0.48)] });
         let rules = Sufficiency::default();
-        let judged = apply(passed(), &[&q], &rules, WALL_TRUTH);
+        let judged = apply(disagrees(), &[&q], &rules, WALL_TRUTH);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         let reason = judged.reason.unwrap();
-        assert!(reason.starts_with("`perf-cpu` sampled thread 2 at 25") && reason.contains("Hz in phase 2 of 2 of the time it was runnable"), "{reason}");
+        assert!(reason.starts_with("`perf-cpu` sampled thread 2 at 25") && reason.contains("Hz while it ran in phase 2 of 2"), "{reason}");
         assert!(reason.contains("of the asked 1000 Hz (bound 50.0 %)"), "{reason}");
         assert!(reason.ends_with("other processes kept 61.0 % of the 2 CPUs busy (stress-ng-cpu 48.0 %)"), "the reason names the load: {reason}");
         // A scenario that accepts a quarter of the rate decides.
         let lenient = Sufficiency { min_rate_ratio: 0.2, ..rules.clone() };
-        assert_eq!(apply(passed(), &[&q], &lenient, WALL_TRUTH).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &lenient, WALL_TRUTH).verdict, Verdict::Fail);
         // CPU-time samples against CPU-time truth are not biased by starvation: decided.
-        assert_eq!(apply(passed(), &[&q], &rules, Starvation::AgainstTruth(TruthClock::Cpu)).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &rules, Starvation::AgainstTruth(TruthClock::Cpu)).verdict, Verdict::Fail);
         // Nor does a check that reads no shares against a truth take the rule.
-        assert_eq!(apply(passed(), &[&q], &rules, Starvation::Unbiased).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &rules, Starvation::Unbiased).verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_figure_that_agrees_passes_on_thin_data_and_says_so() {
+        let mut c = Collection::new("perf-cpu");
+        spread(&mut c, 1, 2000, 0.0, 2.0);
+        spread(&mut c, 1, 200, 2.0, 4.0);
+        let mut q = DataQuality::measure(&cpu_clock(c), Some(1000.0));
+        q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.8, top: vec![("sh ×4".into(), 0.7)] });
+        let judged = apply(passed(), &[&q], &Sufficiency::default(), WALL_TRUTH);
+        assert_eq!(judged.verdict, Verdict::Pass);
+        assert!(judged.details.iter().any(|d| d.starts_with("agrees although: `perf-cpu` sampled thread 1") && d.contains("sh ×4")), "{judged:?}");
     }
 
     #[test]
@@ -409,7 +433,7 @@ mod tests {
         let t = &q.threads[0];
         assert!((t.span_s - 6.0).abs() < 0.01 && (t.runnable_s - 3.0).abs() < 0.01, "{t:?}");
         assert!(t.phase_hz.iter().all(|hz| (hz - 1000.0).abs() < 5.0), "{t:?}");
-        assert_eq!(apply(passed(), &[&q], &Sufficiency::default(), WALL_TRUTH).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &Sufficiency::default(), WALL_TRUTH).verdict, Verdict::Fail);
         // The old reading (samples over the span's halves: 333 Hz in the first) was starvation.
         assert!((2000.0 / 3.0) < 1000.0 * 0.7);
     }
@@ -424,17 +448,17 @@ mod tests {
         let cpu_truth = Starvation::AgainstTruth(TruthClock::Cpu);
         // An idle machine: decided.
         q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.04, top: vec![] });
-        assert_eq!(apply(passed(), &[&q], &rules, cpu_truth).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &rules, cpu_truth).verdict, Verdict::Fail);
         q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.7, top: vec![("perf".into(), 0.1)] });
-        let judged = apply(passed(), &[&q], &rules, cpu_truth);
+        let judged = apply(disagrees(), &[&q], &rules, cpu_truth);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         assert!(judged.reason.as_deref().unwrap().contains("other processes kept 70.0 % of the 2 CPUs busy (perf 10.0 %)"), "{judged:?}");
         // Against wall-clock truth the same samples are not biased.
-        assert_eq!(apply(passed(), &[&q], &rules, WALL_TRUTH).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&q], &rules, WALL_TRUTH).verdict, Verdict::Fail);
         // Two collectors on different clocks compared with each other are; on one clock not.
         let perf = DataQuality { sampling: Sampling::CpuTime, ..q.clone() };
-        assert_eq!(apply(passed(), &[&perf, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Inconclusive);
-        assert_eq!(apply(passed(), &[&q, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Pass);
+        assert_eq!(apply(disagrees(), &[&perf, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Inconclusive);
+        assert_eq!(apply(disagrees(), &[&q, &q], &rules, Starvation::BetweenCollectors).verdict, Verdict::Fail);
     }
 
     #[test]

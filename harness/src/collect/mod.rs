@@ -31,6 +31,7 @@ use crate::run::{RunningApp, Target};
 /// Decoding's inputs belong to symbolize (which reads them); collectors take them from there.
 use stacks::DecodeContext;
 
+pub use perf_record::set_budget_wait;
 pub use spec::{CollectorKind, CollectorOptions, CollectorSpec, StringList, from_spec};
 pub(crate) use spec::name_the_key;
 

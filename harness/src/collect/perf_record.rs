@@ -101,8 +101,15 @@ pub(crate) fn start_limit() -> Duration {
     if std::env::var_os("TRACELAB_IN_GUEST").is_some() { Duration::from_secs(180) } else { Duration::from_secs(20) }
 }
 
-/// How long a perf collector waits for the locked-memory budget other perf sessions hold.
-const BUDGET_WAIT: Duration = Duration::from_secs(90);
+/// How long a perf collector waits for the locked-memory budget other perf sessions hold,
+/// seconds ([`set_budget_wait`]).
+static BUDGET_WAIT_S: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(90);
+
+/// How long a perf collector of this process waits for perf's locked-memory budget (default
+/// 90 s). The capability matrix, which holds the budget on purpose, waits for nothing.
+pub fn set_budget_wait(wait: Duration) {
+    BUDGET_WAIT_S.store(wait.as_secs(), std::sync::atomic::Ordering::Relaxed);
+}
 
 /// perf's words when the per-user locked-memory budget for its ring buffers is used up.
 fn budget_used_up(err: &anyhow::Error) -> bool {
@@ -129,13 +136,16 @@ fn root_perf_sessions() -> Vec<u32> {
 
 /// Why perf could not map its buffer, in words a stranger can act on.
 fn budget_cause() -> String {
-    let kb = super::offcpu::perf_mlock_kb().map_or_else(|| "?".into(), |k| k.to_string());
+    let current = super::offcpu::perf_mlock_kb();
+    let kb = current.map_or_else(|| "?".into(), |k| k.to_string());
+    // Twice what it is: room for one more session of the same size.
+    let raised = current.map_or(8192, |k| (k * 2).max(8192));
     let sessions = root_perf_sessions();
     format!(
         "perf's locked-memory budget for ring buffers (kernel.perf_event_mlock_kb = {kb} KiB per CPU, × {} CPUs) is shared by \
          every perf session of uid 0 — on the host and in every container; {} running now (pids {:?}) — and is used up, and \
          this perf lacks CAP_IPC_LOCK, which lifts the bound. Grant it (`capabilities = [\"SYS_ADMIN\", \"IPC_LOCK\"]`; \
-         the capability table's perf sets hold it), raise the budget (`sysctl -w kernel.perf_event_mlock_kb=8192`), or run \
+         the capability table's perf sets hold it), raise the budget (`sysctl -w kernel.perf_event_mlock_kb={raised}`), or run \
          when the other sessions have ended",
         super::offcpu::online_cpus(),
         sessions.len(),
@@ -145,9 +155,10 @@ fn budget_cause() -> String {
 
 /// Runs `attempt` (a perf start) again while perf finds its locked-memory budget used up by other
 /// sessions — the loser of several runs started together waits, then records — for at most
-/// [`BUDGET_WAIT`]; then an infrastructure error naming the cause and the fix.
+/// the budget wait ([`set_budget_wait`]); then an infrastructure error naming the cause and the fix.
 pub(crate) fn waiting_for_budget<T>(what: &str, attempt: impl FnMut() -> Result<T>) -> Result<T> {
-    wait_for_budget(what, BUDGET_WAIT, Duration::from_secs(2), attempt)
+    let wait = Duration::from_secs(BUDGET_WAIT_S.load(std::sync::atomic::Ordering::Relaxed));
+    wait_for_budget(what, wait, Duration::from_secs(2), attempt)
 }
 
 fn wait_for_budget<T>(what: &str, wait: Duration, poll: Duration, mut attempt: impl FnMut() -> Result<T>) -> Result<T> {

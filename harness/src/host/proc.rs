@@ -71,7 +71,7 @@ pub fn host_pid_in_namespace_of(member: u32, ns_pid: u32) -> Result<u32> {
 
 /// The child is killed when the thread that started it ends with its process (even of SIGKILL):
 /// an app or tool never outlives the run that owns it.
-pub(crate) fn die_with_owner(cmd: &mut Command) {
+pub fn die_with_owner(cmd: &mut Command) {
     use std::os::unix::process::CommandExt as _;
     // SAFETY: prctl is async-signal-safe and touches only the child being spawned.
     unsafe {

@@ -163,8 +163,17 @@ impl ContainerTarget {
                     Err(e) => {
                         // A short tool (a mount, a one-shot lttng command) can be done before we
                         // look it up: that is no failure; 0 says there is nothing left to signal.
-                        std::thread::sleep(Duration::from_millis(100));
-                        if child.try_wait()?.is_some() { Ok(0) } else { Err(e) }
+                        // A tool that fails at once (perf without its budget) is gone too, and
+                        // `docker exec` takes a moment to say so: its own error must be the one
+                        // reported, not this lookup's.
+                        let settle = Instant::now() + Duration::from_secs(3);
+                        while Instant::now() < settle {
+                            if child.try_wait()?.is_some() {
+                                return Ok(0);
+                            }
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Err(e)
                     }
                 };
             }

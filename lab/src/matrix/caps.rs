@@ -121,6 +121,8 @@ fn without_ids(error: &str) -> String {
 /// Runs the capability matrix. `on_probe` sees each cell as it finishes (progress).
 pub fn run_matrix(options: &MatrixOptions, on_probe: &mut dyn FnMut(&Probe)) -> Result<Matrix> {
     harness::host::owner::install();
+    // The budget is held on purpose: a probe's perf that needs it fails at once.
+    harness::collect::set_budget_wait(Duration::ZERO);
     let docker = harness::host::docker::Docker::connect()?;
     let suite = harness::host::image::suite(&options.suite)?;
     for caps in &options.cap_sets {
@@ -176,13 +178,14 @@ impl BudgetHolder {
         let perf = harness::collect::perf::detect_perf_binary().context("no `perf` on PATH to hold the budget")?;
         let dir = tempfile::tempdir_in(work)?;
         // 256 pages (1 MiB) per CPU is past the default budget of 516 KiB per CPU.
-        let child = std::process::Command::new(perf)
-            .args(["record", "-a", "-e", "cpu-clock", "-F", "1", "-m", "256", "-o"])
+        let mut cmd = std::process::Command::new(perf);
+        cmd.args(["record", "-a", "-e", "cpu-clock", "-F", "1", "-m", "256", "-o"])
             .arg(dir.path().join("hold.data"))
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("cannot start the perf that holds the budget")?;
+            .stderr(std::process::Stdio::null());
+        // It holds the budget for every perf session of uid 0: it must not outlive the matrix.
+        harness::host::proc::die_with_owner(&mut cmd);
+        let child = cmd.spawn().context("cannot start the perf that holds the budget")?;
         // Its buffers are mapped within a second.
         std::thread::sleep(Duration::from_secs(2));
         Ok(BudgetHolder { child, _dir: dir })

@@ -253,3 +253,90 @@ fn an_app_that_does_not_end_by_itself_is_inconclusive_with_the_fix() {
     assert!(reason.contains("did not end by itself within 4 s") && reason.contains("stop = \"sigterm\""), "{reason}");
     assert!(o.manifest.earlier_attempts.is_empty(), "an app that will not end is not run again: {:?}", o.manifest.earlier_attempts);
 }
+
+/// The machine's load changes halfway: CPU hogs start in the middle of a batch job that times
+/// its two phases with a stopwatch and with its CPU time. EventPipe's samples, each weighted by
+/// the time around its sampler tick, hold the stopwatch share within 5 pts, and perf's the CPU
+/// share; against the stopwatch perf's CPU-time samples no longer track the job once it is
+/// starved, so there perf PASSes within 5 pts or is INCONCLUSIVE with a reason naming the hogs —
+/// never a FAIL.
+#[test]
+fn shares_hold_when_the_load_changes_halfway() {
+    let test = "corpus::shares_hold_when_the_load_changes_halfway";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    lab::apps::user_app::build("report-batch", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let among = ["::Parse\\\\b", "::Render\\\\b"];
+    let toml = dir.path().join("report-batch.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "name = \"report-batch\"\nworkload = {{ dll = \"bin/report-batch.dll\" }}\nargs = [\"timings.json\", \"3\", \"1.5\"]\nstop = \"exit\"\n\
+             warmup_s = 0\ntruth = {{ path = \"timings.json\", map = {{ \"shares.Parse\" = \"{{/parse_s}} / ({{/parse_s}} + {{/render_s}})\", \
+             \"cpu.Parse\" = \"{{/parse_cpu_s}} / ({{/parse_cpu_s}} + {{/render_cpu_s}})\" }} }}\n\n\
+             {PERF_AND_EVENTPIPE}{}{}{}",
+            share("perf-cpu", among[0], &among, "cpu.Parse", "cpu").replace("share against", "CPU share against"),
+            share("perf-cpu", among[0], &among, "shares.Parse", "wall"),
+            share("eventpipe", among[0], &among, "shares.Parse", "wall"),
+        ),
+    )
+    .unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    // The hogs: four busy shells once the job is 2.2 s in (halfway through its 4.5 s). They are
+    // the children of a thread that lives until the run ends (they die with the thread that
+    // started them, so a panicking test leaves none behind).
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let hogs = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(60) {
+            let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("report-batch.dll"))
+            });
+            if running {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if stopped.recv_timeout(std::time::Duration::from_millis(2200)).is_ok() {
+            return 0;
+        }
+        let mut children: Vec<_> = (0..4)
+            .map(|_| {
+                let mut cmd = std::process::Command::new("sh");
+                cmd.args(["-c", "while :; do :; done"]);
+                harness::host::proc::die_with_owner(&mut cmd);
+                cmd.spawn().unwrap()
+            })
+            .collect();
+        let _ = stopped.recv();
+        for hog in &mut children {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+        children.len()
+    });
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    let _ = stop.send(());
+    assert_eq!(hogs.join().unwrap(), 4, "the hogs started before the job ended");
+    let check = |collector: &str| o.manifest.checks.iter().find(|c| c.collector.as_deref() == Some(collector) && c.name.contains("share")).unwrap();
+    let ep = check("eventpipe");
+    assert!(ep.values.get("error_pts").is_some_and(|e| *e <= 5.0), "EventPipe's time-weighted share: {ep:?}\n{}", describe(&o));
+    // perf against the job's CPU time: its own clock, right whatever the load.
+    let cpu = o.manifest.checks.iter().find(|c| c.name.contains("CPU share")).unwrap();
+    assert!(cpu.values.get("error_pts").is_some_and(|e| *e <= 5.0), "perf's CPU-time share: {cpu:?}\n{}", describe(&o));
+    // perf against the stopwatch: PASS within 5 pts, or INCONCLUSIVE naming the hogs.
+    let perf = o.manifest.checks.iter().find(|c| c.collector.as_deref() == Some("perf-cpu") && c.name.contains("::Parse\\b share")).unwrap();
+    let error = perf.values.get("error_pts").copied().unwrap_or(f64::NAN);
+    match perf.verdict {
+        // Within 5 pts: right, whatever the load; the details say what it agreed despite.
+        Verdict::Pass => assert!(error <= 5.0, "{perf:?}"),
+        Verdict::Inconclusive => {
+            let why = perf.reason.as_deref().unwrap_or("");
+            assert!(error > 5.0 && why.contains("other processes kept") && why.contains("sh"), "perf's reason names the load: {why}");
+        }
+        v => panic!("perf's share ended {v:?}:\n{}", describe(&o)),
+    }
+    eprintln!("{}\n{}", row("report-batch / host / hog halfway", &o), describe(&o));
+}
