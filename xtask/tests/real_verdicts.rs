@@ -224,6 +224,7 @@ fn runs_started_together_beside_a_users_perf_all_decide() {
         let manifest: Option<serde_json::Value> =
             std::fs::read_to_string(results.join("latest/manifest.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
         let reason = manifest.as_ref().and_then(|m| m["reason"].as_str().map(String::from)).unwrap_or_default();
+        eprintln!("{what}: exit {:?}{}", out.status.code(), if reason.is_empty() { String::new() } else { format!(", {reason}") });
         let ok = match out.status.code() {
             Some(0) => true,
             // Inconclusive only for the load of the other runs, named.
