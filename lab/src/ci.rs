@@ -220,7 +220,8 @@ pub fn generate(axes: &Axes) -> String {
          \x20         if-no-files-found: warn\n"
     );
     // The corpus (lab/tests/it/corpus.rs): every app written without tracelab code on every
-    // target, each cell held to the verdict's promise; CI runs a slice. The table is the artifact.
+    // target, and `init`'s starter on each, every cell held to the verdict's promise; CI runs a
+    // slice. The tables are the artifact.
     let _ = write!(
         y,
         "  corpus:\n\
@@ -229,13 +230,13 @@ pub fn generate(axes: &Axes) -> String {
          \x20   timeout-minutes: 60\n\
          {steps_prelude}\
          \x20     - name: run\n\
-         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=corpus::corpus_every_app_on_every_target)'\n\
+         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=corpus::corpus_every_app_on_every_target) | test(=corpus::the_starter_scenario_holds_its_promise_on_every_corpus_app)'\n\
          \x20     - name: upload the corpus table\n\
          \x20       if: always()\n\
          \x20       uses: actions/upload-artifact@v4\n\
          \x20       with:\n\
          \x20         name: corpus\n\
-         \x20         path: target/tmp/corpus.md\n\
+         \x20         path: target/tmp/corpus*.md\n\
          \x20         if-no-files-found: warn\n"
     );
     let _ = write!(
