@@ -150,7 +150,7 @@ fn capability_probes_match_this_engine() {
     let work = work_dir("matrix-caps");
     let options = lab::matrix::caps::MatrixOptions {
         collectors: vec![CollectorKind::PerfCpu, CollectorKind::Lttng, CollectorKind::EventPipe],
-        cap_sets: vec!["none".into(), "SYS_ADMIN".into(), "PERFMON".into(), "privileged".into()],
+        cap_sets: vec!["none".into(), "SYS_ADMIN".into(), "SYS_ADMIN+IPC_LOCK".into(), "PERFMON".into(), "privileged".into()],
         work: Some(work.path().to_path_buf()),
         ..Default::default()
     };
@@ -164,7 +164,11 @@ fn capability_probes_match_this_engine() {
     let none = cell("perf-cpu", "none");
     assert!(!none.works);
     assert!(none.error.as_deref().unwrap().contains("perf_event_open"), "{none:?}");
-    let admin = cell("perf-cpu", "SYS_ADMIN");
+    // The matrix holds perf's locked-memory budget of uid 0 (as a user's own `perf record -a`
+    // or another run would): SYS_ADMIN alone finds it used up and says so; IPC_LOCK lifts it.
+    let admin_only = cell("perf-cpu", "SYS_ADMIN");
+    assert!(!admin_only.works && admin_only.error.as_deref().unwrap().contains("locked-memory budget"), "{admin_only:?}");
+    let admin = cell("perf-cpu", "SYS_ADMIN+IPC_LOCK");
     assert!(admin.works, "{admin:?}");
     let measured = |detail: &str, key: &str| -> f64 {
         detail.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok()).unwrap_or(0.0)
