@@ -205,6 +205,10 @@ pub struct Scenario {
     /// Do not check or install prerequisites first (`cargo xtask setup --scenario NAME`).
     #[arg(long)]
     pub no_setup: bool,
+    /// Collect from this running process (a host pid) instead of launching the app: the
+    /// scenario's collectors and checks for `seconds`, the app left running as found.
+    #[arg(long, value_name = "PID", conflicts_with_all = ["target", "image"])]
+    pub attach: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]

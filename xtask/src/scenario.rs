@@ -20,6 +20,8 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     if let Some(image) = &args.image {
         harness::host::image::suite(image)?; // an unknown suite is a usage error (2), not a failed set-up
     }
+    // An attached run's tools run on the host, beside the process.
+    let target = if args.attach.is_some() { Some(TargetKind::Host) } else { target };
     let plan = (!args.no_setup).then(|| lab::prereq::Plan::for_scenario(&scenario, target, args.image.as_deref()));
     if let Some(code) = plan.and_then(|p| crate::setup::prepare(&p, false)) {
         return Ok(code);
@@ -29,6 +31,7 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
         image: args.image,
         results_root: args.results,
         symbol_dirs: args.symbols,
+        attach: args.attach,
     };
     let outcome = engine::run(&scenario, &opts)?;
     let m = &outcome.manifest;

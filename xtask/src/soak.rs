@@ -26,6 +26,7 @@ pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
             image: args.image,
             results_root: args.results,
             symbol_dirs: Vec::new(),
+            attach: None,
         },
     };
     let (table, dir) = soak::run(&opts)?;

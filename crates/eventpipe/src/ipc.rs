@@ -33,6 +33,8 @@ const COMMAND_SET_SERVER: u8 = 0xFF;
 const STOP_TRACING: u8 = 0x01;
 const PROCESS_INFO: u8 = 0x00;
 const RESUME_RUNTIME: u8 = 0x01;
+const ENABLE_PERF_MAP: u8 = 0x05;
+const DISABLE_PERF_MAP: u8 = 0x06;
 const RESPONSE_OK: u8 = 0x00;
 const RESPONSE_ERROR: u8 = 0xFF;
 
@@ -377,6 +379,19 @@ pub struct DiagnosticsClient {
     path: PathBuf,
 }
 
+/// What EnablePerfMap switches on (the runtime's `PerfMapType`; the values of
+/// `DOTNET_PerfMapEnabled`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PerfMapKind {
+    /// `perf-PID.map` and `jit-PID.dump`.
+    All = 1,
+    /// `jit-PID.dump` only.
+    JitDump = 2,
+    /// `perf-PID.map` only.
+    PerfMap = 3,
+}
+
 impl DiagnosticsClient {
     /// The client of the process `host_pid` (discovers its socket, see [`find_socket`]).
     pub fn for_pid(host_pid: u32) -> IpcResult<DiagnosticsClient> {
@@ -407,6 +422,28 @@ impl DiagnosticsClient {
     pub fn resume_runtime(&self) -> IpcResult<()> {
         let mut s = self.connect()?;
         resume_runtime_on(&mut s, &self.path)
+    }
+
+    /// Switches the runtime's perf map on (.NET 8+): from now on it writes `perf-PID.map` (and/or
+    /// `jit-PID.dump`), beginning with a rundown of every method already compiled — what a tool
+    /// attaching to an app started without `DOTNET_PerfMapEnabled` needs to name JIT frames.
+    pub fn enable_perf_map(&self, kind: PerfMapKind) -> IpcResult<()> {
+        let mut s = self.connect()?;
+        send(&mut s, &message(COMMAND_SET_PROCESS, ENABLE_PERF_MAP, &(kind as u32).to_le_bytes()), "EnablePerfMap", &self.path)?;
+        match read_reply(&mut s, "EnablePerfMap", &self.path)? {
+            Ok(_) => Ok(()),
+            Err(hresult) => Err(IpcError::Refused { command: "EnablePerfMap", hresult }),
+        }
+    }
+
+    /// Switches the runtime's perf map off again (.NET 8+).
+    pub fn disable_perf_map(&self) -> IpcResult<()> {
+        let mut s = self.connect()?;
+        send(&mut s, &message(COMMAND_SET_PROCESS, DISABLE_PERF_MAP, &[]), "DisablePerfMap", &self.path)?;
+        match read_reply(&mut s, "DisablePerfMap", &self.path)? {
+            Ok(_) => Ok(()),
+            Err(hresult) => Err(IpcError::Refused { command: "DisablePerfMap", hresult }),
+        }
     }
 
     /// Starts a streaming session: tries CollectTracing5, then 4, 3, 2 while the runtime answers

@@ -45,6 +45,117 @@ pub(super) fn run_app(
     Ok(())
 }
 
+/// `--attach PID`: the collectors on a process tracelab did not start, for `seconds` (or the
+/// load's), without stopping it. The measured window opens when the last collector records. A
+/// perf map the runtime does not write is switched on over the diagnostics IPC (EnablePerfMap,
+/// whose rundown names the methods compiled before) and off again after, leaving the app as found.
+pub(super) fn attach_app(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    pid: u32,
+    target: &mut dyn Target,
+    collectors: &mut [Box<dyn Collector>],
+    artifacts: &Path,
+    state: &mut RunState,
+) -> Result<()> {
+    let mut app = crate::run::RunningApp::attached(pid, artifacts.to_path_buf());
+    state.window = super::Window { launched_ns: crate::host::proc::monotonic_ns(), attached: true, ..Default::default() };
+    state.window.ready_ns = Some(state.window.launched_ns);
+    state.load.insert("app.pid".into(), f64::from(pid));
+    let needs_map = collectors.iter().any(|c| c.name().starts_with("perf"));
+    let map = app.tmp_dir_host.join(format!("perf-{pid}.map"));
+    let mut enabled_map = false;
+    if needs_map && !map.is_file() {
+        let socket = crate::run::ready::enable_perf_map(&app).map_err(|e| {
+            Infrastructure::wrap(e.context(format!("switching on the perf map of pid {pid} over its diagnostics socket (EnablePerfMap, .NET 8+)")))
+        })?;
+        enabled_map = true;
+        state.commands.push(format!("EnablePerfMap (perf-PID.map) over {}", socket.display()));
+        // The rundown of the methods already compiled is written as the command returns.
+        std::thread::sleep(Duration::from_millis(300));
+        let rundown = std::fs::read(&map).map(|b| b.split(|c| *c == b'\n').filter(|l| !l.is_empty()).count()).unwrap_or(0);
+        state.load.insert("attach.perf_map_rundown_methods".into(), rundown as f64);
+        crate::host::progress::note("launch", &format!("perf map switched on over IPC: its rundown named {rundown} methods compiled before"));
+    }
+    state.load.insert("attach.perf_map_enabled_by_tracelab".into(), if enabled_map { 1.0 } else { 0.0 });
+    let mut started = Vec::new();
+    let mut start_error = None;
+    for (i, c) in collectors.iter_mut().enumerate() {
+        crate::host::progress::note("launch", &format!("attaching collector `{}` to pid {pid}", c.name()));
+        match c.start(target, &app, artifacts) {
+            Ok(()) => {
+                started.push(i);
+                state.window.collectors.entry(c.name().to_string()).or_default().0 = Some(crate::host::proc::monotonic_ns());
+            }
+            Err(e) => {
+                let e = e.context(format!("collector `{}` could not attach", c.name()));
+                start_error = Some(if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) });
+                break;
+            }
+        }
+    }
+    state.window.from_ns = Some(crate::host::proc::monotonic_ns());
+    let seconds = scenario.load.as_ref().map(|l| l.seconds).or(scenario.seconds).unwrap_or(DEFAULT_WINDOW_S);
+    let mut gone = false;
+    if start_error.is_none() {
+        let spinner = crate::host::progress::timed_step("collect", format!("pid {pid}"), Duration::from_secs_f64(seconds));
+        match &scenario.load {
+            // A load goes where the scenario says: nothing of an attached app's output is seen.
+            Some(load) => {
+                let applied = load
+                    .url
+                    .as_deref()
+                    .context("an attached run's `[load]` needs `url = \"http://127.0.0.1:PORT\"`: the app's output is not seen")
+                    .and_then(|u| apply_load(load, u, false, state));
+                if let Err(e) = applied {
+                    start_error = Some(e);
+                }
+                gone = !app.is_alive();
+            }
+            None => gone = !crate::run::ready::run_for(&mut app, seconds),
+        }
+        if gone || start_error.is_some() { spinner.failed() } else { spinner.done("window over; the app runs on") }
+    }
+    state.window.to_ns = Some(crate::host::proc::monotonic_ns());
+    stop_collectors(collectors, &started, target, &app, state, &mut start_error);
+    if enabled_map {
+        match crate::run::ready::disable_perf_map(&app) {
+            Ok(()) => state.commands.push(format!("DisablePerfMap over the diagnostics socket of pid {pid}")),
+            Err(e) if app.is_alive() => crate::host::progress::note("report", &format!("could not switch the perf map of pid {pid} off again: {e:#}")),
+            Err(_) => {}
+        }
+    }
+    if let Some(e) = start_error {
+        return Err(e);
+    }
+    if gone {
+        return Err(anyhow::Error::new(Undecided(format!("process {pid} ended during the {seconds} s window: what was recorded covers part of it"))));
+    }
+    let launched = Launched {
+        app,
+        artifacts: artifacts.to_path_buf(),
+        truth_path: artifacts.join("truth.json"),
+        go_path: artifacts.join(".go"),
+        protocol: Protocol::None,
+        held: false,
+        url: None,
+        t_run: Instant::now(),
+    };
+    decode(opts, target, collectors, &launched, state)?;
+    if enabled_map {
+        // The map tracelab had the runtime write goes with the run (its copy is in the artifacts).
+        let _ = std::fs::remove_file(&map);
+    }
+    state.truth = match &scenario.truth {
+        Some(spec) => {
+            let cwd = scenario.cwd.clone().unwrap_or_else(|| PathBuf::from(format!("/proc/{pid}/cwd")));
+            if spec.file(&cwd).exists() { spec.read(&cwd)? } else { serde_json::Value::Null }
+        }
+        None => serde_json::Value::Null,
+    };
+    Ok(())
+}
+
 /// The app, started: held in the runtime until its collectors record, or already ready.
 struct Launched {
     app: crate::run::RunningApp,

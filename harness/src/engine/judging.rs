@@ -244,6 +244,7 @@ mod tests {
             launched_ns: 0,
             ready_ns: Some(500_000_000),
             held,
+            attached: false,
             from_ns: Some(1_000_000_000),
             to_ns: Some(3_000_000_000),
             collectors: [("perf-cpu".to_string(), (Some((start_s * 1e9) as u64), Some(3_000_000_000)))].into(),
@@ -290,14 +291,22 @@ mod tests {
         assert_eq!(v, Verdict::Inconclusive);
         assert!(reason.as_deref().unwrap().starts_with("hot: 400 samples, below the floor of 1000 (min_samples)"), "{reason:?}");
         // 8 lost events of 400 samples is 2 %: above the default bound, within a scenario's 5 %.
-        let (v, reason, _) = judge(&scenario(SHARE), &state_with(8));
+        // A share that agrees passes all the same, saying what it agreed despite; one that does
+        // not cannot be a FAIL on that data.
+        let (v, _, checks) = judge(&scenario(SHARE), &state_with(8));
+        assert_eq!(v, Verdict::Pass);
+        let hot = checks.iter().find(|c| c.name == "hot").unwrap();
+        assert!(hot.details.iter().any(|d| d.starts_with("agrees although") && d.contains("lost 8 events")), "{checks:?}");
+        let mut off = state_with(8);
+        off.truth = serde_json::json!({"hot": 0.5});
+        let (v, reason, _) = judge(&scenario(SHARE), &off);
         assert_eq!(v, Verdict::Inconclusive);
         assert!(reason.as_deref().unwrap().contains("lost 8 events against 400 samples recorded (2.0 %"), "{reason:?}");
         let lenient = scenario(&format!("[sufficiency]\nmax_lost_ratio = 0.05\n{SHARE}"));
-        assert_eq!(judge(&lenient, &state_with(8)).0, Verdict::Pass);
+        assert_eq!(judge(&lenient, &off).0, Verdict::Fail);
         // A FAIL with enough data outweighs an inconclusive check.
         let absent = "[[expect]]\nkind = \"frame\"\npattern = \"Hot\"\npresent = false\n";
-        let (v, reason, checks) = judge(&scenario(&format!("{absent}{SHARE}")), &state_with(8));
+        let (v, reason, checks) = judge(&scenario(&format!("{absent}{SHARE}")), &off);
         assert_eq!(v, Verdict::Fail);
         assert!(reason.as_deref().unwrap().starts_with("frame absent `Hot`"), "{reason:?}");
         assert_eq!(checks.iter().filter(|c| c.verdict == Verdict::Inconclusive).count(), 1);

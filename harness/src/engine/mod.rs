@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub results_root: Option<PathBuf>,
     /// `--symbols DIR`: folders with separate debug files (`libcoreclr.so.dbg` …).
     pub symbol_dirs: Vec<PathBuf>,
+    /// `--attach PID`: collect from this running process (host pid) instead of launching the app.
+    pub attach: Option<u32>,
 }
 
 /// What a run ended as.
@@ -49,6 +51,10 @@ pub struct RunOutcome {
 /// The target a run uses and why: an explicit choice, else the scenario's, else `container`
 /// when a Docker daemon answers and `host` otherwise.
 pub(crate) fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(TargetKind, Option<String>)> {
+    if opts.attach.is_some() {
+        // An attached run's tools run on the host, beside the process.
+        return Ok((TargetKind::Host, None));
+    }
     if let Some(t) = opts.target {
         return Ok((t, None));
     }
@@ -277,6 +283,8 @@ pub(crate) struct Window {
     pub(crate) ready_ns: Option<u64>,
     /// Held at start until every collector recorded.
     pub(crate) held: bool,
+    /// `--attach PID`: the app ran already; `launched_ns` is the attach.
+    pub(crate) attached: bool,
     /// The measured window: from ready + `warmup_s` (or the load's start, or the release of a
     /// tracelab workload) to the stop.
     pub(crate) from_ns: Option<u64>,
@@ -302,6 +310,7 @@ impl Window {
     pub(crate) fn report(&self) -> crate::report::WindowReport {
         crate::report::WindowReport {
             held_at_start: self.held,
+            attached: self.attached,
             ready_s: self.offset(self.ready_ns),
             measured_from_s: self.offset(self.from_ns),
             measured_to_s: self.offset(self.to_ns),
@@ -331,6 +340,57 @@ fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> R
     r
 }
 
+/// `--attach PID`: the scenario's collectors and checks on a running process, on the host (its
+/// tools run beside it; an app in a container is reached by its host pid only when it shares the
+/// host's pid namespace). Refused with the reason: a pid that is gone (5), one in another pid
+/// namespace, or not a .NET process with its diagnostics on (4).
+fn execute_attached(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    pid: u32,
+    mut collectors: Vec<Box<dyn Collector>>,
+    dir: &ResultsDir,
+    state: &mut RunState,
+) -> Result<()> {
+    let unsupported = |reason: String| anyhow::Error::new(crate::host::errors::Unsupported { reason });
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(crate::host::errors::Infrastructure::wrap(anyhow::anyhow!("process {pid} does not exist (it ended, or the pid is wrong): nothing to attach to")));
+    }
+    let ns = crate::host::proc::nspid(pid).unwrap_or_default();
+    if ns.len() > 1 {
+        return Err(unsupported(format!(
+            "process {pid} runs in another pid namespace (a container: its pid there is {}); `--attach` reaches processes of the \
+             host's pid namespace: run the scenario with the container or sidecar target instead",
+            ns.last().copied().unwrap_or(0)
+        )));
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let dotnet = maps.contains("libcoreclr.so");
+    if let Some(e) = crate::run::ready::diagnostics_unreachable(pid) {
+        let what = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        return Err(unsupported(if dotnet {
+            format!(
+                "process {pid} (`{}`) is a .NET app whose diagnostics are off (DOTNET_EnableDiagnostics=0, or its IPC): no tool can \
+                 attach to it; restart it without that setting ({e})",
+                what.trim()
+            )
+        } else {
+            format!("process {pid} (`{}`) is not a .NET app (no libcoreclr.so in its memory map, no diagnostics socket): nothing to attach to", what.trim())
+        }));
+    }
+    state.workload = Some(format!("pid {pid}"));
+    state.commands.push(format!("attach to pid {pid}: {}", std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ").trim()));
+    let artifacts = dir.artifacts();
+    std::fs::create_dir_all(&artifacts)?;
+    let dotnet = timed(state, "dotnet", |_| crate::host::dotnet::Dotnet::locate_or_install())?;
+    let mut target: Box<dyn Target> = Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()));
+    let result = app::attach_app(scenario, opts, pid, target.as_mut(), &mut collectors, &artifacts, state);
+    let cleanup = target.cleanup();
+    result?;
+    cleanup.context("cleaning up the target")?;
+    Ok(())
+}
+
 fn execute(
     scenario: &Scenario,
     opts: &RunOptions,
@@ -340,10 +400,24 @@ fn execute(
     state: &mut RunState,
 ) -> Result<()> {
     // Build every collector first: a bad option fails before anything runs.
-    let mut collectors: Vec<Box<dyn Collector>> =
-        scenario.collectors.iter().map(collect::from_spec).collect::<Result<_>>()?;
+    let mut collectors: Vec<Box<dyn Collector>> = scenario
+        .collectors
+        .iter()
+        .map(|spec| {
+            let mut spec = spec.clone();
+            if let (Some(_), collect::CollectorOptions::PerfCpu(o)) = (opts.attach, &mut spec.options) {
+                // An app tracelab did not start runs with .NET's W^X on: its JIT code executes
+                // from a memfd alias, which the perf map names by address.
+                o.name_doublemapped = true;
+            }
+            collect::from_spec(&spec)
+        })
+        .collect::<Result<_>>()?;
     let groups = scenario.run_groups();
 
+    if let Some(pid) = opts.attach {
+        return execute_attached(scenario, opts, pid, collectors, dir, state);
+    }
     crate::host::progress::note("build", &format!("workload for `{}`", scenario.name));
     let dotnet = timed(state, "dotnet", |_| crate::host::dotnet::Dotnet::locate_or_install())?;
     if state.environment.dotnet_runtimes.is_empty() {

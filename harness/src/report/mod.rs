@@ -83,6 +83,9 @@ pub struct Manifest {
 pub struct WindowReport {
     /// The runtime held the app at start until every collector recorded.
     pub held_at_start: bool,
+    /// `--attach PID`: the app was running already; seconds count from the attach.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub attached: bool,
     /// When the app was ready (its ready line, port or diagnostics socket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_s: Option<f64>,
@@ -306,7 +309,13 @@ fn window_markdown(s: &mut String, windows: &[WindowReport]) {
             s,
             "## Measured window{launch}\n\nSeconds from the app's launch{}. Ready at {} s; samples judged from {} s to {} s \
              (start-up and warm-up are recorded, not judged).\n\n| collector | recording from | stopped at |\n|---|---|---|",
-            if w.held_at_start { ", held at start until every collector recorded" } else { " (not held at start)" },
+            if w.attached {
+                " — here from attaching to the running app, whose window opens when its last collector recorded"
+            } else if w.held_at_start {
+                ", held at start until every collector recorded"
+            } else {
+                " (not held at start)"
+            },
             secs(w.ready_s),
             secs(w.measured_from_s),
             secs(w.measured_to_s)
@@ -365,6 +374,21 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
         }
     }
     window_markdown(&mut s, &m.windows);
+    if let Some(enabled) = m.metrics.get("attach.perf_map_enabled_by_tracelab") {
+        let _ = writeln!(
+            s,
+            "Perf map: {}\n",
+            if *enabled > 0.0 {
+                format!(
+                    "the app wrote none; tracelab switched it on over the diagnostics IPC (EnablePerfMap), its rundown named {} \
+                     methods compiled before, and switched it off after (DisablePerfMap)",
+                    m.metrics.get("attach.perf_map_rundown_methods").copied().unwrap_or(0.0)
+                )
+            } else {
+                "the app's own (it runs with the perf map on)".to_string()
+            }
+        );
+    }
     for t in &m.share_tables {
         let _ = writeln!(s, "## Shares by collector\n");
         s.push_str(&share_table_markdown(t));

@@ -106,6 +106,19 @@ pub struct RunningApp {
     pub held_at_start: bool,
 }
 
+/// The app's temporary folder as the host reaches it: its own TMPDIR (where its runtime writes
+/// perf maps and opens its diagnostics socket), else /tmp, under /proc/PID/root.
+fn app_tmp(host_pid: u32) -> PathBuf {
+    let environ = std::fs::read(format!("/proc/{host_pid}/environ")).unwrap_or_default();
+    let tmpdir = environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"TMPDIR="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| v.starts_with('/'))
+        .unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(format!("/proc/{host_pid}/root{tmpdir}"))
+}
+
 impl RunningApp {
     /// Waits for a stdout line starting with `prefix` (e.g. the workload's readiness line),
     /// skipping anything else (the runtime's "configured to pause during startup" notice …).
@@ -146,6 +159,23 @@ impl RunningApp {
             .ok()
             .and_then(|s| s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string)))
             .is_some_and(|state| state != "Z" && state != "X")
+    }
+
+    /// A process tracelab did not start (`--attach PID`), in the host's pid namespace: nothing of
+    /// its output is seen, and dropping the handle leaves it running.
+    pub(crate) fn attached(host_pid: u32, work_dir: PathBuf) -> RunningApp {
+        let (_, output) = mpsc::channel();
+        RunningApp {
+            host_pid,
+            target_pid: host_pid,
+            tmp_dir_host: app_tmp(host_pid),
+            work_dir_in_target: work_dir,
+            container_id: None,
+            output,
+            child: None,
+            transcript: Vec::new(),
+            held_at_start: false,
+        }
     }
 
     /// The last `n` lines the app printed (for error messages).

@@ -237,6 +237,24 @@ pub(crate) fn resume_held(app: &RunningApp) -> Result<()> {
         .map_err(|e| e.context(format!("resuming the runtime held at start (pid {}) over its diagnostics socket", app.host_pid)))
 }
 
+/// Why no tool can reach pid `host_pid` over the diagnostics IPC, if none can.
+pub(crate) fn diagnostics_unreachable(host_pid: u32) -> Option<String> {
+    eventpipe::ipc::DiagnosticsClient::for_pid(host_pid).err().map(|e| e.to_string())
+}
+
+/// Switches the runtime's perf map on over its diagnostics socket (EnablePerfMap, .NET 8+: it
+/// writes `perf-PID.map`, beginning with a rundown of the methods compiled before); the socket.
+pub(crate) fn enable_perf_map(app: &RunningApp) -> Result<std::path::PathBuf> {
+    let client = eventpipe::ipc::DiagnosticsClient::for_pid(app.host_pid)?;
+    client.enable_perf_map(eventpipe::ipc::PerfMapKind::PerfMap)?;
+    Ok(client.socket_path().to_path_buf())
+}
+
+/// Switches the runtime's perf map off again (DisablePerfMap).
+pub(crate) fn disable_perf_map(app: &RunningApp) -> Result<()> {
+    Ok(eventpipe::ipc::DiagnosticsClient::for_pid(app.host_pid)?.disable_perf_map()?)
+}
+
 /// Asks the app to stop; returns what was done (for the manifest's commands).
 pub(crate) fn stop_app(app: &RunningApp, stop: &Stop, url: Option<&str>) -> Result<String> {
     Ok(match stop {

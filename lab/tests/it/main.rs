@@ -2,6 +2,7 @@
 //! real thing (dotnet, perf, docker, LTTng); each skips with a printed reason when a prerequisite
 //! is absent locally and fails in CI (see `tracelab_fixtures::prerequisites`).
 
+mod attach;
 mod containers;
 mod corpus;
 mod eventpipe;
