@@ -99,8 +99,22 @@ impl Judge for ExceptionsCheck {
         if let Some(path) = &self.truth {
             let want = truth_value(truth, path).and_then(|v| v.as_object()).ok_or_else(|| format!("truth.json has no map at `{path}`"))?;
             let type_of = |k: &str| k.split(": ").next().unwrap_or(k).to_string();
-            let want: BTreeMap<String, u64> =
-                want.iter().filter(|(k, _)| keep(&type_of(k))).map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
+            // A value that is not a count was never an exception's: most often a truth key split
+            // at the dots of its type's namespace (`App.Errors.Bad: m` read as `App` → …).
+            let want: BTreeMap<String, u64> = want
+                .iter()
+                .filter(|(k, _)| keep(&type_of(k)))
+                .map(|(k, v)| {
+                    // A count derived by `truth.map` is a JSON float (25.0): a whole one counts.
+                    let whole = v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64);
+                    v.as_u64().or(whole).map(|n| (k.clone(), n)).ok_or_else(|| {
+                        format!(
+                            "truth `{path}` holds `{k}` = {v}, not a count of exceptions: quote a key whose type has dots \
+                             (`{path}.\"Namespace.Type: message\"` in `truth.map`)"
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
             let got: BTreeMap<String, u64> = exceptions_by_type_message(c).into_iter().filter(|(k, _)| keep(&type_of(k))).collect();
             pass &= !want.is_empty() && want == got;
             count = Some(got.values().sum::<u64>());
@@ -161,6 +175,26 @@ mod tests {
         let judged = evaluate_on(&all, &[c], serde_json::json!({}));
         assert_eq!(judged.measured, "truth.json has no map at `exceptions`");
         assert!(ExceptionsCheck { type_pattern: Some("(".into()), ..all }.validate().is_err());
+    }
+
+    #[test]
+    fn a_truth_split_at_a_types_dots_is_named_not_counted_as_zero() {
+        let mut c = Collection::new("lttng");
+        let mut e = event("ExceptionThrown_V1");
+        e.fields.insert("ExceptionType".into(), Value::Str("App.Errors.Bad".into()));
+        c.events.push(e);
+        let check = ExceptionsCheck { truth: Some("exceptions".into()), type_pattern: None, throw_site: None, throw_method: None };
+        let split = serde_json::json!({"exceptions": {"App": {"Errors": {"Bad: m": 1}}}});
+        let judged = evaluate_on(&check, &[c.clone()], split);
+        assert_eq!(judged.verdict, Verdict::Fail);
+        assert!(judged.measured.contains("holds `App` = {") && judged.measured.contains("quote a key"), "{}", judged.measured);
+        let whole = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 1}});
+        assert_eq!(evaluate_on(&check, &[c.clone()], whole).verdict, Verdict::Pass);
+        // As `truth.map` derives it: a float, whole.
+        let derived = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 1.0}});
+        assert_eq!(evaluate_on(&check, &[c.clone()], derived).verdict, Verdict::Pass);
+        let half = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 0.5}});
+        assert!(evaluate_on(&check, &[c], half).measured.contains("not a count"));
     }
 
     fn frame(name: &str) -> Frame {
