@@ -333,25 +333,59 @@ impl Scenario {
             return Err(at(path!("runs"), anyhow!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>())));
         }
         for (i, e) in self.expectations.iter().enumerate() {
-            e.validate(&names).map_err(|err| at(path!("expect", i), err))?;
-            // An app as it is has the truth its scenario declares: with a `truth.map`, exactly its
-            // keys (and the objects above them); with none, no truth at all.
-            if self.protocol() == Protocol::None {
-                for wanted in e.check.judge().truth_paths() {
-                    let declared = match &self.truth {
-                        None => Err("the scenario has no `truth`: give one (`truth = { path = …, map = { … } }`) or drop the check".to_string()),
-                        Some(t) if t.map.is_empty() => Ok(()),
-                        Some(t) if t.map.keys().any(|k| k == wanted || k.starts_with(&format!("{wanted}."))) => Ok(()),
-                        Some(t) => Err(format!("`truth.map` declares {}", t.map.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))),
-                    };
-                    if let Err(why) = declared {
-                        return Err(at(path!("expect", i), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
-                    }
+            // A check's own mistake names its key (`judge::BadKey`): the line to fix, not the
+            // `[[expect]]` header above it.
+            e.validate(&names).map_err(|err| {
+                let key = err.downcast_ref::<judge::BadKey>().map(|b| b.key);
+                at(key.map_or_else(|| path!("expect", i), |k| path!("expect", i, k)), err)
+            })?;
+            for wanted in e.check.judge().truth_paths() {
+                let wanted_keys = judge::truth_path_keys(wanted).map_err(|why| at(e.truth_key(i, wanted), anyhow!("{why}")))?;
+                // An app as it is has the truth its scenario declares: with a `truth.map`, exactly
+                // its keys (and the objects above them); with none, no truth at all.
+                if self.protocol() != Protocol::None {
+                    continue;
+                }
+                let declared = match &self.truth {
+                    None => Err("the scenario has no `truth`: give one (`truth = { path = …, map = { … } }`) or drop the check".to_string()),
+                    Some(t) if t.map.is_empty() => Ok(()),
+                    Some(t) if t.map.keys().any(|k| judge::truth_path_keys(k).is_ok_and(|ks| ks.starts_with(&wanted_keys))) => Ok(()),
+                    Some(t) => Err(format!("`truth.map` declares {}", t.map.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))),
+                };
+                if let Err(why) = declared {
+                    return Err(at(e.truth_key(i, wanted), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
                 }
             }
         }
         for group in self.run_groups() {
             self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+        }
+        // Last, so a mistake in the file itself is told first: every file the scenario names
+        // exists now, before any build or run (a missing dll once ended as a FAIL mid-run).
+        self.referenced_files_exist()
+    }
+
+    /// The files and folders the scenario names (relative ones already resolved next to it).
+    fn referenced_files_exist(&self) -> Result<()> {
+        use crate::scenario_path as path;
+        let hint = "(relative paths are next to the scenario file)";
+        match &self.workload {
+            WorkloadRef::Dll { dll } if !dll.is_file() => {
+                let why = if dll.is_dir() { "is a folder, not a file" } else { "does not exist" };
+                return Err(at(path!("workload", "dll"), anyhow!("workload dll {} {why} {hint}: build the app first (`dotnet build`), or point `dll` at its output", dll.display())));
+            }
+            WorkloadRef::Project { project, .. } if !project.exists() => {
+                return Err(at(path!("workload", "project"), anyhow!("workload project {} does not exist {hint}: give the folder or the .csproj", project.display())));
+            }
+            WorkloadRef::Command { command } if command[0].contains('/') && !Path::new(&command[0]).is_file() => {
+                return Err(at(path!("workload", "command"), anyhow!("workload program {} does not exist {hint} (a bare name is looked up on PATH)", command[0])));
+            }
+            _ => {}
+        }
+        if let Some(cwd) = &self.cwd
+            && !cwd.is_dir()
+        {
+            return Err(at(path!("cwd"), anyhow!("`cwd` {} is not a folder {hint}", cwd.display())));
         }
         Ok(())
     }
@@ -484,15 +518,12 @@ mod tests {
 
     #[test]
     fn user_workload_by_path() {
-        let text = r#"
-            name = "mine"
-            workload = { dll = "/srv/app/My.dll" }
-            [[collector]]
-            kind = "perf-cpu"
-            frequency = 499
-        "#;
-        let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
-        assert_eq!(s.workload, WorkloadRef::Dll { dll: "/srv/app/My.dll".into() });
+        let dir = tempfile::tempdir().unwrap();
+        let dll = dir.path().join("My.dll");
+        std::fs::write(&dll, b"").unwrap();
+        let text = format!("name = \"mine\"\nworkload = {{ dll = {:?} }}\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n", dll.display().to_string());
+        let s = Scenario::from_toml(&text, Path::new("mine.toml")).unwrap();
+        assert_eq!(s.workload, WorkloadRef::Dll { dll });
         assert_eq!(s.protocol(), Protocol::None);
         match &s.collectors[0].options {
             crate::collect::CollectorOptions::PerfCpu(o) => assert_eq!(o.frequency, 499),

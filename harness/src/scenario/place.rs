@@ -217,7 +217,7 @@ mod scenario_mistakes {
             (format!("tiemout_s = 5\n{BASE}"), "dir/x.toml:1:1", "unknown field `tiemout_s`"),
             (format!("timeout_s = \"5\"\n{BASE}"), "dir/x.toml:1:13", "invalid type: string \"5\""),
             (with("\n[[collector]]\nkind = \"perf-offcpu\"\nname = \"perf-cpu\"\n"), "dir/x.toml:7:1", "two collectors are named `perf-cpu`"),
-            (with("\n[[expect]]\nkind = \"resolved\"\ncollector = \"eventpipe\"\nclass = \"jit\"\nmin = 0.9\n"), "dir/x.toml:7:1", "collector `eventpipe`"),
+            (with("\n[[expect]]\nkind = \"resolved\"\ncollector = \"eventpipe\"\nclass = \"jit\"\nmin = 0.9\n"), "dir/x.toml:9:1", "collector `eventpipe`"),
             (format!("runs = [[\"perf-cpu\"], [\"nope\"]]\n{BASE}"), "dir/x.toml:1:23", "names collector `nope`"),
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
@@ -228,8 +228,26 @@ mod scenario_mistakes {
                     "{}\n[[expect]]\nkind = \"share\"\nmethod = \"A\"\namong = [\"A\", \"B\"]\ntruth = \"shares.cpu.B\"\n",
                     BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"a.dll\" }\ntruth = { path = \"t.json\", map = { \"shares.cpu.A\" = \"{/a}\" } }")
                 ),
-                "dir/x.toml:8:1",
+                "dir/x.toml:12:1",
                 "reads truth `shares.cpu.B`, which the scenario does not declare: `truth.map` declares `shares.cpu.A`",
+            ),
+            // A check's own mistake points at its key, not at the `[[expect]]` above it.
+            (with("\n[[expect]]\nkind = \"resolved\"\nclass = \"jit\"\nmin = 95\n"), "dir/x.toml:10:1", "`min` is a ratio between 0 and 1 (0.95 for 95 %), got 95"),
+            (with("\n[[expect]]\nkind = \"resolved\"\nclass = \"jitt\"\n"), "dir/x.toml:9:1", "unknown DSO class `jitt`"),
+            (with("\n[[expect]]\nkind = \"share_at_least\"\nmethod = \"A\"\namong = [\"A\"]\nmin = 90\n"), "dir/x.toml:11:1", "`min` is a ratio"),
+            (with("\n[[expect]]\nkind = \"share\"\nmethod = \"A\"\namong = [\"A\", \"(\"]\ntruth = \"t\"\n"), "dir/x.toml:10:1", "bad regex `(`"),
+            (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nfield = \"Reason\"\n"), "dir/x.toml:10:1", "`field` needs `matches`"),
+            (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nfield = \"Reason\"\nequals = true\n"), "dir/x.toml:11:1", "a number or a string"),
+            (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nequals_truth = \"gc..induced\"\n"), "dir/x.toml:10:1", "column 4: an empty key"),
+            // Every file the scenario names exists before any work, the key named.
+            (BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"bin/App.dll\" }"), "dir/x.toml:2:14", "workload dll "),
+            (BASE.replace("workload = \"cpu-bound\"", "workload = { project = \"src/App\" }"), "dir/x.toml:2:14", "workload project "),
+            (BASE.replace("workload = \"cpu-bound\"", "workload = { command = [\"./bin/app\"] }"), "dir/x.toml:2:14", "workload program "),
+            (BASE.replace("workload = \"cpu-bound\"", "workload = { command = [\"/bin/true\"] }\ncwd = \"run\""), "dir/x.toml:3:1", "`cwd` "),
+            (
+                BASE.replace("workload = \"cpu-bound\"", "workload = { command = [\"/bin/true\"] }\ntruth = { path = \"t.json\", map = { 'e.\"A.B' = \"{/a}\" } }"),
+                "dir/x.toml:3:36",
+                "truth.map key: truth path `e.\"A.B`, column 3: a quoted key is not closed",
             ),
         ] {
             let err = error_of(&text);
