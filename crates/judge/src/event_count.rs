@@ -170,7 +170,16 @@ impl Judge for EventCountCheck {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
-        self.filter().map(|_| ())
+        self.filter()?;
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(crate::bad_key("max", format!("`max` ({max}) is below `min` ({min}): no count passes")));
+        }
+        if let Some(t) = self.tolerance_pct.filter(|t| !(*t >= 0.0)) {
+            return Err(crate::bad_key("tolerance_pct", format!("`tolerance_pct` is ≥ 0, got {t}")));
+        }
+        Ok(())
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {

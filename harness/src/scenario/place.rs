@@ -239,6 +239,10 @@ mod scenario_mistakes {
             (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nfield = \"Reason\"\n"), "dir/x.toml:10:1", "`field` needs `matches`"),
             (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nfield = \"Reason\"\nequals = true\n"), "dir/x.toml:11:1", "a number or a string"),
             (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"GCStart\"\nequals_truth = \"gc..induced\"\n"), "dir/x.toml:10:1", "column 4: an empty key"),
+            (with("\n[[expect]]\nkind = \"metric\"\nmetric = \"m\"\ntolerance = 1\n"), "dir/x.toml:10:1", "`tolerance` and `tolerance_pct` go with `equals_truth`"),
+            (with("\n[[expect]]\nkind = \"waker\"\nblocked = \"A\"\nwaker = \"B\"\nmin_share = 90\n"), "dir/x.toml:11:1", "`min_share` is a ratio"),
+            (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"E\"\nmin = 5\nmax = 2\n"), "dir/x.toml:11:1", "`max` (2) is below `min` (5)"),
+            (with("\n[[expect]]\nkind = \"frame\"\npattern = \"A\"\nmin_share = 50\n"), "dir/x.toml:10:1", "`min_share` is a ratio between 0 and 1 (0.5 for 50 %)"),
             // Every file the scenario names exists before any work, the key named.
             (BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"bin/App.dll\" }"), "dir/x.toml:2:14", "workload dll "),
             (BASE.replace("workload = \"cpu-bound\"", "workload = { project = \"src/App\" }"), "dir/x.toml:2:14", "workload project "),
