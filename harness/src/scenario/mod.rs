@@ -307,12 +307,15 @@ impl Scenario {
         let mut names = std::collections::BTreeSet::new();
         for (i, c) in self.collectors.iter().enumerate() {
             // Each collector's own option checks (ranges, profiles, event names), at load.
-            crate::collect::from_spec(c).map_err(|e| at(path!("collector", i), e))?;
+            crate::collect::from_spec(c).map_err(|e| {
+                let key = e.downcast_ref::<crate::collect::BadOption>().map(|b| b.key);
+                at(key.map_or_else(|| path!("collector", i), |k| path!("collector", i, k)), e)
+            })?;
             if let crate::collect::CollectorOptions::Dump(d) = &c.options
                 && d.trigger == crate::collect::dump::Trigger::Crash
                 && !self.expect_crash
             {
-                return Err(at(path!("collector", i), anyhow!("a `dump` collector with `trigger = \"crash\"` waits for the app to crash: set `expect_crash = true` at the top of the scenario")));
+                return Err(at(path!("collector", i, "trigger"), anyhow!("a `dump` collector with `trigger = \"crash\"` waits for the app to crash: set `expect_crash = true` at the top of the scenario")));
             }
             if !names.insert(c.name().to_string()) {
                 return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
