@@ -38,6 +38,10 @@ pub struct EventCountCheck {
     pub matches: Option<String>,
     #[serde(default)]
     pub equals: Option<FieldValue>,
+    /// Count only events whose fields all equal these typed values (beside or instead of
+    /// `field`): `where = { Reason = 1, Depth = 2 }`, induced gen-2 GCs.
+    #[serde(default, rename = "where")]
+    pub where_: std::collections::BTreeMap<String, FieldValue>,
 }
 
 /// A field's value as a scenario writes it: a number (`equals = 1`, `equals = 0.5`) or a text
@@ -144,6 +148,13 @@ impl Filter<'_> {
 }
 
 impl EventCountCheck {
+    /// Every condition an event must meet: `field`'s, then each of `where`'s.
+    fn filters(&self) -> anyhow::Result<Vec<Filter<'_>>> {
+        let mut all: Vec<Filter<'_>> = self.filter()?.into_iter().collect();
+        all.extend(self.where_.iter().map(|(f, v)| Filter::Equals(f, v)));
+        Ok(all)
+    }
+
     fn filter(&self) -> anyhow::Result<Option<Filter<'_>>> {
         match (&self.field, &self.matches, &self.equals) {
             (None, None, None) => Ok(None),
@@ -162,11 +173,13 @@ impl Judge for EventCountCheck {
         self.at_least_truth.iter().chain(&self.equals_truth).map(String::as_str).collect()
     }
     fn default_name(&self) -> String {
-        match (&self.field, &self.matches, &self.equals) {
-            (Some(f), Some(m), _) => format!("{} count ({f} ~ /{m}/)", self.event),
-            (Some(f), None, Some(v)) => format!("{} count ({f} = {v})", self.event),
-            _ => format!("{} count", self.event),
-        }
+        let mut conditions: Vec<String> = match (&self.field, &self.matches, &self.equals) {
+            (Some(f), Some(m), _) => vec![format!("{f} ~ /{m}/")],
+            (Some(f), None, Some(v)) => vec![format!("{f} = {v}")],
+            _ => vec![],
+        };
+        conditions.extend(self.where_.iter().map(|(f, v)| format!("{f} = {v}")));
+        if conditions.is_empty() { format!("{} count", self.event) } else { format!("{} count ({})", self.event, conditions.join(", ")) }
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -185,25 +198,27 @@ impl Judge for EventCountCheck {
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
         let EventCountCheck { event, provider, min, max, at_least_truth, equals_truth, tolerance, tolerance_pct, .. } = self;
         let c = ev.read(collector)?;
-        let n = match self.filter().map_err(|e| e.to_string())? {
-            None => count_events(c, event, provider.as_deref()),
-            Some(filter) => {
-                let want = strip_version(event);
-                let named: Vec<&Event> = c
-                    .events
-                    .iter()
-                    .filter(|e| strip_version(&e.name) == want)
-                    .filter(|e| provider.as_deref().is_none_or(|p| e.provider.to_ascii_lowercase().contains(&p.to_ascii_lowercase())))
-                    .collect();
-                // A field no event has is a misspelt name, not a count of 0.
+        let filters = self.filters().map_err(|e| e.to_string())?;
+        let n = if filters.is_empty() {
+            count_events(c, event, provider.as_deref())
+        } else {
+            let want = strip_version(event);
+            let named: Vec<&Event> = c
+                .events
+                .iter()
+                .filter(|e| strip_version(&e.name) == want)
+                .filter(|e| provider.as_deref().is_none_or(|p| e.provider.to_ascii_lowercase().contains(&p.to_ascii_lowercase())))
+                .collect();
+            // A field no event has is a misspelt name, not a count of 0.
+            for filter in &filters {
                 if let Some(first) = named.first()
                     && !named.iter().any(|e| e.fields.contains_key(filter.field()))
                 {
                     let fields = first.fields.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
                     return Err(format!("no {event} event has a field `{}` (its fields: {fields})", filter.field()));
                 }
-                named.iter().filter(|e| filter.keeps(e)).count() as u64
             }
+            named.iter().filter(|e| filters.iter().all(|f| f.keeps(e))).count() as u64
         };
         let mut pass = within(n as f64, min.map(|v| v as f64), max.map(|v| v as f64));
         let mut expected = vec![];
@@ -254,6 +269,7 @@ mod tests {
             field: None,
             matches: None,
             equals: None,
+            where_: Default::default(),
         }
     }
 
@@ -373,6 +389,31 @@ mod tests {
         assert_eq!(evaluate_on(&by("Kind", FieldValue::Integer(1)), &[c.clone()], truth.clone()).measured, "0");
         assert_eq!(evaluate_on(&by("Kind", FieldValue::Text("1".into())), &[c.clone()], truth).measured, "3");
         assert!(!FieldValue::Integer(-1).equals(&Value::U64(u64::MAX)));
+    }
+
+    #[test]
+    fn where_counts_events_meeting_every_condition() {
+        let mut c = Collection::new("lttng");
+        for (reason, depth) in [(1u64, 2u64), (1, 0), (0, 2), (1, 2)] {
+            let mut e = event("GCStart_V2");
+            e.fields.insert("Reason".into(), Value::U64(reason));
+            e.fields.insert("Depth".into(), Value::U64(depth));
+            c.events.push(e);
+        }
+        let induced_gen2 = EventCountCheck {
+            where_: [("Reason".to_string(), FieldValue::Integer(1)), ("Depth".to_string(), FieldValue::Integer(2))].into(),
+            min: Some(2),
+            max: Some(2),
+            ..count("GCStart")
+        };
+        let judged = evaluate_on(&induced_gen2, &[c.clone()], serde_json::json!({}));
+        assert_eq!((judged.verdict, judged.measured.as_str()), (Verdict::Pass, "2"), "{judged:?}");
+        assert_eq!(judged.name, "GCStart count (Depth = 2, Reason = 1)");
+        // Beside `field`, and a misspelt condition named.
+        let both = EventCountCheck { field: Some("Reason".into()), equals: Some(FieldValue::Integer(1)), where_: [("Depth".to_string(), FieldValue::Integer(0))].into(), ..count("GCStart") };
+        assert_eq!(evaluate_on(&both, &[c.clone()], serde_json::json!({})).measured, "1");
+        let typo = EventCountCheck { where_: [("Dept".to_string(), FieldValue::Integer(2))].into(), ..count("GCStart") };
+        assert!(evaluate_on(&typo, &[c], serde_json::json!({})).measured.contains("no GCStart event has a field `Dept`"));
     }
 
     #[test]

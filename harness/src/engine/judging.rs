@@ -347,6 +347,7 @@ mod tests {
              truth = {{ path = \"counts.json\", map = {{ \"gc.induced\" = \"{{/induced}}\", {} }} }}\n\
              [[collector]]\nkind = \"lttng\"\n\
              [[expect]]\nkind = \"event_count\"\nname = \"induced\"\nevent = \"GCStart\"\nfield = \"Reason\"\nequals = 1\nequals_truth = \"gc.induced\"\ntolerance = 0\n\
+             [[expect]]\nkind = \"event_count\"\nname = \"induced gen-2\"\nevent = \"GCStart\"\nwhere = {{ Reason = 1, Depth = 2 }}\nequals_truth = \"gc.induced\"\ntolerance = 0\n\
              [[expect]]\nkind = \"exceptions\"\nname = \"exceptions\"\ntruth = \"exceptions\"\n",
             map.join(", ")
         );
@@ -360,6 +361,7 @@ mod tests {
         let check = |name: &str| checks.iter().find(|c| c.name == name).unwrap();
         assert_eq!((check("induced").verdict, check("induced").measured.as_str()), (Verdict::Pass, "10"), "{checks:#?}");
         assert_eq!(check("induced").expected, "10 ± 0 (truth `gc.induced`)");
+        assert_eq!((check("induced gen-2").verdict, check("induced gen-2").measured.as_str()), (Verdict::Pass, "10"));
         let exceptions = check("exceptions");
         assert_eq!(exceptions.verdict, Verdict::Pass, "{exceptions:?}");
         assert_eq!(exceptions.expected, "Fixture.FixtureException: fixture 0 ×334; Fixture.FixtureException: fixture 1 ×333; Fixture.FixtureException: fixture 2 ×333");
