@@ -143,16 +143,20 @@ fn five() -> u32 {
 }
 
 impl LoadSpec {
-    /// The load generator sends traffic to this machine only.
+    /// The load generator sends traffic to this machine only. Each mistake is placed at its key.
     fn validate(&self) -> Result<()> {
+        use crate::scenario_path as path;
         if let Some(url) = &self.url {
-            crate::run::load::loopback_host_port(url)?;
+            crate::run::load::loopback_host_port(url).map_err(|e| at(path!("load", "url"), e))?;
         }
         if self.routes.iter().any(|r| !r.starts_with('/')) || self.routes.is_empty() {
-            bail!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes);
+            return Err(at(path!("load", "routes"), anyhow!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes)));
+        }
+        if self.connections_per_route == 0 {
+            return Err(at(path!("load", "connections_per_route"), anyhow!("`[load] connections_per_route` is at least 1 (0 sends no load)")));
         }
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
-            bail!("`[load] seconds` is 0–3600, got {}", self.seconds);
+            return Err(at(path!("load", "seconds"), anyhow!("`[load] seconds` is more than 0 and at most 3600, got {}", self.seconds)));
         }
         Ok(())
     }

@@ -245,6 +245,9 @@ mod scenario_mistakes {
             (with("\n[[expect]]\nkind = \"waker\"\nblocked = \"A\"\nwaker = \"B\"\nmin_share = 90\n"), "dir/x.toml:11:1", "`min_share` is a ratio"),
             (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"E\"\nmin = 5\nmax = 2\n"), "dir/x.toml:11:1", "`max` (2) is below `min` (5)"),
             (with("\n[[expect]]\nkind = \"frame\"\npattern = \"A\"\nmin_share = 50\n"), "dir/x.toml:10:1", "`min_share` is a ratio between 0 and 1 (0.5 for 50 %)"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nseconds = 0\n"), "dir/x.toml:9:1", "`[load] seconds` is more than 0"),
+            (format!("{BASE}\n[load]\nroutes = [\"a\"]\nseconds = 1\n"), "dir/x.toml:8:1", "`[load] routes` are paths starting with /"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nconnections_per_route = 0\nseconds = 1\n"), "dir/x.toml:9:1", "connections_per_route` is at least 1"),
             // Every file the scenario names exists before any work, the key named.
             (BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"bin/App.dll\" }"), "dir/x.toml:2:14", "workload dll "),
             (BASE.replace("workload = \"cpu-bound\"", "workload = { project = \"src/App\" }"), "dir/x.toml:2:14", "workload project "),
