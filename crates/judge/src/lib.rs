@@ -129,6 +129,13 @@ pub trait Judge {
         Vec::new()
     }
 
+    /// Those of [`Judge::truth_paths`] that hold a flat map of counts (`exceptions`: one key per
+    /// `Type: message`), so a declared key nesting deeper below one — a key split at its type's
+    /// dots — is refused when the scenario loads.
+    fn truth_maps(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
     /// The collectors the kind names itself; `None` for kinds that read the expectation's
     /// `collector` (default: the first), which the others do not take.
     fn collectors(&self) -> Option<Vec<&str>> {

@@ -363,6 +363,21 @@ impl Scenario {
                     return Err(at(e.truth_key(i, wanted), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
                 }
             }
+            // A map of counts holds them one level below its path: a deeper key was split at
+            // dots that belong to the key (an exception type's namespace).
+            for map_path in e.check.judge().truth_maps() {
+                let (Some(truth), Ok(map_keys)) = (&self.truth, judge::truth_path_keys(map_path)) else { continue };
+                for key in truth.map.keys() {
+                    let Ok(keys) = judge::truth_path_keys(key) else { continue };
+                    if keys.starts_with(&map_keys) && keys.len() > map_keys.len() + 1 {
+                        let rest = keys[map_keys.len()..].join(".");
+                        return Err(at(
+                            path!("truth", "map", key.as_str()),
+                            anyhow!("truth.map key `{key}` nests {} levels below `{map_path}`, whose values are counts by one key each: quote that key, '{map_path}.\"{rest}\"'", keys.len() - map_keys.len()),
+                        ));
+                    }
+                }
+            }
         }
         for group in self.run_groups() {
             self.run_env(&group).map_err(|e| at(path!("env"), e))?;

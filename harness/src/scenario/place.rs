@@ -248,6 +248,12 @@ mod scenario_mistakes {
             (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nseconds = 0\n"), "dir/x.toml:9:1", "`[load] seconds` is more than 0"),
             (format!("{BASE}\n[load]\nroutes = [\"a\"]\nseconds = 1\n"), "dir/x.toml:8:1", "`[load] routes` are paths starting with /"),
             (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nconnections_per_route = 0\nseconds = 1\n"), "dir/x.toml:9:1", "connections_per_route` is at least 1"),
+            (
+                BASE.replace("workload = \"cpu-bound\"", "workload = { command = [\"/bin/true\"] }\ntruth = { path = \"t.json\", map = { \"exceptions.App.Bad: m\" = \"{/a}\" } }")
+                    + "\n[[expect]]\nkind = \"exceptions\"\ntruth = \"exceptions\"\n",
+                "dir/x.toml:3:36",
+                "truth.map key `exceptions.App.Bad: m` nests 2 levels below `exceptions`, whose values are counts by one key each: quote that key, 'exceptions.\"App.Bad: m\"'",
+            ),
             // Every file the scenario names exists before any work, the key named.
             (BASE.replace("workload = \"cpu-bound\"", "workload = { dll = \"bin/App.dll\" }"), "dir/x.toml:2:14", "workload dll "),
             (BASE.replace("workload = \"cpu-bound\"", "workload = { project = \"src/App\" }"), "dir/x.toml:2:14", "workload project "),
