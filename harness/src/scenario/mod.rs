@@ -271,7 +271,7 @@ impl Scenario {
         if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) || self.name.starts_with('.') {
             return Err(at(path!("name"), anyhow!("`name` is letters, digits, `-`, `_` and `.` (it names the results folder), got {:?}", self.name)));
         }
-        self.sufficiency.validate().map_err(|e| at(path!("sufficiency"), e))?;
+        self.sufficiency.validate().map_err(|e| at(self.sufficiency_key(), e))?;
         if let Some(truth) = &self.truth {
             truth.validate().map_err(|e| at(path!("truth"), e))?;
         }
@@ -385,6 +385,23 @@ impl Scenario {
         // Last, so a mistake in the file itself is told first: every file the scenario names
         // exists now, before any build or run (a missing dll once ended as a FAIL mid-run).
         self.referenced_files_exist()
+    }
+
+    /// Which `[sufficiency]` key its refusal is about: the first one refused on its own beside
+    /// the defaults (the bounds are judge's; this only finds the line to point at).
+    fn sufficiency_key(&self) -> Vec<place::Seg> {
+        use crate::scenario_path as path;
+        let s = &self.sufficiency;
+        let d = judge::Sufficiency::default();
+        let alone = [
+            ("max_lost_ratio", judge::Sufficiency { max_lost_ratio: s.max_lost_ratio, ..d.clone() }),
+            ("min_rate_ratio", judge::Sufficiency { min_rate_ratio: s.min_rate_ratio, ..d.clone() }),
+            ("attempts", judge::Sufficiency { attempts: s.attempts, ..d.clone() }),
+        ];
+        match alone.into_iter().find(|(_, one)| one.validate().is_err()) {
+            Some((key, _)) => path!("sufficiency", key),
+            None => path!("sufficiency"),
+        }
     }
 
     /// The files and folders the scenario names (relative ones already resolved next to it).

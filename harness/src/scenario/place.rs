@@ -224,7 +224,8 @@ mod scenario_mistakes {
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
-            (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
+            (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:8:1", "fractions between 0 and 1"),
+            (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 0.1\nattempts = 9\n"), "dir/x.toml:9:1", "attempts is 1–5"),
             (
                 format!(
                     "{}\n[[expect]]\nkind = \"share\"\nmethod = \"A\"\namong = [\"A\", \"B\"]\ntruth = \"shares.cpu.B\"\n",
