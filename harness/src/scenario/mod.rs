@@ -15,13 +15,18 @@
 //!    or a custom `Deserialize` that coerces (`frequency = "99"` and `99.5` must stay errors).
 //!    serde then rejects unknown keys and wrong types with the byte span of the key or value;
 //!    inside `[[collector]]` / `[[expect]]` tables `collect::name_the_key` finds which key.
-//! 2. **Check what serde cannot** (ranges, regexes that must compile, keys that must agree) at
-//!    load: in `Scenario::validate`, in the collector's `collect::from_spec` (which builds every
-//!    collector of a scenario at load), or in the check's `Judge::validate`. Return the error
-//!    through [`place::at`] with the key's path (`scenario_path!("collector", i, "frequency")`)
-//!    — a check deeper down may already have placed it; the innermost place wins.
-//! 3. **Truth a check reads** is named by its `Judge::truth_paths`, so a scenario of an app as it
-//!    is can only read what its `truth.map` declares.
+//! 2. **Check what serde cannot** (ranges, regexes that must compile, keys that must agree,
+//!    files that must exist) at load: in `Scenario::validate`, in the collector's
+//!    `collect::from_spec` (which builds every collector of a scenario at load), or in the
+//!    check's `Judge::validate`. Name the key: here through [`place::at`] with its path
+//!    (`scenario_path!("load", "seconds")`), in a collector with `collect::bad_option("frequency",
+//!    …)`, in a check with `judge::BadKey` — the loader places those two at
+//!    `[[collector]]` / `[[expect]]` N's key. A check deeper down may already have placed it;
+//!    the innermost place wins. An error naming no key points at its table's header.
+//! 3. **Truth a check reads** is named by its `Judge::truth_paths` (truth paths: dotted keys, a
+//!    part with dots of its own in double quotes), so a scenario of an app as it is can only
+//!    read what its `truth.map` declares; `Judge::truth_maps` names those holding one count per
+//!    key, under which a deeper `truth.map` key is refused.
 //! 4. **Test it** with one line in `place.rs`'s `scenario_mistakes` table: the faulty text, the
 //!    `file:line:column` expected and the words of the message. Nothing found only at run time.
 
