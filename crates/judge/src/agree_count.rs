@@ -103,7 +103,7 @@ impl Judge for AgreeCountCheck {
         if !self.every_type() && !self.except.is_empty() {
             return Err(bad_key("except", format!("`except` is for `event = \"*\"` (every event type); this check compares `{}` only", self.event)));
         }
-        if let Some(t) = self.tolerance_pct.filter(|t| !(*t >= 0.0)) {
+        if let Some(t) = self.tolerance_pct.filter(|t| !(0.0..).contains(t)) {
             return Err(bad_key("tolerance_pct", format!("`tolerance_pct` is ≥ 0, got {t}")));
         }
         Ok(())

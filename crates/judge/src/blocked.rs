@@ -71,7 +71,7 @@ impl Judge for BlockedSecondsCheck {
         match (self.tolerance_s, self.tolerance_pct) {
             (None, None) => Err(bad_key("method", "a `blocked_seconds` check needs `tolerance_s` (seconds) or `tolerance_pct` (percent of the truth)")),
             (Some(_), Some(_)) => Err(bad_key("tolerance_pct", "give `tolerance_s` or `tolerance_pct`, not both")),
-            (Some(t), None) if !(t >= 0.0) => Err(bad_key("tolerance_s", format!("`tolerance_s` is ≥ 0, got {t}"))),
+            (Some(t), None) if !(0.0..).contains(&t) => Err(bad_key("tolerance_s", format!("`tolerance_s` is ≥ 0, got {t}"))),
             (None, Some(t)) if !(0.0..=100.0).contains(&t) => Err(bad_key("tolerance_pct", format!("`tolerance_pct` is 0–100, got {t}"))),
             _ => Ok(()),
         }

@@ -189,7 +189,7 @@ impl Judge for EventCountCheck {
         {
             return Err(crate::bad_key("max", format!("`max` ({max}) is below `min` ({min}): no count passes")));
         }
-        if let Some(t) = self.tolerance_pct.filter(|t| !(*t >= 0.0)) {
+        if let Some(t) = self.tolerance_pct.filter(|t| !(0.0..).contains(t)) {
             return Err(crate::bad_key("tolerance_pct", format!("`tolerance_pct` is ≥ 0, got {t}")));
         }
         Ok(())
