@@ -155,6 +155,9 @@ pub fn from_spec(name: &str, options: &OffCpuOptions) -> Result<Box<dyn Collecto
     if let Some(backend) = options.backend.as_deref().filter(|b| *b != "perf") {
         return Err(super::bad_option("backend", format!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)")));
     }
+    if options.mmap_pages == Some(0) {
+        return Err(super::bad_option("mmap_pages", "perf-offcpu mmap_pages = 0: perf needs at least one page per CPU"));
+    }
     Ok(Box::new(OffCpuCollector {
         name: name.to_string(),
         call_graph,

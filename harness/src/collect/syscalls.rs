@@ -64,6 +64,9 @@ pub fn from_spec(name: &str, options: &SyscallsOptions) -> Result<Box<dyn Collec
         Some(list) => list.clone(),
         None => DEFAULT_SYSCALLS.iter().map(|s| s.to_string()).collect(),
     };
+    if options.mmap_pages == Some(0) {
+        return Err(super::bad_option("mmap_pages", "perf-syscalls mmap_pages = 0: perf needs at least one page per CPU"));
+    }
     if syscalls.is_empty() {
         return Err(super::bad_option("syscalls", "perf-syscalls `syscalls = []`: name at least one system call (e.g. \"openat\")"));
     }

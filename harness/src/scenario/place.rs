@@ -216,6 +216,7 @@ mod scenario_mistakes {
             (with("frequency = 1000000\n"), "dir/x.toml:6:1", "frequency 1000000 Hz is out of range"),
             (with("\n[[collector]]\nkind = \"dump\"\nname = \"d\"\ntypes = [\"mini\"]\nat_s = 9000\n"), "dir/x.toml:11:1", "`at_s` is 0–3600 seconds"),
             (with("\n[[collector]]\nkind = \"perf-offcpu\"\ncall_graph = \"lbr\"\n"), "dir/x.toml:9:1", "dwarf,BYTES"),
+            (with("\n[[collector]]\nkind = \"perf-syscalls\"\nmmap_pages = 0\n"), "dir/x.toml:9:1", "mmap_pages = 0"),
             (format!("tiemout_s = 5\n{BASE}"), "dir/x.toml:1:1", "unknown field `tiemout_s`"),
             (format!("timeout_s = \"5\"\n{BASE}"), "dir/x.toml:1:13", "invalid type: string \"5\""),
             (with("\n[[collector]]\nkind = \"perf-offcpu\"\nname = \"perf-cpu\"\n"), "dir/x.toml:7:1", "two collectors are named `perf-cpu`"),
