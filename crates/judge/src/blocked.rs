@@ -69,7 +69,8 @@ impl Judge for BlockedSecondsCheck {
         // No default tolerance: how closely an app's stopwatch and the scheduler agree is the
         // app's to say (its own timing overhead, waits shorter than a switch).
         match (self.tolerance_s, self.tolerance_pct) {
-            (None, None) => Err(bad_key("method", "a `blocked_seconds` check needs `tolerance_s` (seconds) or `tolerance_pct` (percent of the truth)")),
+            // A missing key has no line of its own: the error points at the table.
+            (None, None) => Err(anyhow::anyhow!("a `blocked_seconds` check needs `tolerance_s` (seconds) or `tolerance_pct` (percent of the truth)")),
             (Some(_), Some(_)) => Err(bad_key("tolerance_pct", "give `tolerance_s` or `tolerance_pct`, not both")),
             (Some(t), None) if !(0.0..).contains(&t) => Err(bad_key("tolerance_s", format!("`tolerance_s` is ≥ 0, got {t}"))),
             (None, Some(t)) if !(0.0..=100.0).contains(&t) => Err(bad_key("tolerance_pct", format!("`tolerance_pct` is 0–100, got {t}"))),
@@ -173,7 +174,7 @@ mod tests {
     fn tolerances_and_regexes_are_checked_at_load() {
         let key = |c: BlockedSecondsCheck| c.validate().unwrap_err().downcast::<crate::BadKey>().unwrap().key;
         check(Some(0.1), None).validate().unwrap();
-        assert_eq!(key(check(None, None)), "method");
+        assert!(check(None, None).validate().unwrap_err().downcast::<crate::BadKey>().is_err());
         assert_eq!(key(check(Some(0.1), Some(5.0))), "tolerance_pct");
         assert_eq!(key(check(None, Some(500.0))), "tolerance_pct");
         assert_eq!(key(BlockedSecondsCheck { method: "(".into(), ..check(Some(0.1), None) }), "method");
