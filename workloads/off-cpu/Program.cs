@@ -71,10 +71,11 @@ public static class OffCpu
         foreach (var m in new[] { sleep, monitor, pipe })
         {
             var name = m.Record().Method;
-            methods[name] = new JsonObject { ["wall_ms"] = m.WallMs, ["cpu_ms"] = m.CpuMs, ["waits"] = m.Calls };
+            offCpu[name] = Math.Max(0, m.WallMs - m.CpuMs);
+            // off_cpu_ms: the method's own time off the CPU (a blocked_seconds check's truth).
+            methods[name] = new JsonObject { ["wall_ms"] = m.WallMs, ["cpu_ms"] = m.CpuMs, ["off_cpu_ms"] = offCpu[name], ["waits"] = m.Calls };
             wall += m.WallMs;
             cpu += m.CpuMs;
-            offCpu[name] = Math.Max(0, m.WallMs - m.CpuMs);
         }
         var offTotal = offCpu.Values.Sum();
         var offShares = new JsonObject();

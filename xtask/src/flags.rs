@@ -417,7 +417,8 @@ pub enum Trace {
     /// Summarise a .nettrace file and write its stacks (folded, speedscope).
     Inspect {
         file: PathBuf,
-        /// Where to write FILE.folded and FILE.speedscope.json (default target/inspect/STEM/).
+        /// Where to write FILE.folded and FILE.speedscope.json (default: beside FILE; where that
+        /// folder cannot be written, a new target/inspect/STEM-XXXXXX/, said on stderr).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Decode every event's payload too (GCs, exceptions, payload errors), streaming: memory

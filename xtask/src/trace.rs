@@ -11,7 +11,7 @@ use crate::flags::Trace;
 
 pub fn run(_sh: &Shell, what: Trace) -> Result<()> {
     match what {
-        Trace::Inspect { file, out, full } => lab::inspect::nettrace(&user_path(file)?, out, full),
+        Trace::Inspect { file, out, full } => lab::inspect::nettrace(&user_path(file)?, out.map(user_path).transpose()?, full),
         Trace::Fold { file, out, symbols } => lab::inspect::perf_fold(&user_path(file)?, out.map(user_path).transpose()?.as_deref(), &symbols),
     }
 }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Check, Evidence, Judge, count_events, strip_version, truth_f64, two};
+use super::{Check, Evidence, Judge, bad_key, count_events, strip_version, truth_f64, two};
 use model::{Collection, Value};
 
 /// Collectors agree on event counts within `tolerance` (or `tolerance_pct` % of the largest).
@@ -95,13 +95,16 @@ impl Judge for AgreeCountCheck {
 
     fn validate(&self) -> anyhow::Result<()> {
         if self.collectors.len() < 2 {
-            anyhow::bail!("`collectors` needs at least two collectors to compare, found {}", self.collectors.len());
+            return Err(bad_key("collectors", format!("`collectors` needs at least two collectors to compare, found {}", self.collectors.len())));
         }
         if let Some(bad) = self.fields.iter().find(|f| f.split_once('.').is_none_or(|(e, f)| e.is_empty() || f.is_empty())) {
-            anyhow::bail!("`fields` entry `{bad}` is not `Event.Field` (e.g. `GCStart.Count`)");
+            return Err(bad_key("fields", format!("`fields` entry `{bad}` is not `Event.Field` (e.g. `GCStart.Count`)")));
         }
         if !self.every_type() && !self.except.is_empty() {
-            anyhow::bail!("`except` is for `event = \"*\"` (every event type); this check compares `{}` only", self.event);
+            return Err(bad_key("except", format!("`except` is for `event = \"*\"` (every event type); this check compares `{}` only", self.event)));
+        }
+        if let Some(t) = self.tolerance_pct.filter(|t| !(0.0..).contains(t)) {
+            return Err(bad_key("tolerance_pct", format!("`tolerance_pct` is ≥ 0, got {t}")));
         }
         Ok(())
     }

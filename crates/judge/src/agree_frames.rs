@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
-use super::{Check, Evidence, Judge, NameMatch, RankedMethod, ShareMode, known_method_keys, rank_methods};
+use super::{Check, Evidence, Judge, NameMatch, bad_key, RankedMethod, ShareMode, known_method_keys, rank_methods};
 use model::Collection;
 
 /// The assemblies of the .NET shared framework (Microsoft.NETCore.App, Microsoft.AspNetCore.App).
@@ -80,15 +80,15 @@ impl Judge for AgreeFramesCheck {
 
     fn validate(&self) -> Result<()> {
         let AgreeFramesCheck { collectors, assembly, top, min_common, min_r2r, sample_kinds, .. } = self;
-        Regex::new(assembly).with_context(|| format!("bad regex `{assembly}`"))?;
+        Regex::new(assembly).map_err(|e| bad_key("assembly", format!("bad regex `{assembly}`: {e}")))?;
         if collectors.len() != 2 {
-            bail!("agree_frames compares exactly two collectors, got {collectors:?}");
+            return Err(bad_key("collectors", format!("agree_frames compares exactly two collectors, got {collectors:?}")));
         }
         if *top == 0 || *min_common > *top || min_r2r.is_some_and(|m| m > *top) {
             bail!("agree_frames needs 0 < top, min_common ≤ top and min_r2r ≤ top (top {top}, min_common {min_common}, min_r2r {min_r2r:?})");
         }
         if let Some(c) = sample_kinds.keys().find(|k| !collectors.contains(k)) {
-            bail!("agree_frames `sample_kinds` names `{c}`, which is not one of its collectors {collectors:?}");
+            return Err(bad_key("sample_kinds", format!("agree_frames `sample_kinds` names `{c}`, which is not one of its collectors {collectors:?}")));
         }
         Ok(())
     }

@@ -4,12 +4,12 @@
 //! EventPipe's SampleProfiler both see running threads); on blocked code they truly disagree
 //! (SampleProfiler samples blocked threads, cpu-clock does not), and the check says so.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::percent;
-use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, ShareMode, Starvation, share};
+use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, bad_key, ShareMode, Starvation, share};
 
 fn ten() -> f64 {
     10.0
@@ -44,10 +44,10 @@ impl Judge for AgreeShareCheck {
 
     fn validate(&self) -> Result<()> {
         if self.collectors.len() != 2 {
-            bail!("agree_share compares exactly two collectors, got {:?}", self.collectors);
+            return Err(bad_key("collectors", format!("agree_share compares exactly two collectors, got {:?}", self.collectors)));
         }
         if !(0.0..=100.0).contains(&self.tolerance_pts) {
-            bail!("agree_share `tolerance_pts` is in points between 0 and 100, not {}", self.tolerance_pts);
+            return Err(bad_key("tolerance_pts", format!("agree_share `tolerance_pts` is in points between 0 and 100, not {}", self.tolerance_pts)));
         }
         super::share::compile(&self.method, &self.among)
     }

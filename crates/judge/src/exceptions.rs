@@ -67,6 +67,9 @@ impl Judge for ExceptionsCheck {
     fn truth_paths(&self) -> Vec<&str> {
         self.truth.iter().chain(&self.throw_site).map(String::as_str).collect()
     }
+    fn truth_maps(&self) -> Vec<&str> {
+        self.truth.iter().map(String::as_str).collect()
+    }
     fn default_name(&self) -> String {
         match (&self.truth, self.throw_site.is_some() || self.throw_method.is_some()) {
             (Some(_), false) => "exceptions by type and message".into(),
@@ -99,8 +102,26 @@ impl Judge for ExceptionsCheck {
         if let Some(path) = &self.truth {
             let want = truth_value(truth, path).and_then(|v| v.as_object()).ok_or_else(|| format!("truth.json has no map at `{path}`"))?;
             let type_of = |k: &str| k.split(": ").next().unwrap_or(k).to_string();
-            let want: BTreeMap<String, u64> =
-                want.iter().filter(|(k, _)| keep(&type_of(k))).map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect();
+            // A value that is not a count was never an exception's: most often a truth key split
+            // at the dots of its type's namespace (`App.Errors.Bad: m` read as `App` → …).
+            // Every value is checked before `type_pattern` filters: a split key's first part
+            // (`Shop`) matches no pattern and would vanish unseen.
+            let want: BTreeMap<String, u64> = want
+                .iter()
+                .map(|(k, v)| {
+                    // A count derived by `truth.map` is a JSON float (25.0): a whole one counts.
+                    let whole = v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64);
+                    v.as_u64().or(whole).map(|n| (k.clone(), n)).ok_or_else(|| {
+                        format!(
+                            "truth `{path}` holds `{k}` = {v}, not a count of exceptions: quote a key whose type has dots \
+                             (`{path}.\"Namespace.Type: message\"` in `truth.map`)"
+                        )
+                    })
+                })
+                .collect::<Result<BTreeMap<_, _>, _>>()?
+                .into_iter()
+                .filter(|(k, _)| keep(&type_of(k)))
+                .collect();
             let got: BTreeMap<String, u64> = exceptions_by_type_message(c).into_iter().filter(|(k, _)| keep(&type_of(k))).collect();
             pass &= !want.is_empty() && want == got;
             count = Some(got.values().sum::<u64>());
@@ -161,6 +182,29 @@ mod tests {
         let judged = evaluate_on(&all, &[c], serde_json::json!({}));
         assert_eq!(judged.measured, "truth.json has no map at `exceptions`");
         assert!(ExceptionsCheck { type_pattern: Some("(".into()), ..all }.validate().is_err());
+    }
+
+    #[test]
+    fn a_truth_split_at_a_types_dots_is_named_not_counted_as_zero() {
+        let mut c = Collection::new("lttng");
+        let mut e = event("ExceptionThrown_V1");
+        e.fields.insert("ExceptionType".into(), Value::Str("App.Errors.Bad".into()));
+        c.events.push(e);
+        let check = ExceptionsCheck { truth: Some("exceptions".into()), type_pattern: None, throw_site: None, throw_method: None };
+        let split = serde_json::json!({"exceptions": {"App": {"Errors": {"Bad: m": 1}}}});
+        let judged = evaluate_on(&check, &[c.clone()], split.clone());
+        assert_eq!(judged.verdict, Verdict::Fail);
+        assert!(judged.measured.contains("holds `App` = {") && judged.measured.contains("quote a key"), "{}", judged.measured);
+        // Named even where `type_pattern` would have dropped the split key's first part.
+        let filtered = ExceptionsCheck { type_pattern: Some(r"^App\.Errors\.Bad$".into()), ..check.clone() };
+        assert!(evaluate_on(&filtered, &[c.clone()], split).measured.contains("holds `App` = {"));
+        let whole = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 1}});
+        assert_eq!(evaluate_on(&check, &[c.clone()], whole).verdict, Verdict::Pass);
+        // As `truth.map` derives it: a float, whole.
+        let derived = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 1.0}});
+        assert_eq!(evaluate_on(&check, &[c.clone()], derived).verdict, Verdict::Pass);
+        let half = serde_json::json!({"exceptions": {"App.Errors.Bad: m": 0.5}});
+        assert!(evaluate_on(&check, &[c], half).measured.contains("not a count"));
     }
 
     fn frame(name: &str) -> Frame {

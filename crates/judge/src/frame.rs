@@ -1,13 +1,13 @@
 //! `kind = "frame"`: a frame matching a pattern is present (or absent) in the samples — the
 //! plainest question a profile answers, and the one a user asks first of their own app.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::{percent, weight};
-use super::{Check, Evidence, Judge, frame_key, truth_f64, yes};
+use super::{Check, Evidence, Judge, bad_key, fraction, frame_key, truth_f64, yes};
 use model::Sample;
 
 /// A frame matching `pattern` (regex over resolved names, code versions merged) is present
@@ -45,9 +45,10 @@ impl Judge for FrameCheck {
     }
 
     fn validate(&self) -> Result<()> {
-        Regex::new(&self.pattern).with_context(|| format!("bad regex `{}`", self.pattern))?;
+        Regex::new(&self.pattern).map_err(|e| bad_key("pattern", format!("bad regex `{}`: {e}", self.pattern)))?;
+        fraction("min_share", self.min_share)?;
         if self.min_samples.is_some() && (self.min_share.is_none() || !self.present) {
-            anyhow::bail!("`min_samples` of a frame check is the floor of its `min_share`: set `min_share` too");
+            return Err(bad_key("min_samples", "`min_samples` of a frame check is the floor of its `min_share`: set `min_share` too"));
         }
         Ok(())
     }

@@ -14,6 +14,7 @@
 mod agree_count;
 mod agree_frames;
 mod agree_share;
+mod blocked;
 mod event_balance;
 mod event_count;
 mod exceptions;
@@ -34,8 +35,9 @@ use serde::{Deserialize, Serialize};
 pub use agree_count::AgreeCountCheck;
 pub use agree_frames::{AgreeFramesCheck, FRAMEWORK_ASSEMBLIES};
 pub use agree_share::AgreeShareCheck;
+pub use blocked::{BlockedSecondsCheck, TimeUnit};
 pub use event_balance::EventBalanceCheck;
-pub use event_count::EventCountCheck;
+pub use event_count::{EventCountCheck, FieldValue};
 pub use exceptions::ExceptionsCheck;
 pub use frame::FrameCheck;
 pub use metric::MetricCheck;
@@ -76,6 +78,39 @@ pub enum NameMatch {
     MethodAndArity,
 }
 
+/// A load-time mistake in one key of a check's table ([`Judge::validate`]): the scenario loader
+/// points at that key's `file:line:column`, not at the `[[expect]]` header above it.
+#[derive(Debug)]
+pub struct BadKey {
+    /// The key as the table spells it (`min`, `matches`).
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for BadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BadKey {}
+
+pub(crate) fn bad_key(key: &'static str, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(BadKey { key, message: message.into() })
+}
+
+/// A ratio key (`min = 0.9` of named frames, a share's floor) is a fraction of 1: `min = 95`
+/// would hold every run to 9500 % and fail it after the work, so it is refused at load.
+pub(crate) fn fraction(key: &'static str, value: Option<f64>) -> anyhow::Result<()> {
+    match value {
+        Some(v) if !(0.0..=1.0).contains(&v) => {
+            let hint = if v > 1.0 && v <= 100.0 { format!(" ({} for {v} %)", v / 100.0) } else { String::new() };
+            Err(bad_key(key, format!("`{key}` is a ratio between 0 and 1{hint}, got {v}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// One kind of check: what an `[[expect]]` table of that `kind` holds, without its `name` and
 /// `collector` (which every kind shares).
 pub trait Judge {
@@ -91,6 +126,13 @@ pub trait Judge {
     /// The dotted truth paths the check reads, so a scenario that declares its truth (`truth.map`)
     /// is checked against them when it loads.
     fn truth_paths(&self) -> Vec<&str> {
+        Vec::new()
+    }
+
+    /// Those of [`Judge::truth_paths`] that hold a flat map of counts (`exceptions`: one key per
+    /// `Type: message`), so a declared key nesting deeper below one — a key split at its type's
+    /// dots — is refused when the scenario loads.
+    fn truth_maps(&self) -> Vec<&str> {
         Vec::new()
     }
 
@@ -237,12 +279,60 @@ impl Check {
     }
 }
 
-/// A value from truth.json by dotted path (`gc.induced`, `shares.cpu.HotLoop`).
+/// The keys of a truth path, as TOML spells a dotted key: bare keys between dots (`gc.induced`)
+/// or double-quoted ones holding any characters (`exceptions."App.Errors.BadInput: no name"`,
+/// `\"` and `\\` escaped inside). Quoting is what lets a key hold a dot: an exception's type has
+/// its namespace's, and splitting there once made such a truth read as `App ×0`.
+pub fn truth_path_keys(path: &str) -> Result<Vec<String>, String> {
+    let mut keys = Vec::new();
+    let mut chars = path.chars().enumerate().peekable();
+    let at = |col: usize, what: &str| format!("truth path `{path}`, column {}: {what}", col + 1);
+    loop {
+        let start = chars.peek().map_or(path.chars().count(), |(i, _)| *i);
+        let mut key = String::new();
+        if chars.peek().is_some_and(|(_, c)| *c == '"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return Err(at(start, "a quoted key is not closed: end it with `\"`")),
+                    Some((_, '"')) => break,
+                    Some((i, '\\')) => match chars.next() {
+                        Some((_, c @ ('"' | '\\'))) => key.push(c),
+                        _ => return Err(at(i, "inside quotes only `\\\"` and `\\\\` are escapes")),
+                    },
+                    Some((_, c)) => key.push(c),
+                }
+            }
+            if let Some((i, c)) = chars.peek().copied().filter(|(_, c)| *c != '.') {
+                return Err(at(i, &format!("`{c}` after a quoted key: keys are joined by `.`")));
+            }
+        } else {
+            while let Some((_, c)) = chars.peek().copied().filter(|(_, c)| *c != '.') {
+                if c == '"' {
+                    return Err(at(start, "a quote inside a bare key: quote the whole key (`a.\"b.c\"`)"));
+                }
+                key.push(c);
+                chars.next();
+            }
+            if key.is_empty() {
+                return Err(at(start, "an empty key (two dots, or a dot at an end)"));
+            }
+        }
+        keys.push(key);
+        if chars.next().is_none() {
+            return Ok(keys);
+        }
+    }
+}
+
+/// A value from truth.json by truth path ([`truth_path_keys`]: `gc.induced`, `shares.cpu.HotLoop`,
+/// `exceptions."App.BadInput: no name"`); `None` when absent or when the path does not parse.
 pub fn truth_value<'a>(truth: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    path.split('.').try_fold(truth, |v, key| v.get(key))
+    truth_path_keys(path).ok()?.iter().try_fold(truth, |v, key| v.get(key))
 }
 
 pub(crate) fn truth_f64(truth: &serde_json::Value, path: &str) -> Result<f64, String> {
+    truth_path_keys(path)?;
     truth_value(truth, path)
         .and_then(|v| v.as_f64())
         .ok_or_else(|| format!("truth.json has no number at `{path}`"))
@@ -630,6 +720,30 @@ mod tests {
         let t = serde_json::json!({"gc": {"induced": 10}});
         assert_eq!(truth_value(&t, "gc.induced").and_then(|v| v.as_u64()), Some(10));
         assert!(truth_value(&t, "gc.missing").is_none());
+        let t = serde_json::json!({"exceptions": {"App.Errors.Bad: no \"name\"": 2}});
+        assert_eq!(truth_value(&t, r#"exceptions."App.Errors.Bad: no \"name\"""#).and_then(|v| v.as_u64()), Some(2));
+        assert!(truth_value(&t, "exceptions.App.Errors.Bad: no name").is_none());
+    }
+
+    #[test]
+    fn truth_path_keys_are_bare_or_quoted_and_mistakes_name_the_column() {
+        let keys = |p: &str| truth_path_keys(p);
+        assert_eq!(keys("gc.induced").unwrap(), ["gc", "induced"]);
+        assert_eq!(keys(r#"a."b.c: d"."e""#).unwrap(), ["a", "b.c: d", "e"]);
+        assert_eq!(keys(r#""x\\y\"z""#).unwrap(), [r#"x\y"z"#]);
+        assert_eq!(keys(r#""""#).unwrap(), [""]);
+        for (bad, why) in [
+            ("a..b", "column 3: an empty key"),
+            ("a.", "column 3: an empty key"),
+            ("", "column 1: an empty key"),
+            (r#"a."b"#, "column 3: a quoted key is not closed"),
+            (r#"a."b"c"#, "column 6: `c` after a quoted key"),
+            (r#"a.b"c""#, "column 3: a quote inside a bare key"),
+            (r#""\n""#, "column 2: inside quotes only"),
+        ] {
+            let err = keys(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
     }
     const CORELIB: &str = "/d/System.Private.CoreLib.dll";
 

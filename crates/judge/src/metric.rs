@@ -4,10 +4,9 @@
 //! `tolerance_pct`, `min_truth`, `max_truth`), or both. It reads no collector's data directly,
 //! so it takes no `collector`.
 
-use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
-use super::{Check, Evidence, Judge, bounds_text, truth_f64, within};
+use super::{Check, Evidence, Judge, bad_key, bounds_text, truth_f64, within};
 
 /// A run metric (manifest `metrics`) within bounds.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -48,13 +47,15 @@ impl Judge for MetricCheck {
 
     fn validate(&self) -> anyhow::Result<()> {
         if self.equals_truth.is_none() && (self.tolerance.is_some() || self.tolerance_pct.is_some()) {
-            bail!("`tolerance` and `tolerance_pct` go with `equals_truth`");
+            let key = if self.tolerance.is_some() { "tolerance" } else { "tolerance_pct" };
+            return Err(bad_key(key, "`tolerance` and `tolerance_pct` go with `equals_truth`"));
         }
         if self.tolerance.is_some() && self.tolerance_pct.is_some() {
-            bail!("give `tolerance` (absolute) or `tolerance_pct`, not both");
+            return Err(bad_key("tolerance_pct", "give `tolerance` (absolute) or `tolerance_pct`, not both"));
         }
         if let Some(t) = self.tolerance.or(self.tolerance_pct).filter(|t| !(*t >= 0.0)) {
-            bail!("a tolerance is ≥ 0, got {t}");
+            let key = if self.tolerance.is_some() { "tolerance" } else { "tolerance_pct" };
+            return Err(bad_key(key, format!("a tolerance is ≥ 0, got {t}")));
         }
         Ok(())
     }

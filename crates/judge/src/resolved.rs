@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
-use super::{Check, Evidence, Judge, bounds_text, resolution, within, yes};
+use super::{Check, Evidence, Judge, bad_key, bounds_text, fraction, resolution, within, yes};
 use model::DsoClass;
 
 /// Resolved-frame ratio for a DSO class (`jit`, `r2r`, `runtime_native`, `libc`, `kernel`,
@@ -47,6 +47,21 @@ fn class_ratio(res: &std::collections::BTreeMap<DsoClass, (u64, u64)>, class: &s
 impl Judge for ResolvedCheck {
     fn default_name(&self) -> String {
         format!("resolved {} frames", self.class)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        fraction("min", self.min)?;
+        fraction("max", self.max)?;
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(bad_key("max", format!("`max` ({max}) is below `min` ({min}): no ratio passes")));
+        }
+        if self.class != "managed" && DsoClass::parse(&self.class).is_none() {
+            let known: Vec<&str> = DsoClass::ALL.iter().map(|c| c.as_str()).collect();
+            return Err(bad_key("class", format!("unknown DSO class `{}`: one of managed (jit + r2r), {}", self.class, known.join(", "))));
+        }
+        Ok(())
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
@@ -112,5 +127,21 @@ mod tests {
         assert_eq!(thin.verdict, Verdict::Inconclusive, "{thin:?}");
         let judged = evaluate_on(&check("elsewhere", None), &[c], serde_json::json!({}));
         assert_eq!((judged.verdict, judged.measured.as_str()), (Verdict::Fail, "unknown DSO class `elsewhere`"));
+    }
+
+    #[test]
+    fn a_ratio_out_of_0_to_1_or_an_unknown_class_is_refused_at_load_naming_its_key() {
+        let check = |class: &str, min, max| ResolvedCheck { class: class.into(), min, max, leaf_only: true, sample_kind: None, min_samples: None };
+        let refused = |c: ResolvedCheck| {
+            let e = c.validate().unwrap_err().downcast::<crate::BadKey>().unwrap();
+            (e.key, e.message)
+        };
+        check("managed", Some(0.95), Some(1.0)).validate().unwrap();
+        check("jit", Some(0.0), None).validate().unwrap();
+        assert_eq!(refused(check("managed", Some(95.0), None)), ("min", "`min` is a ratio between 0 and 1 (0.95 for 95 %), got 95".into()));
+        assert_eq!(refused(check("managed", None, Some(-0.1))).0, "max");
+        assert_eq!(refused(check("managed", Some(0.9), Some(0.5))).0, "max");
+        let (key, why) = refused(check("elsewhere", None, None));
+        assert!(key == "class" && why.contains("one of managed (jit + r2r), jit"), "{why}");
     }
 }

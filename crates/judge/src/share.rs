@@ -2,12 +2,12 @@
 //! methods, held to the workload's truth (or to a floor). Both count samples the same way
 //! ([`super::share`]), so they live together.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::percent;
-use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, SHARE_TOLERANCE_PTS, ShareMode, Starvation, TruthClock, share, truth_f64};
+use super::{Check, Evidence, Judge, SHARE_MIN_SAMPLES, bad_key, fraction, SHARE_TOLERANCE_PTS, ShareMode, Starvation, TruthClock, share, truth_f64};
 
 /// Share of `method` among the methods in `among`, against a truth value (a dotted path into
 /// truth.json giving a fraction 0..1) within ± `tolerance_pts` points.
@@ -49,8 +49,9 @@ pub struct ShareAtLeastCheck {
 
 /// The method and every compared pattern must be regexes, caught when the scenario loads.
 pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
-    for p in std::iter::once(method).chain(among.iter().map(String::as_str)) {
-        regex::Regex::new(p).with_context(|| format!("bad regex `{p}`"))?;
+    regex::Regex::new(method).map_err(|e| bad_key("method", format!("bad regex `{method}`: {e}")))?;
+    for p in among {
+        regex::Regex::new(p).map_err(|e| bad_key("among", format!("bad regex `{p}`: {e}")))?;
     }
     Ok(())
 }
@@ -64,7 +65,11 @@ impl Judge for ShareCheck {
     }
 
     fn validate(&self) -> Result<()> {
-        compile(&self.method, &self.among)
+        compile(&self.method, &self.among)?;
+        if let Some(t) = self.tolerance_pts.filter(|t| !(0.0..=100.0).contains(t)) {
+            return Err(bad_key("tolerance_pts", format!("`tolerance_pts` is percentage points, 0–100, got {t}")));
+        }
+        Ok(())
     }
 
     fn sampled(&self) -> bool {
@@ -104,7 +109,8 @@ impl Judge for ShareAtLeastCheck {
     }
 
     fn validate(&self) -> Result<()> {
-        compile(&self.method, &self.among)
+        compile(&self.method, &self.among)?;
+        fraction("min", Some(self.min))
     }
 
     fn sampled(&self) -> bool {

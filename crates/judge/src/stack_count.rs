@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::{Check, Evidence, Judge, bounds_text, frame_key, truth_f64, within};
+use super::{Check, Evidence, Judge, bad_key, bounds_text, frame_key, truth_f64, within};
 use model::nearest_managed;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -39,12 +39,12 @@ impl Judge for StackCountCheck {
     }
 
     fn validate(&self) -> Result<()> {
-        Regex::new(&self.pattern).with_context(|| format!("bad regex `{}`", self.pattern))?;
+        Regex::new(&self.pattern).map_err(|e| bad_key("pattern", format!("bad regex `{}`: {e}", self.pattern)))?;
         if self.equals_truth.is_none() && self.min.is_none() && self.max.is_none() {
             bail!("a stack_count check needs `equals_truth`, `min` or `max`");
         }
         if self.tolerance.is_some() && self.equals_truth.is_none() {
-            bail!("`tolerance` is the tolerance of `equals_truth`: set `equals_truth` too");
+            return Err(bad_key("tolerance", "`tolerance` is the tolerance of `equals_truth`: set `equals_truth` too"));
         }
         Ok(())
     }

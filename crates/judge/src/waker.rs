@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use super::sufficiency::floor;
 use super::units::{percent, weight};
-use super::{Check, Evidence, Judge, frame_key, truth_f64};
+use super::{Check, Evidence, Judge, bad_key, fraction, frame_key, truth_f64};
 use model::{nearest_managed, split_offwake};
 
 /// Fewest blocked intervals the share's denominator needs by default.
@@ -60,14 +60,14 @@ impl Judge for WakerCheck {
     }
 
     fn validate(&self) -> Result<()> {
-        Regex::new(&self.blocked).with_context(|| format!("bad regex `{}`", self.blocked))?;
+        Regex::new(&self.blocked).map_err(|e| bad_key("blocked", format!("bad regex `{}`: {e}", self.blocked)))?;
         if let Some(w) = &self.waker {
-            Regex::new(w).with_context(|| format!("bad regex `{w}`"))?;
+            Regex::new(w).map_err(|e| bad_key("waker", format!("bad regex `{w}`: {e}")))?;
         }
         if let Some(k) = &self.waker_kind
             && !KINDS.contains(&k.as_str())
         {
-            bail!("waker_kind `{k}`: expected one of {}", KINDS.join(", "));
+            return Err(bad_key("waker_kind", format!("waker_kind `{k}`: expected one of {}", KINDS.join(", "))));
         }
         if self.waker.is_none() && self.waker_kind.is_none() {
             bail!("a waker check needs `waker` (a regex over the waker's stack) or `waker_kind`");
@@ -76,7 +76,11 @@ impl Judge for WakerCheck {
             bail!("a waker check needs `min_share` or `truth`");
         }
         if self.tolerance_pts.is_some() && self.truth.is_none() {
-            bail!("`tolerance_pts` is the tolerance of `truth`: set `truth` too");
+            return Err(bad_key("tolerance_pts", "`tolerance_pts` is the tolerance of `truth`: set `truth` too"));
+        }
+        fraction("min_share", self.min_share)?;
+        if let Some(t) = self.tolerance_pts.filter(|t| !(0.0..=100.0).contains(t)) {
+            return Err(bad_key("tolerance_pts", format!("`tolerance_pts` is percentage points, 0–100, got {t}")));
         }
         Ok(())
     }

@@ -108,7 +108,7 @@ impl DotnetTrace {
         let profiles = items(&options.profile);
         for p in &profiles {
             if !PROFILES.contains(&p.as_str()) {
-                bail!("collector `{name}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}", PROFILES.join(", "));
+                return Err(super::bad_option("profile", format!("collector `{name}`: dotnet-trace 10 has no profile `{p}` for `collect`; known: {}", PROFILES.join(", "))));
             }
         }
         let given = items(&options.providers);
@@ -130,7 +130,7 @@ impl DotnetTrace {
             );
         }
         for p in &given {
-            parsed.push(p.parse::<eventpipe::ipc::Provider>().with_context(|| format!("collector `{name}`"))?);
+            parsed.push(p.parse::<eventpipe::ipc::Provider>().map_err(|e| super::bad_option("providers", format!("collector `{name}`: {e:#}")))?);
         }
         let providers = super::eventpipe::merge_providers(parsed)
             .into_iter()

@@ -112,22 +112,22 @@ impl DumpCollector {
     pub(crate) fn new(name: &str, o: &DumpOptions) -> Result<DumpCollector> {
         let mut types = Vec::new();
         for t in &o.types {
-            let parsed = DumpType::parse(t).with_context(|| {
-                format!("collector `{name}`: unknown dump type `{t}`: expected {}", DumpType::ALL.map(DumpType::as_str).join(", "))
+            let parsed = DumpType::parse(t).ok_or_else(|| {
+                super::bad_option("types", format!("collector `{name}`: unknown dump type `{t}`: expected {}", DumpType::ALL.map(DumpType::as_str).join(", ")))
             })?;
             if types.contains(&parsed) {
-                bail!("collector `{name}`: dump type `{t}` is listed twice");
+                return Err(super::bad_option("types", format!("collector `{name}`: dump type `{t}` is listed twice")));
             }
             types.push(parsed);
         }
         if types.is_empty() {
-            bail!("collector `{name}`: `types` is empty: give at least one of mini, heap, triage, full");
+            return Err(super::bad_option("types", format!("collector `{name}`: `types` is empty: give at least one of mini, heap, triage, full")));
         }
         if o.trigger == Trigger::Crash && types.len() > 1 {
-            bail!("collector `{name}`: a crash leaves one dump: give one type with `trigger = \"crash\"`");
+            return Err(super::bad_option("types", format!("collector `{name}`: a crash leaves one dump: give one type with `trigger = \"crash\"`")));
         }
         if !(0.0..=3600.0).contains(&o.at_s) {
-            bail!("collector `{name}`: `at_s` is 0–3600 seconds, got {}", o.at_s);
+            return Err(super::bad_option("at_s", format!("collector `{name}`: `at_s` is 0–3600 seconds, got {}", o.at_s)));
         }
         Ok(DumpCollector {
             name: name.into(),

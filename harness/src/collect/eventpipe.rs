@@ -157,15 +157,15 @@ impl EventPipeCollector {
         }
         if let Some(interval) = options.counter_interval_s {
             let Some(counters) = providers.iter_mut().find(|p| p.name == eventpipe::RUNTIME_COUNTERS) else {
-                bail!("collector `{name}`: `counter_interval_s` goes with `profile = \"counters\"`");
+                return Err(super::bad_option("counter_interval_s", format!("collector `{name}`: `counter_interval_s` goes with `profile = \"counters\"`")));
             };
             if !(1..=3600).contains(&interval) {
-                bail!("collector `{name}`: `counter_interval_s` is 1–3600 whole seconds, got {interval}");
+                return Err(super::bad_option("counter_interval_s", format!("collector `{name}`: `counter_interval_s` is 1–3600 whole seconds, got {interval}")));
             }
             counters.arguments = eventpipe::interval_argument(interval);
         }
         for p in items(&options.providers) {
-            providers.push(p.parse::<Provider>().with_context(|| format!("collector `{name}`"))?);
+            providers.push(p.parse::<Provider>().map_err(|e| super::bad_option("providers", format!("collector `{name}`: {e:#}")))?);
         }
         if providers.is_empty() {
             bail!(

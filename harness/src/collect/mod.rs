@@ -32,7 +32,8 @@ use crate::run::{RunningApp, Target};
 use stacks::DecodeContext;
 
 pub use perf_record::set_budget_wait;
-pub use spec::{CollectorKind, CollectorOptions, CollectorSpec, StringList, from_spec};
+pub use spec::{BadOption, CollectorKind, CollectorOptions, CollectorSpec, StringList, from_spec};
+pub(crate) use spec::bad_option;
 pub(crate) use spec::name_the_key;
 
 pub trait Collector {

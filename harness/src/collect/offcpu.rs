@@ -150,9 +150,13 @@ pub(crate) fn probe_options() -> OffCpuOptions {
 }
 
 pub fn from_spec(name: &str, options: &OffCpuOptions) -> Result<Box<dyn Collector>> {
-    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))?;
+    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))
+        .map_err(|e| super::bad_option("call_graph", format!("collector `{name}`: {e:#}")))?;
     if let Some(backend) = options.backend.as_deref().filter(|b| *b != "perf") {
-        bail!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)");
+        return Err(super::bad_option("backend", format!("perf-offcpu backend `{backend}`: only `perf` is built (bpftrace's ustack follows frame pointers only, which end in libc)")));
+    }
+    if options.mmap_pages == Some(0) {
+        return Err(super::bad_option("mmap_pages", "perf-offcpu mmap_pages = 0: perf needs at least one page per CPU"));
     }
     Ok(Box::new(OffCpuCollector {
         name: name.to_string(),

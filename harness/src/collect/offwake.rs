@@ -69,9 +69,10 @@ pub(crate) fn probe_options() -> OffWakeOptions {
 }
 
 pub fn from_spec(name: &str, options: &OffWakeOptions) -> Result<Box<dyn Collector>> {
-    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))?;
+    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))
+        .map_err(|e| super::bad_option("call_graph", format!("collector `{name}`: {e:#}")))?;
     if options.mmap_pages == Some(0) {
-        bail!("perf-offwake mmap_pages = 0: perf needs at least one page per CPU");
+        return Err(super::bad_option("mmap_pages", "perf-offwake mmap_pages = 0: perf needs at least one page per CPU"));
     }
     Ok(Box::new(OffWakeCollector {
         name: name.to_string(),

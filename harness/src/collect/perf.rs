@@ -137,13 +137,13 @@ impl PerfCpuCollector {
     pub(crate) fn new(name: &str, options: &PerfCpuOptions) -> Result<PerfCpuCollector> {
         let frequency = options.frequency;
         if frequency == 0 || frequency > 100_000 {
-            bail!("collector `{name}`: frequency {frequency} Hz is out of range (1..100000)");
+            return Err(super::bad_option("frequency", format!("collector `{name}`: frequency {frequency} Hz is out of range (1..100000)")));
         }
         Ok(PerfCpuCollector {
             name: name.to_string(),
             frequency,
             call_graph: CallGraph::parse(options.call_graph.as_deref().unwrap_or("fp"))
-                .with_context(|| format!("collector `{name}`"))?,
+                .map_err(|e| super::bad_option("call_graph", format!("collector `{name}`: {e:#}")))?,
             wx: options.wx,
             perf_binary: options.perf_binary.clone(),
             name_doublemapped: options.name_doublemapped,

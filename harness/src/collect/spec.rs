@@ -14,6 +14,27 @@ use serde::{Deserialize, Serialize};
 
 use super::{Collector, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
 
+/// A mistake in one option of a collector, found when the scenario loads: the loader points at
+/// that option's `file:line:column`, not at the `[[collector]]` header above it.
+#[derive(Debug)]
+pub struct BadOption {
+    /// The option as the table spells it (`frequency`, `types`).
+    pub key: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for BadOption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BadOption {}
+
+pub(crate) fn bad_option(key: &'static str, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(BadOption { key, message: message.into() })
+}
+
 /// One collector of a scenario: the common keys plus the kind with its options.
 #[derive(Clone, Debug, Serialize)]
 pub struct CollectorSpec {

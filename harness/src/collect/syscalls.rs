@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 use super::offcpu::{self, CallGraph};
 use super::perf_record::{self, PerfRecord};
@@ -58,16 +58,20 @@ fn tracepoint(name: &str) -> String {
 }
 
 pub fn from_spec(name: &str, options: &SyscallsOptions) -> Result<Box<dyn Collector>> {
-    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))?;
+    let call_graph = CallGraph::parse(options.call_graph.as_deref().unwrap_or("dwarf,16384"))
+        .map_err(|e| super::bad_option("call_graph", format!("collector `{name}`: {e:#}")))?;
     let syscalls: Vec<String> = match &options.syscalls {
         Some(list) => list.clone(),
         None => DEFAULT_SYSCALLS.iter().map(|s| s.to_string()).collect(),
     };
+    if options.mmap_pages == Some(0) {
+        return Err(super::bad_option("mmap_pages", "perf-syscalls mmap_pages = 0: perf needs at least one page per CPU"));
+    }
     if syscalls.is_empty() {
-        bail!("perf-syscalls `syscalls = []`: name at least one system call (e.g. \"openat\")");
+        return Err(super::bad_option("syscalls", "perf-syscalls `syscalls = []`: name at least one system call (e.g. \"openat\")"));
     }
     if let Some(bad) = syscalls.iter().find(|s| s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) {
-        bail!("perf-syscalls: `{bad}` is not a system call name (letters, digits and _ only, e.g. \"openat\")");
+        return Err(super::bad_option("syscalls", format!("perf-syscalls: `{bad}` is not a system call name (letters, digits and _ only, e.g. \"openat\")")));
     }
     Ok(Box::new(SyscallsCollector {
         name: name.to_string(),

@@ -341,4 +341,39 @@ mod tests {
         assert_eq!(m["gc_heap_stats.last.Count"], 8.0);
         assert_eq!(run_metrics(&[c])["eventpipe.gc_heap_stats.last.Count"], 8.0);
     }
+
+    /// The checks a user writes for their own app, over a recorded LTTng trace of 10 induced GCs
+    /// and 1000 exceptions of `Fixture.FixtureException` (a type with a namespace's dot): induced
+    /// GCs counted by their numeric `Reason`, exceptions against a truth keyed by
+    /// `Namespace.Type: message` (each once read as 0: "measured 0", "expected Fixture ×0").
+    #[test]
+    fn numeric_fields_and_dotted_exception_keys_judge_a_recorded_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("counts.json"), r#"{"induced": 10, "f": [334, 333, 333]}"#).unwrap();
+        let map: Vec<String> = (0..3).map(|i| format!("'exceptions.\"Fixture.FixtureException: fixture {i}\"' = \"{{/f/{i}}}\"")).collect();
+        let text = format!(
+            "name = \"s\"\nworkload = {{ command = [\"/bin/true\"] }}\n\
+             truth = {{ path = \"counts.json\", map = {{ \"gc.induced\" = \"{{/induced}}\", {} }} }}\n\
+             [[collector]]\nkind = \"lttng\"\n\
+             [[expect]]\nkind = \"event_count\"\nname = \"induced\"\nevent = \"GCStart\"\nfield = \"Reason\"\nequals = 1\nequals_truth = \"gc.induced\"\ntolerance = 0\n\
+             [[expect]]\nkind = \"event_count\"\nname = \"induced gen-2\"\nevent = \"GCStart\"\nwhere = {{ Reason = 1, Depth = 2 }}\nequals_truth = \"gc.induced\"\ntolerance = 0\n\
+             [[expect]]\nkind = \"exceptions\"\nname = \"exceptions\"\ntruth = \"exceptions\"\n",
+            map.join(", ")
+        );
+        let scenario = Scenario::from_toml(&text, &dir.path().join("s.toml")).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        let mut lttng = crate::collect::lttng::decode_dir(&tracelab_fixtures::fixture("lttng/ctf-bullseye-gc-exceptions"), Some(40)).unwrap();
+        lttng.collector = "lttng".into();
+        let mut state = state_with(0);
+        state.collections = vec![lttng];
+        state.truth = scenario.truth.as_ref().unwrap().read(dir.path()).unwrap();
+        let (v, _, checks) = judge(&scenario, &state);
+        let check = |name: &str| checks.iter().find(|c| c.name == name).unwrap();
+        assert_eq!((check("induced").verdict, check("induced").measured.as_str()), (Verdict::Pass, "10"), "{checks:#?}");
+        assert_eq!(check("induced").expected, "10 ± 0 (truth `gc.induced`)");
+        assert_eq!((check("induced gen-2").verdict, check("induced gen-2").measured.as_str()), (Verdict::Pass, "10"));
+        let exceptions = check("exceptions");
+        assert_eq!(exceptions.verdict, Verdict::Pass, "{exceptions:?}");
+        assert_eq!(exceptions.expected, "Fixture.FixtureException: fixture 0 ×334; Fixture.FixtureException: fixture 1 ×333; Fixture.FixtureException: fixture 2 ×333");
+        assert_eq!(v, Verdict::Pass, "{checks:#?}");
+    }
 }

@@ -153,16 +153,21 @@ pub enum Protocol {
 pub struct TruthSpec {
     /// Where the app writes it, relative to the app's working folder (its run folder unless `cwd`).
     pub path: PathBuf,
-    /// tracelab key (dotted, as checks name it) → expression over the file's values: JSON
-    /// pointers in braces, numbers, `+ - * /` and parentheses. Empty: the file is used as it is.
+    /// tracelab key (a truth path, as checks name it: dotted, a part with dots of its own in
+    /// double quotes — `'exceptions."App.Errors.Bad: boom"'`) → expression over the file's
+    /// values: JSON pointers in braces, numbers, `+ - * /` and parentheses. Empty: the file is
+    /// used as it is.
     #[serde(default)]
     pub map: BTreeMap<String, String>,
 }
 
 impl TruthSpec {
     pub(crate) fn validate(&self) -> Result<()> {
+        use crate::scenario_path as path;
         for (key, expr) in &self.map {
-            super::truth_map::Expr::parse(expr).with_context(|| format!("truth.map.\"{key}\""))?;
+            let place = || path!("truth", "map", key.as_str());
+            judge::truth_path_keys(key).map_err(|why| super::place::at(place(), anyhow::anyhow!("truth.map key: {why}")))?;
+            super::truth_map::Expr::parse(expr).with_context(|| format!("truth.map.\"{key}\"")).map_err(|e| super::place::at(place(), e))?;
         }
         Ok(())
     }
@@ -187,16 +192,16 @@ impl TruthSpec {
             let value = super::truth_map::Expr::parse(expr)
                 .and_then(|e| e.eval(&file))
                 .with_context(|| format!("truth.map.\"{key}\" over {}", path.display()))?;
-            insert_dotted(&mut truth, key, value);
+            let keys = judge::truth_path_keys(key).map_err(|why| anyhow::anyhow!("truth.map key: {why}"))?;
+            insert_at(&mut truth, &keys, value);
         }
         Ok(truth)
     }
 }
 
-/// Sets `a.b.c` in a JSON object, creating the objects on the way.
-fn insert_dotted(root: &mut serde_json::Value, key: &str, value: f64) {
+/// Sets `a.b.c` (the keys of a truth path) in a JSON object, creating the objects on the way.
+fn insert_at(root: &mut serde_json::Value, parts: &[String], value: f64) {
     let mut node = root;
-    let parts: Vec<&str> = key.split('.').collect();
     for (i, part) in parts.iter().enumerate() {
         let obj = node.as_object_mut().expect("truth map nodes are objects");
         if i + 1 == parts.len() {
@@ -302,5 +307,26 @@ mod tests {
         assert!(err.contains("truth.map.\"x\"") && err.contains("/nope"), "{err}");
         let absent = TruthSpec { path: "gone.json".into(), map: BTreeMap::new() };
         assert!(format!("{:#}", absent.read(dir.path()).unwrap_err()).contains("wrote no truth file"));
+    }
+
+    #[test]
+    fn a_quoted_truth_map_key_keeps_its_dots() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("out.json"), r#"{"bad": 25, "late": 3}"#).unwrap();
+        let spec = TruthSpec {
+            path: "out.json".into(),
+            map: [
+                (r#"exceptions."App.Errors.BadInput: no \"name\"""#.to_string(), "{/bad}".to_string()),
+                (r#"exceptions."System.TimeoutException: late""#.to_string(), "{/late}".to_string()),
+            ]
+            .into(),
+        };
+        spec.validate().unwrap();
+        assert_eq!(
+            spec.read(dir.path()).unwrap(),
+            serde_json::json!({"exceptions": {"App.Errors.BadInput: no \"name\"": 25.0, "System.TimeoutException: late": 3.0}})
+        );
+        let unclosed = TruthSpec { path: "out.json".into(), map: [(r#"exceptions."A.B"#.to_string(), "{/bad}".to_string())].into() };
+        assert!(format!("{:#}", unclosed.validate().unwrap_err()).contains("a quoted key is not closed"));
     }
 }

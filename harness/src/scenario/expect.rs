@@ -3,12 +3,12 @@
 //! the kind's own keys, so this file reads them off by hand before serde reads the kind: serde's
 //! `flatten` would silently accept unknown keys, and a typo in an expectation must fail the load.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use judge::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
-use judge::{AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck, FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck};
+use judge::{AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, BlockedSecondsCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck, FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck};
 
 /// An expectation. `collector` picks which collector's data it reads (default: the first).
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +40,7 @@ pub enum CheckKind {
     AgreeShare(AgreeShareCheck),
     Waker(WakerCheck),
     StackCount(StackCountCheck),
+    BlockedSeconds(BlockedSecondsCheck),
 }
 
 impl CheckKind {
@@ -59,6 +60,7 @@ impl CheckKind {
             CheckKind::AgreeShare(c) => c,
             CheckKind::Waker(c) => c,
             CheckKind::StackCount(c) => c,
+            CheckKind::BlockedSeconds(c) => c,
         }
     }
 }
@@ -102,14 +104,31 @@ impl Expectation {
     }
 
     /// Load-time checks: the collectors it reads exist among `collectors` (the scenario's), and
-    /// the kind's own (regexes compile, settings agree).
+    /// the kind's own (regexes compile, ranges, settings agree); a mistake in one key is a
+    /// `judge::BadKey` naming it.
     pub(crate) fn validate(&self, collectors: &std::collections::BTreeSet<String>) -> Result<()> {
         for c in self.collectors() {
             if !collectors.contains(c) {
-                bail!("an expectation reads collector `{c}`, which the scenario does not have");
+                let key = if self.check.judge().collectors().is_some() { "collectors" } else { "collector" };
+                return Err(anyhow::Error::new(judge::BadKey {
+                    key,
+                    message: format!("an expectation reads collector `{c}`, which the scenario does not have"),
+                }));
             }
         }
         self.check.judge().validate()
+    }
+
+    /// Where the expectation names truth path `wanted`: the key holding it (`truth`,
+    /// `equals_truth` …), else the expectation itself.
+    pub(crate) fn truth_key(&self, i: usize, wanted: &str) -> Vec<super::place::Seg> {
+        use super::place::Seg;
+        let holder = serde_json::to_value(&self.check).ok().and_then(|v| {
+            v.as_object()?.iter().find(|(_, v)| v.as_str() == Some(wanted)).map(|(k, _)| k.clone())
+        });
+        let mut path = vec![Seg::from("expect"), Seg::from(i)];
+        path.extend(holder.map(Seg::Key));
+        path
     }
 }
 

@@ -15,13 +15,18 @@
 //!    or a custom `Deserialize` that coerces (`frequency = "99"` and `99.5` must stay errors).
 //!    serde then rejects unknown keys and wrong types with the byte span of the key or value;
 //!    inside `[[collector]]` / `[[expect]]` tables `collect::name_the_key` finds which key.
-//! 2. **Check what serde cannot** (ranges, regexes that must compile, keys that must agree) at
-//!    load: in `Scenario::validate`, in the collector's `collect::from_spec` (which builds every
-//!    collector of a scenario at load), or in the check's `Judge::validate`. Return the error
-//!    through [`place::at`] with the key's path (`scenario_path!("collector", i, "frequency")`)
-//!    — a check deeper down may already have placed it; the innermost place wins.
-//! 3. **Truth a check reads** is named by its `Judge::truth_paths`, so a scenario of an app as it
-//!    is can only read what its `truth.map` declares.
+//! 2. **Check what serde cannot** (ranges, regexes that must compile, keys that must agree,
+//!    files that must exist) at load: in `Scenario::validate`, in the collector's
+//!    `collect::from_spec` (which builds every collector of a scenario at load), or in the
+//!    check's `Judge::validate`. Name the key: here through [`place::at`] with its path
+//!    (`scenario_path!("load", "seconds")`), in a collector with `collect::bad_option("frequency",
+//!    …)`, in a check with `judge::BadKey` — the loader places those two at
+//!    `[[collector]]` / `[[expect]]` N's key. A check deeper down may already have placed it;
+//!    the innermost place wins. An error naming no key points at its table's header.
+//! 3. **Truth a check reads** is named by its `Judge::truth_paths` (truth paths: dotted keys, a
+//!    part with dots of its own in double quotes), so a scenario of an app as it is can only
+//!    read what its `truth.map` declares; `Judge::truth_maps` names those holding one count per
+//!    key, under which a deeper `truth.map` key is refused.
 //! 4. **Test it** with one line in `place.rs`'s `scenario_mistakes` table: the faulty text, the
 //!    `file:line:column` expected and the words of the message. Nothing found only at run time.
 
@@ -143,16 +148,20 @@ fn five() -> u32 {
 }
 
 impl LoadSpec {
-    /// The load generator sends traffic to this machine only.
+    /// The load generator sends traffic to this machine only. Each mistake is placed at its key.
     fn validate(&self) -> Result<()> {
+        use crate::scenario_path as path;
         if let Some(url) = &self.url {
-            crate::run::load::loopback_host_port(url)?;
+            crate::run::load::loopback_host_port(url).map_err(|e| at(path!("load", "url"), e))?;
         }
         if self.routes.iter().any(|r| !r.starts_with('/')) || self.routes.is_empty() {
-            bail!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes);
+            return Err(at(path!("load", "routes"), anyhow!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes)));
+        }
+        if self.connections_per_route == 0 {
+            return Err(at(path!("load", "connections_per_route"), anyhow!("`[load] connections_per_route` is at least 1 (0 sends no load)")));
         }
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
-            bail!("`[load] seconds` is 0–3600, got {}", self.seconds);
+            return Err(at(path!("load", "seconds"), anyhow!("`[load] seconds` is more than 0 and at most 3600, got {}", self.seconds)));
         }
         Ok(())
     }
@@ -267,7 +276,7 @@ impl Scenario {
         if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) || self.name.starts_with('.') {
             return Err(at(path!("name"), anyhow!("`name` is letters, digits, `-`, `_` and `.` (it names the results folder), got {:?}", self.name)));
         }
-        self.sufficiency.validate().map_err(|e| at(path!("sufficiency"), e))?;
+        self.sufficiency.validate().map_err(|e| at(self.sufficiency_key(), e))?;
         if let Some(truth) = &self.truth {
             truth.validate().map_err(|e| at(path!("truth"), e))?;
         }
@@ -307,12 +316,15 @@ impl Scenario {
         let mut names = std::collections::BTreeSet::new();
         for (i, c) in self.collectors.iter().enumerate() {
             // Each collector's own option checks (ranges, profiles, event names), at load.
-            crate::collect::from_spec(c).map_err(|e| at(path!("collector", i), e))?;
+            crate::collect::from_spec(c).map_err(|e| {
+                let key = e.downcast_ref::<crate::collect::BadOption>().map(|b| b.key);
+                at(key.map_or_else(|| path!("collector", i), |k| path!("collector", i, k)), e)
+            })?;
             if let crate::collect::CollectorOptions::Dump(d) = &c.options
                 && d.trigger == crate::collect::dump::Trigger::Crash
                 && !self.expect_crash
             {
-                return Err(at(path!("collector", i), anyhow!("a `dump` collector with `trigger = \"crash\"` waits for the app to crash: set `expect_crash = true` at the top of the scenario")));
+                return Err(at(path!("collector", i, "trigger"), anyhow!("a `dump` collector with `trigger = \"crash\"` waits for the app to crash: set `expect_crash = true` at the top of the scenario")));
             }
             if !names.insert(c.name().to_string()) {
                 return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
@@ -333,25 +345,91 @@ impl Scenario {
             return Err(at(path!("runs"), anyhow!("`runs` must place every collector in a run (missing: {:?})", names.difference(&grouped.iter().cloned().collect()).collect::<Vec<_>>())));
         }
         for (i, e) in self.expectations.iter().enumerate() {
-            e.validate(&names).map_err(|err| at(path!("expect", i), err))?;
-            // An app as it is has the truth its scenario declares: with a `truth.map`, exactly its
-            // keys (and the objects above them); with none, no truth at all.
-            if self.protocol() == Protocol::None {
-                for wanted in e.check.judge().truth_paths() {
-                    let declared = match &self.truth {
-                        None => Err("the scenario has no `truth`: give one (`truth = { path = …, map = { … } }`) or drop the check".to_string()),
-                        Some(t) if t.map.is_empty() => Ok(()),
-                        Some(t) if t.map.keys().any(|k| k == wanted || k.starts_with(&format!("{wanted}."))) => Ok(()),
-                        Some(t) => Err(format!("`truth.map` declares {}", t.map.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))),
-                    };
-                    if let Err(why) = declared {
-                        return Err(at(path!("expect", i), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
+            // A check's own mistake names its key (`judge::BadKey`): the line to fix, not the
+            // `[[expect]]` header above it.
+            e.validate(&names).map_err(|err| {
+                let key = err.downcast_ref::<judge::BadKey>().map(|b| b.key);
+                at(key.map_or_else(|| path!("expect", i), |k| path!("expect", i, k)), err)
+            })?;
+            for wanted in e.check.judge().truth_paths() {
+                let wanted_keys = judge::truth_path_keys(wanted).map_err(|why| at(e.truth_key(i, wanted), anyhow!("{why}")))?;
+                // An app as it is has the truth its scenario declares: with a `truth.map`, exactly
+                // its keys (and the objects above them); with none, no truth at all.
+                if self.protocol() != Protocol::None {
+                    continue;
+                }
+                let declared = match &self.truth {
+                    None => Err("the scenario has no `truth`: give one (`truth = { path = …, map = { … } }`) or drop the check".to_string()),
+                    Some(t) if t.map.is_empty() => Ok(()),
+                    Some(t) if t.map.keys().any(|k| judge::truth_path_keys(k).is_ok_and(|ks| ks.starts_with(&wanted_keys))) => Ok(()),
+                    Some(t) => Err(format!("`truth.map` declares {}", t.map.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "))),
+                };
+                if let Err(why) = declared {
+                    return Err(at(e.truth_key(i, wanted), anyhow!("the check reads truth `{wanted}`, which the scenario does not declare: {why}")));
+                }
+            }
+            // A map of counts holds them one level below its path: a deeper key was split at
+            // dots that belong to the key (an exception type's namespace).
+            for map_path in e.check.judge().truth_maps() {
+                let (Some(truth), Ok(map_keys)) = (&self.truth, judge::truth_path_keys(map_path)) else { continue };
+                for key in truth.map.keys() {
+                    let Ok(keys) = judge::truth_path_keys(key) else { continue };
+                    if keys.starts_with(&map_keys) && keys.len() > map_keys.len() + 1 {
+                        let rest = keys[map_keys.len()..].join(".");
+                        return Err(at(
+                            path!("truth", "map", key.as_str()),
+                            anyhow!("truth.map key `{key}` nests {} levels below `{map_path}`, whose values are counts by one key each: quote that key, '{map_path}.\"{rest}\"'", keys.len() - map_keys.len()),
+                        ));
                     }
                 }
             }
         }
         for group in self.run_groups() {
             self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+        }
+        // Last, so a mistake in the file itself is told first: every file the scenario names
+        // exists now, before any build or run (a missing dll once ended as a FAIL mid-run).
+        self.referenced_files_exist()
+    }
+
+    /// Which `[sufficiency]` key its refusal is about: the first one refused on its own beside
+    /// the defaults (the bounds are judge's; this only finds the line to point at).
+    fn sufficiency_key(&self) -> Vec<place::Seg> {
+        use crate::scenario_path as path;
+        let s = &self.sufficiency;
+        let d = judge::Sufficiency::default();
+        let alone = [
+            ("max_lost_ratio", judge::Sufficiency { max_lost_ratio: s.max_lost_ratio, ..d.clone() }),
+            ("min_rate_ratio", judge::Sufficiency { min_rate_ratio: s.min_rate_ratio, ..d.clone() }),
+            ("attempts", judge::Sufficiency { attempts: s.attempts, ..d.clone() }),
+        ];
+        match alone.into_iter().find(|(_, one)| one.validate().is_err()) {
+            Some((key, _)) => path!("sufficiency", key),
+            None => path!("sufficiency"),
+        }
+    }
+
+    /// The files and folders the scenario names (relative ones already resolved next to it).
+    fn referenced_files_exist(&self) -> Result<()> {
+        use crate::scenario_path as path;
+        let hint = "(relative paths are next to the scenario file)";
+        match &self.workload {
+            WorkloadRef::Dll { dll } if !dll.is_file() => {
+                let why = if dll.is_dir() { "is a folder, not a file" } else { "does not exist" };
+                return Err(at(path!("workload", "dll"), anyhow!("workload dll {} {why} {hint}: build the app first (`dotnet build`), or point `dll` at its output", dll.display())));
+            }
+            WorkloadRef::Project { project, .. } if !project.exists() => {
+                return Err(at(path!("workload", "project"), anyhow!("workload project {} does not exist {hint}: give the folder or the .csproj", project.display())));
+            }
+            WorkloadRef::Command { command } if command[0].contains('/') && !Path::new(&command[0]).is_file() => {
+                return Err(at(path!("workload", "command"), anyhow!("workload program {} does not exist {hint} (a bare name is looked up on PATH)", command[0])));
+            }
+            _ => {}
+        }
+        if let Some(cwd) = &self.cwd
+            && !cwd.is_dir()
+        {
+            return Err(at(path!("cwd"), anyhow!("`cwd` {} is not a folder {hint}", cwd.display())));
         }
         Ok(())
     }
@@ -484,15 +562,12 @@ mod tests {
 
     #[test]
     fn user_workload_by_path() {
-        let text = r#"
-            name = "mine"
-            workload = { dll = "/srv/app/My.dll" }
-            [[collector]]
-            kind = "perf-cpu"
-            frequency = 499
-        "#;
-        let s = Scenario::from_toml(text, Path::new("mine.toml")).unwrap();
-        assert_eq!(s.workload, WorkloadRef::Dll { dll: "/srv/app/My.dll".into() });
+        let dir = tempfile::tempdir().unwrap();
+        let dll = dir.path().join("My.dll");
+        std::fs::write(&dll, b"").unwrap();
+        let text = format!("name = \"mine\"\nworkload = {{ dll = {:?} }}\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n", dll.display().to_string());
+        let s = Scenario::from_toml(&text, Path::new("mine.toml")).unwrap();
+        assert_eq!(s.workload, WorkloadRef::Dll { dll });
         assert_eq!(s.protocol(), Protocol::None);
         match &s.collectors[0].options {
             crate::collect::CollectorOptions::PerfCpu(o) => assert_eq!(o.frequency, 499),

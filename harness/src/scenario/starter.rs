@@ -88,6 +88,8 @@ pub fn starter_toml(toml_path: &Path, app: StarterApp, web: bool) -> Result<Stri
     }
     t.push_str("# A truth file the app writes in its own format, and tracelab keys derived from it:\n");
     t.push_str("# truth = { path = \"out.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n");
+    t.push_str("# A key is split at its dots; a part with dots of its own goes in double quotes, the key in single ones:\n");
+    t.push_str("# map = { 'exceptions.\"App.Errors.BadInput: no name\"' = \"{/bad_inputs}\" } (with an `exceptions` check, truth = \"exceptions\")\n");
     t.push_str("# (and a check holding a share to it; `truth_clock` says what the app timed: \"cpu\" time or \"wall\" time)\n");
     t.push_str("# [[expect]]\n# kind = \"share\"\n# method = \"::Alpha\\\\b\"\n# among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\n# truth = \"shares.cpu.Alpha\"\n# truth_clock = \"wall\"\n");
     if web {

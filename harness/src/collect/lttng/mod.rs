@@ -199,10 +199,10 @@ impl LttngCollector {
             .with_context(|| format!("collector `{name}`"))?;
         let extra = options.events.clone();
         if profiles.contains(&Profile::Custom) && extra.is_empty() {
-            bail!("collector `{name}`: profile = \"custom\" needs `events = [\"DotNETRuntime:GCStart_V2\", …]`");
+            return Err(super::bad_option("profile", format!("collector `{name}`: profile = \"custom\" needs `events = [\"DotNETRuntime:GCStart_V2\", …]`")));
         }
         if let Some(bad) = extra.iter().find(|e| !e.contains(':')) {
-            bail!("collector `{name}`: event `{bad}` is not a tracepoint name (`DotNETRuntime:GCStart_V2`)");
+            return Err(super::bad_option("events", format!("collector `{name}`: event `{bad}` is not a tracepoint name (`DotNETRuntime:GCStart_V2`)")));
         }
         let mut all: Vec<String> = Vec::new();
         for p in &profiles {
