@@ -113,7 +113,9 @@ fn attach_refuses_what_it_cannot_reach_with_the_reason() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let toml = web_toml("http://127.0.0.1:9");
+    // The scenario names an app that exists (the validator checks), which is not the one attached to.
+    let dll = lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let toml = web_toml("http://127.0.0.1:9").replace("bin/web-api.dll", "bin/spin-two.dll");
     // Gone.
     let mut ended = Command::new("true").spawn().unwrap();
     let gone = ended.id();
@@ -132,7 +134,6 @@ fn attach_refuses_what_it_cannot_reach_with_the_reason() {
     let _ = sleep.kill();
     let _ = sleep.wait();
     // .NET with its diagnostics off.
-    let dll = lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
     let dotnet = Dotnet::locate_or_install().unwrap();
     let mut cmd = Command::new(&dotnet.dotnet);
     cmd.arg(&dll).args(["spin.json", "60"]).current_dir(dir.path()).env("DOTNET_EnableDiagnostics", "0").stdout(Stdio::null());
