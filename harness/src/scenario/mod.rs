@@ -351,7 +351,14 @@ impl Scenario {
             }
         }
         for group in self.run_groups() {
-            self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+            let env = self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+            // The host target points the runtime's perf map and jitdump at the app's TMPDIR,
+            // where the collectors read them: a scenario's own path would hide them.
+            for key in [crate::run::PERF_MAP_PATH_VAR, "COMPlus_PerfMapJitDumpPath"] {
+                if env.contains_key(key) {
+                    return Err(at(path!("env"), anyhow!("`env` sets {key}: tracelab places the perf map and jitdump itself (in the app's TMPDIR, where it reads them); drop the key, or set TMPDIR")));
+                }
+            }
         }
         Ok(())
     }

@@ -222,6 +222,7 @@ mod scenario_mistakes {
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
+            (format!("env = {{ DOTNET_PerfMapJitDumpPath = \"/x\" }}\n{BASE}"), "dir/x.toml:1:1", "tracelab places the perf map and jitdump itself"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
             (
                 format!(
