@@ -79,7 +79,9 @@ fn main() -> ExitCode {
         // One `error:` prefix even when a message (a tool's stderr) already carries its own.
         let msg = format!("{e:#}");
         harness::host::owner::say(&format!("error: {}", msg.strip_prefix("error: ").unwrap_or(&msg)));
-        ExitCode::from(2)
+        // Around the pipeline (a results folder on a full disk, Docker): 5. Anything else that
+        // ends a command before it ran is a usage or scenario-file error: 2.
+        ExitCode::from(if harness::host::errors::is_infrastructure(&e) { judge::exit::ERROR } else { judge::exit::USAGE })
     })
 }
 
