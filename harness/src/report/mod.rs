@@ -284,6 +284,28 @@ impl ResultsDir {
 
 }
 
+/// Most of a scenario's free-text `notes` copied into manifest.json and summary.md: a 60 MB note
+/// was copied into both whole. The scenario file keeps the rest.
+const NOTE_MAX_CHARS: usize = 2000;
+const NOTES_MAX: usize = 50;
+
+/// The scenario's notes as a run's results carry them: at most [`NOTES_MAX`] notes of at most
+/// [`NOTE_MAX_CHARS`] characters, each cut one saying so.
+pub(crate) fn capped_notes(notes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = notes
+        .iter()
+        .take(NOTES_MAX)
+        .map(|n| match n.char_indices().nth(NOTE_MAX_CHARS) {
+            None => n.clone(),
+            Some((cut, _)) => format!("{}… (cut: {} more bytes in the scenario file)", &n[..cut], n.len() - cut),
+        })
+        .collect();
+    if notes.len() > NOTES_MAX {
+        out.push(format!("… {} more notes in the scenario file", notes.len() - NOTES_MAX));
+    }
+    out
+}
+
 /// rename(2) that fails with AlreadyExists instead of replacing `to` (renameat2 RENAME_NOREPLACE).
 fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt as _;
@@ -575,6 +597,17 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = ResultsDir::create(&file.join("results"), "x").err().unwrap();
         assert!(crate::host::errors::is_infrastructure(&e) && format!("{e:#}").contains(&format!("cannot create {}", file.join("results").display())), "{e:#}");
+    }
+
+    #[test]
+    fn free_text_notes_are_capped_where_copied() {
+        let long = "é".repeat(NOTE_MAX_CHARS + 10);
+        let many: Vec<String> = std::iter::once(long).chain((0..NOTES_MAX + 5).map(|i| format!("n{i}"))).collect();
+        let capped = capped_notes(&many);
+        assert_eq!(capped.len(), NOTES_MAX + 1);
+        assert!(capped[0].starts_with(&"é".repeat(NOTE_MAX_CHARS)) && capped[0].ends_with("(cut: 20 more bytes in the scenario file)"), "{}", &capped[0][NOTE_MAX_CHARS * 2..]);
+        assert_eq!(capped[NOTES_MAX], "… 6 more notes in the scenario file");
+        assert_eq!(capped_notes(&["short".to_string()]), vec!["short".to_string()]);
     }
 
     #[test]

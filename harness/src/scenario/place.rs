@@ -222,6 +222,9 @@ mod scenario_mistakes {
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
+            (format!("{BASE}\n[load]\nroutes = [\"/\"]\nconnections_per_route = 5000\nseconds = 2\n"), "dir/x.toml:9:1", "`[load] connections_per_route` is 1–64"),
+            (format!("{BASE}\n[load]\nurl = \"http://127.0.0.1@10.255.255.1:80\"\nroutes = [\"/\"]\nseconds = 2\n"), "dir/x.toml:8:1", "a user part"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a b\"]\nseconds = 2\n"), "dir/x.toml:8:1", "paths starting with / without spaces"),
             (format!("env = {{ DOTNET_PerfMapJitDumpPath = \"/x\" }}\n{BASE}"), "dir/x.toml:1:1", "tracelab places the perf map and jitdump itself"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
             (
