@@ -375,6 +375,7 @@ impl Scenario {
         }
         for group in self.run_groups() {
             let env = self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+            check_exec_size(&self.args, &env).map_err(|e| at(path!("env"), e))?;
             // The host target points the runtime's perf map and jitdump at the app's TMPDIR,
             // where the collectors read them: a scenario's own path would hide them.
             for key in [crate::run::PERF_MAP_PATH_VAR, "COMPlus_PerfMapJitDumpPath"] {
@@ -419,6 +420,34 @@ impl Scenario {
             self.runs.clone()
         }
     }
+}
+
+/// What execve(2) takes: one argument or `KEY=VALUE` of at most 128 KiB (MAX_ARG_STRLEN), and
+/// all of them within ARG_MAX (2 MiB with the default 8 MiB stack) — half of it here, for the
+/// environment tracelab passes on and adds. 300,000 env keys failed at launch with `Argument list
+/// too long`; now at load.
+const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+const MAX_EXEC_BYTES: usize = 1 << 20;
+
+fn check_exec_size(args: &[String], env: &BTreeMap<String, String>) -> Result<()> {
+    let mut total = 0;
+    for a in args {
+        if a.len() > MAX_ARG_BYTES {
+            bail!("an `args` item is {} bytes: the kernel takes at most {MAX_ARG_BYTES} per argument", a.len());
+        }
+        total += a.len() + 1 + std::mem::size_of::<usize>();
+    }
+    for (k, v) in env {
+        let len = k.len() + 1 + v.len();
+        if len > MAX_ARG_BYTES {
+            bail!("`env` {k} is {len} bytes with its value: the kernel takes at most {MAX_ARG_BYTES} per variable");
+        }
+        total += len + 1 + std::mem::size_of::<usize>();
+    }
+    if total > MAX_EXEC_BYTES {
+        bail!("`args` and `env` take {total} bytes ({} variables): more than the {MAX_EXEC_BYTES} bytes a process start may use here (the kernel's ARG_MAX, shared with the environment tracelab passes on)", env.len());
+    }
+    Ok(())
 }
 
 /// How large a scenario file may be: the built-in ones are a few KB; without a bound a file

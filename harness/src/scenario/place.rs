@@ -226,6 +226,8 @@ mod scenario_mistakes {
             (format!("{BASE}\n[load]\nurl = \"http://127.0.0.1@10.255.255.1:80\"\nroutes = [\"/\"]\nseconds = 2\n"), "dir/x.toml:8:1", "a user part"),
             (format!("{BASE}\n[load]\nroutes = [\"/a b\"]\nseconds = 2\n"), "dir/x.toml:8:1", "paths starting with / without spaces"),
             (format!("env = {{ DOTNET_PerfMapJitDumpPath = \"/x\" }}\n{BASE}"), "dir/x.toml:1:1", "tracelab places the perf map and jitdump itself"),
+            (format!("env = {{ BIG = \"{}\" }}\n{BASE}", "x".repeat(200_000)), "dir/x.toml:1:1", "`env` BIG is 200004 bytes with its value"),
+            (format!("env = {{ {} }}\n{BASE}", (0..30_000).map(|i| format!("K{i} = \"{i:0>30}\"")).collect::<Vec<_>>().join(", ")), "dir/x.toml:1:1", "(30000 variables): more than the 1048576 bytes"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:7:2", "fractions between 0 and 1"),
             (
                 format!(
