@@ -65,7 +65,13 @@ fn main() -> ExitCode {
     // A panic unwinds (running the guards that stop processes and remove files) to here.
     let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(result) => result,
-        Err(panic) if is_closed_stdout(panic_text(&*panic)) => return ExitCode::from(judge::exit::CLOSED_STDOUT),
+        Err(panic) if is_closed_stdout(panic_text(&*panic)) => {
+            // The signal thread may be cleaning up already (a progress line found stderr
+            // closed): returning now would end the process under it. It finishes, exits 141.
+            harness::host::owner::output_closed();
+            harness::host::owner::await_signal_exit();
+            return ExitCode::from(judge::exit::CLOSED_STDOUT);
+        }
         Err(panic) => std::panic::resume_unwind(panic),
     };
     // Interrupted: the handler ends the process with 130 / 143 once it has cleaned up.
@@ -74,6 +80,8 @@ fn main() -> ExitCode {
         // A task that wrote to our own closed output (`trace fold … | head`) and returned the
         // error instead of panicking: 141 as well. (A broken pipe to a child process is an error.)
         if broke_own_pipe(&e) {
+            harness::host::owner::output_closed();
+            harness::host::owner::await_signal_exit();
             return ExitCode::from(judge::exit::CLOSED_STDOUT);
         }
         // One `error:` prefix even when a message (a tool's stderr) already carries its own.
