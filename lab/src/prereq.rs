@@ -96,6 +96,11 @@ pub trait Observe {
     fn dotnet(&self) -> Option<PathBuf>;
     /// `/proc/sys/kernel/perf_event_mlock_kb` (None when it cannot be read, or was not recorded).
     fn perf_mlock_kb(&self) -> Option<u64>;
+    /// A working `perf` (or `perf_X.Y`) is on PATH, as `doctor` and the collectors find it
+    /// (recorded answers: yes).
+    fn perf_runs(&self) -> bool {
+        true
+    }
     /// A cargo subcommand binary (`cargo-fuzz`) is installed (recorded answers: yes).
     fn cargo_tool(&self, _binary: &str) -> bool {
         true
@@ -114,6 +119,9 @@ fn output(program: &str, args: &[&str]) -> Option<String> {
 }
 
 impl Observe for Machine {
+    fn perf_runs(&self) -> bool {
+        harness::host::environment::perf_binary().is_some()
+    }
     fn cargo_tool(&self, binary: &str) -> bool {
         let home = std::env::var_os("CARGO_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
         home.is_some_and(|h| h.join("bin").join(binary).is_file()) || output(binary, &["--version"]).is_some()
@@ -451,7 +459,16 @@ impl Plan {
         let mut present = Vec::new();
         let mut to_install: Vec<(String, String)> = Vec::new();
         for p in &needs.packages {
-            if has(&p.name) {
+            // The package is not the tool: `setup` said `present: package linux-perf` while perf
+            // was not on PATH and `doctor` said MISS (its /usr/bin/perf removed, or a wrapper
+            // that finds no perf for the running kernel). Checked as `doctor` checks it.
+            let is_perf = p.name == "linux-perf" || (p.name.starts_with("linux-tools-") && p.name != "linux-tools-common");
+            if has(&p.name) && is_perf && !seen.perf_runs() {
+                to_install.push((
+                    p.name.to_string(),
+                    format!("{} (installed, but no working `perf` on PATH: `cargo xtask doctor` shows what it finds)", p.why),
+                ));
+            } else if has(&p.name) {
                 present.push(format!("package {}", p.name));
             } else {
                 to_install.push((p.name.to_string(), p.why.to_string()));
@@ -770,6 +787,28 @@ mod tests {
         assert!(matches!(plan.steps[2], Step::RaisePerfMlock { from: 516, .. }), "{}", plan.render());
         let cmds = plan.commands();
         assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go libc6-dbg stress-ng");
+    }
+
+    #[test]
+    fn an_installed_perf_package_without_perf_on_path_is_not_present() {
+        struct NoPerf;
+        impl Observe for NoPerf {
+            fn dpkg(&self, _: &[&str]) -> String {
+                "linux-perf install ok installed 6.1.0\n".into()
+            }
+            fn docker(&self) -> Option<String> { None }
+            fn tracefs(&self) -> bool { true }
+            fn uid(&self) -> u32 { 0 }
+            fn images(&self) -> String { String::new() }
+            fn dotnet(&self) -> Option<PathBuf> { Some("/opt/dotnet".into()) }
+            fn perf_mlock_kb(&self) -> Option<u64> { None }
+            fn perf_runs(&self) -> bool { false }
+        }
+        let needs = Needs { packages: PERF.to_vec(), ..Needs::default() };
+        let plan = Plan::make(&needs, &NoPerf);
+        assert!(!plan.is_ready(), "{}", plan.render());
+        assert!(!plan.present.iter().any(|p| p.contains("linux-perf")), "{}", plan.render());
+        assert!(plan.render().contains("no working `perf` on PATH"), "{}", plan.render());
     }
 
     #[test]

@@ -183,18 +183,20 @@ pub mod exit {
     pub const INCONCLUSIVE: u8 = 3;
     /// The environment lacks a prerequisite (a SKIP verdict, or set-up that cannot proceed).
     pub const SKIP: u8 = 4;
-    /// Infrastructure: Docker, an image build, a tool that crashed.
+    /// Infrastructure: Docker, an image build, a tool that crashed, a results folder that cannot
+    /// be written (a full disk).
     pub const ERROR: u8 = 5;
     /// 128 + SIGINT / SIGTERM.
     pub const INTERRUPTED_SIGINT: u8 = 130;
     pub const INTERRUPTED_SIGTERM: u8 = 143;
-    /// 128 + SIGPIPE: whoever read the output went away (`… | head`); stopped quietly, as `cat`.
+    /// 128 + SIGPIPE: whoever read the output — stdout or stderr — went away (`… | head`);
+    /// stopped quietly, as `cat`, with what the run made removed.
     pub const CLOSED_STDOUT: u8 = 141;
     /// The table as people read it (README and `--help`).
     pub const TABLE: &str = "Exit codes: 0 pass (and skip with --allow-skip) · 1 fail · 2 usage or scenario-file error · \
 3 inconclusive (not enough data to decide; the reason is printed) · 4 skip (the environment lacks a prerequisite) · \
-5 infrastructure error (Docker, image build, tool crash) · 130 / 143 interrupted (SIGINT / SIGTERM) · \
-141 the output was closed (`… | head`)";
+5 infrastructure error (Docker, image build, tool crash, a results folder it cannot write) · \
+130 / 143 interrupted (SIGINT / SIGTERM) · 141 the output was closed, stdout or stderr (`… | head`)";
 }
 
 impl Verdict {

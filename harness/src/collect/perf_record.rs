@@ -233,8 +233,17 @@ impl PerfControl {
         let ack = open(&ack_host).inspect_err(|_| {
             let _ = std::fs::remove_file(&ctl_host);
         })?;
+        // perf splits `fifo:CTL,ACK` at the first comma: a results folder with a comma in its
+        // path cut CTL short and every perf run failed. A host tool reaches the same FIFO
+        // through this process's open descriptor, a path without one. (A container's tools see
+        // the run folder at its fixed mount point.)
+        let mut ctl_in_target = target_view(&ctl_host, app);
+        if app.container_id.is_none() && ctl_in_target.as_os_str().as_encoded_bytes().contains(&b',') {
+            use std::os::fd::AsRawFd as _;
+            ctl_in_target = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), ctl.as_raw_fd()));
+        }
         Ok(PerfControl {
-            ctl_in_target: target_view(&ctl_host, app),
+            ctl_in_target,
             ack_in_target: target_view(&ack_host, app),
             ctl_host,
             ack_host,
@@ -435,6 +444,38 @@ mod tests {
         assert_eq!(&with[6..], ["-k", "1", "-p", "7", "-o", "x.data"]);
         drop(control);
         assert!(!ctl.exists(), "the FIFOs are removed with the control");
+    }
+
+    #[test]
+    fn a_results_folder_with_a_comma_keeps_perfs_control_option_whole() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("runs,2026");
+        std::fs::create_dir(&dir).unwrap();
+        let app = RunningApp {
+            host_pid: 7,
+            target_pid: 7,
+            tmp_dir_host: dir.clone(),
+            work_dir_in_target: dir.clone(),
+            container_id: None,
+            output: std::sync::mpsc::channel().1,
+            child: None,
+            transcript: Vec::new(),
+            held_at_start: false,
+        };
+        let control = PerfControl::beside(&dir.join("x.data"), &app).unwrap();
+        let option = control.args().pop().unwrap();
+        // perf's own split: CTL up to the first comma, ACK after it.
+        let (ctl, ack) = option.strip_prefix("fifo:").unwrap().split_once(',').unwrap();
+        assert_eq!(ack, dir.join(".x.data.ack").display().to_string());
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata(ctl).unwrap().file_type().is_fifo(), "{ctl}");
+        // What is written through that path reaches the FIFO the control reads.
+        use std::io::Write as _;
+        std::fs::OpenOptions::new().write(true).open(ctl).unwrap().write_all(b"enable\n").unwrap();
+        let mut got = [0u8; 7];
+        use std::io::Read as _;
+        (&control.ctl).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"enable\n");
     }
 
     #[test]

@@ -636,7 +636,7 @@ fn apply_load(load: &crate::scenario::LoadSpec, url: &str, tracelab_stop: bool, 
         load.seconds
     ));
     let host_port = crate::run::load::loopback_host_port(url)?;
-    let routes = load.routes.iter().map(|r| r.parse()).collect::<Result<Vec<loadgen::Route>, _>>()?;
+    let routes = load.routes()?;
     let mut config = loadgen::Config::new(&host_port, routes)?;
     config.connections_per_route = load.connections_per_route as usize;
     config.duration = Duration::from_secs_f64(load.seconds);

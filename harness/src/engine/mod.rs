@@ -239,7 +239,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         resolution,
         completeness: state.completeness.clone(),
         findings,
-        notes: scenario.notes.clone(),
+        notes: crate::report::capped_notes(&scenario.notes),
         share_tables: crate::report::share_tables(scenario, &state.collections, &state.truth, &state.truths),
         load: state.load_report.clone(),
         earlier_attempts: earlier.to_vec(),

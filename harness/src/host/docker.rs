@@ -415,11 +415,11 @@ pub(crate) fn remove_registered() {
         Ok(docker) => {
             for id in ids {
                 if let Err(e) = docker.remove(&id) {
-                    eprintln!("tracelab: {e:#}");
+                    super::owner::say(&format!("tracelab: {e:#}"));
                 }
             }
         }
-        Err(e) => eprintln!("tracelab: could not remove containers {}: {e:#}", ids.join(" ")),
+        Err(e) => super::owner::say(&format!("tracelab: could not remove containers {}: {e:#}", ids.join(" "))),
     }
 }
 /// Seconds a guardian waits for the owner's next renewal before it removes the owner's
@@ -439,9 +439,9 @@ pub(crate) fn guard_containers() {
         super::owner::on_signal(remove_registered);
         match start_guardian() {
             Ok(pid) => super::owner::spare_on_signal(pid),
-            Err(e) => eprintln!(
+            Err(e) => super::owner::say(&format!(
                 "tracelab: no guardian for this run's containers ({e:#}); if tracelab is killed, the next run or `cargo xtask sweep` removes them"
-            ),
+            )),
         }
     });
 }

@@ -27,8 +27,9 @@ impl Infrastructure {
     }
 }
 
-/// Whether `err` (or anything in its chain) is an [`Infrastructure`] failure.
-pub(crate) fn is_infrastructure(err: &anyhow::Error) -> bool {
+/// Whether `err` (or anything in its chain) is an [`Infrastructure`] failure: exit 5 wherever it
+/// surfaces (a run's verdict, or a command that ends with it: a results folder it cannot write).
+pub fn is_infrastructure(err: &anyhow::Error) -> bool {
     err.chain().any(|e| e.is::<Infrastructure>())
 }
 

@@ -72,23 +72,78 @@ pub fn install() {
             let _ = signal_hook::flag::register(sig, Arc::clone(&SHUTTING_DOWN));
         }
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
-            eprintln!("tracelab: could not install the Ctrl-C handler; `cargo xtask sweep` removes what a killed run leaves");
+            say("tracelab: could not install the Ctrl-C handler; `cargo xtask sweep` removes what a killed run leaves");
             return;
         };
-        std::thread::Builder::new()
+        let wake = signals.handle();
+        let started = std::thread::Builder::new()
             .name("tracelab-signals".into())
             .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                    eprintln!("tracelab: {name}: stopping this run's processes and removing its containers, files and staging folder");
-                    // The door stays shut until the process is gone: nothing is finished after this.
-                    let _finishing = FINISHING.lock().unwrap_or_else(|p| p.into_inner());
-                    clean_up_now();
-                    std::process::exit(128 + sig);
-                }
-            })
-            .ok();
+                // The wait ends with a signal, or without one when [`output_closed`] closes it.
+                let code = match signals.forever().next() {
+                    Some(sig) => {
+                        let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                        // Never a panic here: on a closed stderr it killed this thread, and every
+                        // later SIGINT/SIGTERM was swallowed by the flag handlers (issue 41).
+                        say(&format!("tracelab: {name}: stopping this run's processes and removing its containers, files and staging folder"));
+                        128 + sig
+                    }
+                    // 141: `judge::exit::CLOSED_STDOUT` (the floor imports nothing, judge included).
+                    None if OUTPUT_CLOSED.load(Ordering::SeqCst) => 141,
+                    None => return,
+                };
+                // The door stays shut until the process is gone: nothing is finished after this.
+                let _finishing = FINISHING.lock().unwrap_or_else(|p| p.into_inner());
+                clean_up_now();
+                std::process::exit(code);
+            });
+        if started.is_ok() {
+            let _ = WAKE.set(wake);
+        }
     });
+}
+
+/// Closes the signal thread's wait: how [`output_closed`] hands the clean-up to it.
+static WAKE: std::sync::OnceLock<signal_hook::iterator::Handle> = std::sync::OnceLock::new();
+/// Set once whoever read this process's stderr went away.
+static OUTPUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` and a newline to stderr, never panicking: progress lines, notes printed while
+/// cleaning up (from the signal thread, from `Drop` during an unwind, where a second panic
+/// aborts). A closed stderr (`… 2>&1 | head -2`) ends the run as a closed stdout does: see
+/// [`output_closed`].
+pub fn say(text: &str) {
+    let mut err = std::io::stderr().lock();
+    if let Err(e) = writeln!(err, "{text}")
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        drop(err);
+        output_closed();
+    }
+}
+
+/// Whoever read this process's output went away. With [`install`]ed handling, the run stops as it
+/// does on a signal — processes stopped, containers, /tmp files and staging folder removed — and
+/// exits 141, what a shell shows for a program ended by SIGPIPE (`cat` in `cat f | head`). The
+/// clean-up runs on the signal thread, not the caller's: the caller may hold the locks it takes.
+/// Without [`install`] (a library caller) the line is only dropped.
+pub fn output_closed() {
+    let Some(wake) = WAKE.get() else { return };
+    if OUTPUT_CLOSED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    wake.close();
+}
+
+/// True when stdout or stderr is a pipe whose reading end is closed (poll(2) reports POLLERR on
+/// such a pipe's writing end): tells an error that came from our own output (`trace fold … |
+/// head`) from a broken pipe to a child process.
+pub fn output_is_closed() -> bool {
+    let mut fds = [libc::pollfd { fd: 1, events: 0, revents: 0 }, libc::pollfd { fd: 2, events: 0, revents: 0 }];
+    // SAFETY: two valid pollfd entries, no timeout.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+    ready > 0 && fds.iter().any(|f| f.revents & libc::POLLERR != 0)
 }
 
 /// What the signal handler does: children, containers, /tmp files, staging folders.

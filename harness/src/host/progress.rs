@@ -11,6 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+// Every line goes through `say`: a progress line never panics on a closed stderr (from the ticker
+// thread it killed only the ticker; from the run's own thread it left the staging folder).
+use super::owner::say;
+
 /// How often a step with a known duration prints its elapsed time without a terminal: often
 /// enough to show life in a CI log, rare enough not to flood it.
 pub(crate) const TICK: Duration = Duration::from_secs(5);
@@ -48,10 +52,10 @@ pub fn note(phase: &str, msg: &str) {
         // Above a running spinner, not through it.
         match ACTIVE.lock().ok().and_then(|a| a.clone()) {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => say(&text),
         }
     } else {
-        eprintln!("{}", line(phase, msg));
+        say(&line(phase, msg));
     }
 }
 
@@ -111,7 +115,7 @@ fn start(phase: &str, name: String, expected: Option<Duration>) -> Step {
         }
         step.bar = Some(bar);
     } else {
-        eprintln!("{}", line(&step.phase, &step.name));
+        say(&line(&step.phase, &step.name));
         if expected.is_some() {
             let stop = Arc::new(AtomicBool::new(false));
             let (flag, phase) = (stop.clone(), step.phase.clone());
@@ -120,7 +124,7 @@ fn start(phase: &str, name: String, expected: Option<Duration>) -> Step {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(100));
                     if Instant::now() >= next && !flag.load(Ordering::Relaxed) {
-                        eprintln!("{}", line(&phase, &of_expected(started.elapsed(), expected)));
+                        say(&line(&phase, &of_expected(started.elapsed(), expected)));
                         next += TICK;
                     }
                 }
@@ -160,9 +164,9 @@ impl Step {
         }
         match bar {
             Some(_) => {
-                eprintln!("{} {}: {text}", if text.starts_with("failed") { "✗" } else { "✓" }, self.phase);
+                say(&format!("{} {}: {text}", if text.starts_with("failed") { "✗" } else { "✓" }, self.phase));
             }
-            None => eprintln!("{}", line(&self.phase, &text)),
+            None => say(&line(&self.phase, &text)),
         }
     }
 

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// The host's temporary folder, where a host app's runtime files go.
+/// The host's temporary folder, where a host app's runtime files go (an empty TMPDIR is unset,
+/// as the runtime reads it).
 pub(crate) fn host_tmp() -> PathBuf {
-    std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into())
+    std::env::var_os("TMPDIR").filter(|t| !t.is_empty()).map(PathBuf::from).unwrap_or_else(|| "/tmp".into())
 }
 
 /// The files a .NET process (or perf's JIT support) leaves in `tmp` when it is killed.

@@ -94,9 +94,16 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
                 if Path::new(tmp) == crate::host::runtime_files::host_tmp() && process_start_time(pid).is_some() {
                     continue;
                 }
-                for f in runtime_files(pid, Path::new(tmp)) {
-                    if std::fs::remove_file(&f).is_ok() {
-                        swept.files.push(f);
+                // And /tmp: a run of a version that did not point the runtime's perf map and
+                // jitdump at TMPDIR left them there (the pid is not live: checked above for the
+                // host's folder; checked here for /tmp, shared the same way).
+                let legacy = Path::new("/tmp");
+                let also_legacy = Path::new(tmp) != legacy && process_start_time(pid).is_none();
+                for dir in std::iter::once(Path::new(tmp)).chain(also_legacy.then_some(legacy)) {
+                    for f in runtime_files(pid, dir) {
+                        if std::fs::remove_file(&f).is_ok() {
+                            swept.files.push(f);
+                        }
                     }
                 }
             }
@@ -214,6 +221,32 @@ mod tests {
         assert!(tmp.path().join("perf-42.map").exists());
         // (The sweep also removes other dead processes' scratch folders in the real /tmp.)
         assert_eq!(swept.lines().len(), 1 + swept.files.len() + swept.scratch.len() + swept.endpoints.len());
+    }
+
+    #[test]
+    fn a_dead_run_with_tmpdir_set_has_its_maps_in_tmp_swept_too() {
+        // A run of a version that did not point the runtime's maps at TMPDIR: its journal names
+        // the app's TMPDIR, its perf map and jitdump are in /tmp.
+        let root = tempfile::tempdir().unwrap();
+        let app_tmp = tempfile::tempdir().unwrap();
+        let dead = root.path().join(".staging-x-1-dead");
+        std::fs::create_dir(&dead).unwrap();
+        let dead_tag = format!("1:{}", process_start_time(1).unwrap() + 1);
+        // pid 4194303 is above any pid_max: never a live process, never another test's file.
+        std::fs::write(dead.join(JOURNAL), format!("{dead_tag}\npid 4194303:7 {}\n", app_tmp.path().display())).unwrap();
+        let in_tmp = [Path::new("/tmp/perf-4194303.map").to_path_buf(), Path::new("/tmp/jit-4194303.dump").to_path_buf()];
+        for f in &in_tmp {
+            std::fs::write(f, "").unwrap();
+        }
+        std::fs::write(app_tmp.path().join("dotnet-diagnostic-4194303-9-socket"), "").unwrap();
+        let swept = sweep_dead(root.path(), false);
+        let left: Vec<_> = in_tmp.iter().filter(|f| f.exists()).cloned().collect();
+        for f in &left {
+            let _ = std::fs::remove_file(f);
+        }
+        let swept = swept.unwrap();
+        assert!(left.is_empty(), "left in /tmp: {left:?}");
+        assert_eq!(swept.files.len(), 3, "{:?}", swept.files);
     }
 
     #[test]

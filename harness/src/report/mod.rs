@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use judge::{Check, Verdict};
@@ -175,11 +175,31 @@ pub(crate) fn collector_measures(kind: crate::collect::CollectorKind) -> &'stati
     }
 }
 
-/// A results folder being written.
+/// A results folder being written. Dropped unfinished (an error, a panic), its staging folder
+/// goes with it: nothing half-written stays on the disk, least of all a full one.
 pub(crate) struct ResultsDir {
     root: PathBuf,
     staging: PathBuf,
     name: String,
+    finished: bool,
+}
+
+/// The results folder cannot be written (a full disk, a read-only or failing file system): an
+/// infrastructure error (exit 5) naming the path, not a usage error — the scenario was fine.
+fn unwritable(what: &str, path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+    crate::host::errors::Infrastructure::wrap(format!(
+        "cannot {what} {}: {e:#} (the results folder: free space there, or choose another with --results DIR)",
+        path.display()
+    ))
+}
+
+impl Drop for ResultsDir {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_dir_all(&self.staging);
+            crate::host::owner::disown_staging(&self.staging);
+        }
+    }
 }
 
 impl ResultsDir {
@@ -192,21 +212,23 @@ impl ResultsDir {
         if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) || name == ".." {
             bail!("`{name}` cannot name a results folder: it would leave {}", root.display());
         }
-        std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
+        std::fs::create_dir_all(root).map_err(|e| unwritable("create", root, e))?;
         let staging = loop {
             let staging = root.join(format!(".staging-{name}-{}-{:08x}", std::process::id(), random_u32()));
             match std::fs::create_dir(&staging) {
                 Ok(()) => break staging,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).with_context(|| format!("cannot create {}", staging.display())),
+                Err(e) => return Err(unwritable("create", &staging, e)),
             }
         };
-        crate::host::owner::own_staging(&staging)?;
+        // From here the folder is removed on any error (Drop).
+        let dir = ResultsDir { root: root.to_path_buf(), staging, name: name.to_string(), finished: false };
+        crate::host::owner::own_staging(&dir.staging).map_err(|e| unwritable("write", &dir.staging.join(crate::host::owner::JOURNAL), e))?;
         for sub in ["artifacts", "stacks"] {
-            std::fs::create_dir_all(staging.join(sub))
-                .with_context(|| format!("cannot create {}", staging.join(sub).display()))?;
+            let path = dir.staging.join(sub);
+            std::fs::create_dir_all(&path).map_err(|e| unwritable("create", &path, e))?;
         }
-        Ok(ResultsDir { root: root.to_path_buf(), staging, name: name.to_string() })
+        Ok(dir)
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -223,8 +245,9 @@ impl ResultsDir {
     /// first free name (`run_id` and the staging paths in `commands` become the final ones) and
     /// points `latest` at it. Returns the final path. After SIGINT/SIGTERM it refuses: an
     /// interrupted run is removed, never finished.
-    pub(crate) fn finish(self, manifest: &Manifest) -> Result<PathBuf> {
+    pub(crate) fn finish(mut self, manifest: &Manifest) -> Result<PathBuf> {
         let _door = crate::host::owner::finishing()?;
+        let write = |path: PathBuf, text: String| std::fs::write(&path, text).map_err(|e| unwritable("write", &path, e));
         let mut manifest = manifest.clone();
         // The staging folder's own name (`.staging-NAME-PID-RANDOM`, letters, digits and `-._`)
         // is replaced wherever the manifest says it — commands, reason, check details — so the
@@ -237,19 +260,18 @@ impl ResultsDir {
             manifest.run_id = name.clone();
             let m: Manifest = serde_json::from_str(&serde_json::to_string(&manifest)?.replace(&staged, &name))?;
             let json = serde_json::to_string_pretty(&m)?;
-            std::fs::write(self.staging.join("manifest.json"), json)?;
-            std::fs::write(self.staging.join("summary.md"), summary_markdown(&m, &self.staging))?;
-            std::fs::write(self.staging.join("junit.xml"), junit_xml(&m))?;
+            write(self.staging.join("manifest.json"), json)?;
+            write(self.staging.join("summary.md"), summary_markdown(&m, &self.staging))?;
+            write(self.staging.join("junit.xml"), junit_xml(&m))?;
             // The journal is the staging folder's, not the finished run's.
             let _ = std::fs::remove_file(self.staging.join(crate::host::owner::JOURNAL));
             match rename_no_replace(&self.staging, &dest) {
                 Ok(()) => break dest,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot rename {} to {}", self.staging.display(), dest.display()));
-                }
+                Err(e) => return Err(unwritable(&format!("rename {} to", self.staging.display()), &dest, e)),
             }
         };
+        self.finished = true;
         crate::host::owner::disown_staging(&self.staging);
         // `latest` is replaced in one rename, so two runs finishing together never see it missing
         // nor fail on each other's link.
@@ -258,11 +280,33 @@ impl ResultsDir {
         let next = self.root.join(format!(".latest-{name}"));
         let _ = std::fs::remove_file(&next);
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&name, &next).with_context(|| format!("cannot link {}", next.display()))?;
-        std::fs::rename(&next, &latest).with_context(|| format!("cannot replace {}", latest.display()))?;
+        std::os::unix::fs::symlink(&name, &next).map_err(|e| unwritable("link", &next, e))?;
+        std::fs::rename(&next, &latest).map_err(|e| unwritable("replace", &latest, e))?;
         Ok(dest)
     }
 
+}
+
+/// Most of a scenario's free-text `notes` copied into manifest.json and summary.md: a 60 MB note
+/// was copied into both whole. The scenario file keeps the rest.
+const NOTE_MAX_CHARS: usize = 2000;
+const NOTES_MAX: usize = 50;
+
+/// The scenario's notes as a run's results carry them: at most [`NOTES_MAX`] notes of at most
+/// [`NOTE_MAX_CHARS`] characters, each cut one saying so.
+pub(crate) fn capped_notes(notes: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = notes
+        .iter()
+        .take(NOTES_MAX)
+        .map(|n| match n.char_indices().nth(NOTE_MAX_CHARS) {
+            None => n.clone(),
+            Some((cut, _)) => format!("{}… (cut: {} more bytes in the scenario file)", &n[..cut], n.len() - cut),
+        })
+        .collect();
+    if notes.len() > NOTES_MAX {
+        out.push(format!("… {} more notes in the scenario file", notes.len() - NOTES_MAX));
+    }
+    out
 }
 
 /// rename(2) that fails with AlreadyExists instead of replacing `to` (renameat2 RENAME_NOREPLACE).
@@ -557,6 +601,37 @@ mod tests {
         assert_eq!(m.reason.as_deref(), Some(format!("cannot read {}", done.join("artifacts/perf.data").display()).as_str()));
         let summary = std::fs::read_to_string(done.join("summary.md")).unwrap();
         assert!(summary.contains(&format!("    {}", m.commands[0])) && !summary.contains(".staging-"), "{summary}");
+    }
+
+    #[test]
+    fn a_results_folder_that_cannot_be_written_is_an_infrastructure_error_naming_the_path_and_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        // A write that fails as on a full disk (this test may run as root, which ignores modes):
+        // manifest.json is a folder.
+        let run = ResultsDir::create(root.path(), "20261125T031509Z-x-host").unwrap();
+        let staging = run.path().to_path_buf();
+        std::fs::create_dir(staging.join("manifest.json")).unwrap();
+        let e = run.finish(&manifest("?")).unwrap_err();
+        assert!(crate::host::errors::is_infrastructure(&e), "{e:#}");
+        assert!(format!("{e:#}").contains(&format!("cannot write {}", staging.join("manifest.json").display())), "{e:#}");
+        assert!(!staging.exists(), "the staging folder stayed");
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "something was left in the results folder");
+        // A results folder below a file cannot be made: the same error, naming it.
+        let file = root.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let e = ResultsDir::create(&file.join("results"), "x").err().unwrap();
+        assert!(crate::host::errors::is_infrastructure(&e) && format!("{e:#}").contains(&format!("cannot create {}", file.join("results").display())), "{e:#}");
+    }
+
+    #[test]
+    fn free_text_notes_are_capped_where_copied() {
+        let long = "é".repeat(NOTE_MAX_CHARS + 10);
+        let many: Vec<String> = std::iter::once(long).chain((0..NOTES_MAX + 5).map(|i| format!("n{i}"))).collect();
+        let capped = capped_notes(&many);
+        assert_eq!(capped.len(), NOTES_MAX + 1);
+        assert!(capped[0].starts_with(&"é".repeat(NOTE_MAX_CHARS)) && capped[0].ends_with("(cut: 20 more bytes in the scenario file)"), "{}", &capped[0][NOTE_MAX_CHARS * 2..]);
+        assert_eq!(capped[NOTES_MAX], "… 6 more notes in the scenario file");
+        assert_eq!(capped_notes(&["short".to_string()]), vec!["short".to_string()]);
     }
 
     #[test]

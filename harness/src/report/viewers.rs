@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use model::Collection;
 
 use super::ResultsDir;
+// Warnings through `say`: never a panic on a closed stderr (which ends the run as a closed
+// output does, its staging folder removed).
+use crate::host::owner::say;
 use crate::scenario::Scenario;
 
 /// Folded stacks, flame graphs and speedscope files for every collection with samples.
@@ -17,7 +20,7 @@ pub(crate) fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &
     let mut viewer_files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in collections.iter().filter(|c| !c.samples.is_empty()) {
         if let Err(e) = stacks::write_all(c, &scenario.name, dir.path(), &dir.stacks()) {
-            eprintln!("warning: could not write stacks for `{}`: {e:#}", c.collector);
+            say(&format!("warning: could not write stacks for `{}`: {e:#}", c.collector));
         }
         let firefox = stacks::firefox::ProfileInput { collection: c, run: collections, product: &scenario.name };
         let written = [
@@ -32,7 +35,7 @@ pub(crate) fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &
                     .or_default()
                     .push(path.file_name().unwrap_or_default().to_string_lossy().into_owned()),
                 Ok(_) => {}
-                Err(e) => eprintln!("warning: could not write a viewer file for `{}`: {e:#}", c.collector),
+                Err(e) => say(&format!("warning: could not write a viewer file for `{}`: {e:#}", c.collector)),
             }
         }
     }
@@ -59,7 +62,7 @@ pub(crate) fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &
             }
         }
         Ok(None) => {}
-        Err(e) => eprintln!("warning: could not write the trace.zip: {e:#}"),
+        Err(e) => say(&format!("warning: could not write the trace.zip: {e:#}")),
     }
     viewer_files
 }

@@ -485,7 +485,8 @@ impl Target for ContainerTarget {
 impl Drop for ContainerTarget {
     fn drop(&mut self) {
         if let Err(e) = self.cleanup() {
-            eprintln!("tracelab: {e:#}");
+            // (`say`: a Drop may run during an unwind, where a panic on a closed stderr aborts.)
+            crate::host::owner::say(&format!("tracelab: {e:#}"));
         }
     }
 }

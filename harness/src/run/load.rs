@@ -167,21 +167,54 @@ impl Drop for LoadProbe {
     }
 }
 
-/// `HOST:PORT` of an http URL on this machine; an app bound to every address (`0.0.0.0`, `[::]`,
-/// `+`, `*`) is reached on 127.0.0.1. Any other host is refused: load goes to loopback only.
+pub(crate) use loadgen::Route;
+
+/// The routes as the load generator takes them: each path requested as written and named after
+/// itself (`/` is named `/`). Not through loadgen's `NAME=/path` syntax, which read the root route
+/// as an empty name and a query's `=` as a name.
+pub(crate) fn routes(paths: &[String]) -> Result<Vec<Route>> {
+    paths
+        .iter()
+        .map(|path| {
+            if !path.starts_with('/') || path.chars().any(|c| c.is_whitespace() || c.is_control()) || path.contains('#') {
+                bail!("`[load] routes` are paths starting with / without spaces or `#` (e.g. [\"/\", \"/cpu?n=3\"]), got {path:?}");
+            }
+            let name = path.trim_start_matches('/');
+            Ok(Route { name: if name.is_empty() { "/".into() } else { name.to_string() }, path: path.clone() })
+        })
+        .collect()
+}
+
+/// `HOST:PORT` of an `http://` URL whose host is this machine's loopback, decided by parsing
+/// alone: an IP literal in 127.0.0.0/8 or `[::1]`, `localhost`, or the wildcards a server
+/// prints for "every interface" (`0.0.0.0`, `[::]`, `+`, `*`), which it also serves on loopback.
+/// Any other name is refused without a DNS query (`127.x.example` asked the resolver), and so is
+/// a user part (`http://127.0.0.1@10.255.255.1:80/` names 10.255.255.1).
 pub fn loopback_host_port(url: &str) -> Result<String> {
     let rest = url
         .strip_prefix("http://")
         .with_context(|| format!("`{url}` is not an http:// URL (the load generator speaks plain HTTP on loopback)"))?;
-    let authority = rest.split('/').next().unwrap_or("");
-    let (host, port) = authority
-        .rsplit_once(':')
-        .with_context(|| format!("`{url}` names no port"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        bail!("`{url}`: a user part (`…@`) is not allowed; the host after it would receive the load: give http://127.0.0.1:PORT");
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (ip, after) = v6.split_once(']').with_context(|| format!("`{url}`: `[` without its `]`"))?;
+        (format!("[{ip}]"), after.strip_prefix(':').with_context(|| format!("`{url}` names no port"))?)
+    } else {
+        let (host, port) = authority.rsplit_once(':').with_context(|| format!("`{url}` names no port"))?;
+        (host.to_string(), port)
+    };
     let port: u16 = port.parse().with_context(|| format!("`{url}`: `{port}` is not a port"))?;
-    let host = match host {
-        "0.0.0.0" | "[::]" | "+" | "*" | "localhost" | "[::1]" => "127.0.0.1",
-        h if h.starts_with("127.") => h,
-        other => bail!("`{url}`: load goes to this machine's loopback only, not to `{other}`"),
+    let host = match host.as_str() {
+        "0.0.0.0" | "[::]" | "+" | "*" | "localhost" | "[::1]" => "127.0.0.1".to_string(),
+        h => match h.parse::<std::net::Ipv4Addr>() {
+            Ok(ip) if ip.octets()[0] == 127 => ip.to_string(),
+            Ok(_) => bail!("`{url}`: load goes to this machine's loopback only, not to `{h}`"),
+            Err(_) => bail!(
+                "`{url}`: `{h}` is not an IP literal nor `localhost`; load goes to loopback only, and a name is not looked up: give http://127.0.0.1:PORT"
+            ),
+        },
     };
     Ok(format!("{host}:{port}"))
 }
@@ -189,6 +222,34 @@ pub fn loopback_host_port(url: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_urls_are_loopback_by_parsing_alone() {
+        for (url, want) in [
+            ("http://127.0.0.1:5000", "127.0.0.1:5000"),
+            ("http://127.1.2.3:80/x?y", "127.1.2.3:80"),
+            ("http://localhost:5000/", "127.0.0.1:5000"),
+            ("http://[::1]:5000", "127.0.0.1:5000"),
+            ("http://[::]:5000", "127.0.0.1:5000"),
+            ("http://0.0.0.0:5000", "127.0.0.1:5000"),
+            ("http://+:5000", "127.0.0.1:5000"),
+        ] {
+            assert_eq!(loopback_host_port(url).unwrap(), want, "{url}");
+        }
+        for (url, why) in [
+            ("http://127.0.0.1@10.255.255.1:80/", "a user part"),
+            ("http://127.0.0.1:1@10.255.255.1:80/", "a user part"),
+            ("http://127.x.example:80/", "not an IP literal nor `localhost`"),
+            ("http://127.0.0.1.nip.io:80/", "not an IP literal nor `localhost`"),
+            ("http://10.0.0.1:80/", "loopback only, not to `10.0.0.1`"),
+            ("http://[::ffff:10.0.0.1]:80/", "not an IP literal nor `localhost`"),
+            ("http://127.0.0.1/", "names no port"),
+            ("https://127.0.0.1:443/", "not an http:// URL"),
+        ] {
+            let err = format!("{:#}", loopback_host_port(url).unwrap_err());
+            assert!(err.contains(why), "{url}: {err}");
+        }
+    }
 
     #[test]
     fn proc_files_parse() {

@@ -147,23 +147,44 @@ fn five() -> u32 {
     5
 }
 
+/// Connections the load generator opens per route (one thread each): 5000 ran 30 s instead of 2
+/// and then panicked when threads ran out.
+pub const MAX_CONNECTIONS_PER_ROUTE: u32 = 64;
+/// Routes of one `[load]`, for the same reason.
+const MAX_ROUTES: usize = 32;
+
 impl LoadSpec {
     /// The load generator sends traffic to this machine only. Each mistake is placed at its key.
     fn validate(&self) -> Result<()> {
         use crate::scenario_path as path;
         if let Some(url) = &self.url {
-            crate::run::load::loopback_host_port(url).map_err(|e| at(path!("load", "url"), e))?;
+            crate::run::load::loopback_host_port(url).map_err(|e| at(crate::scenario_path!("load", "url"), e))?;
         }
-        if self.routes.iter().any(|r| !r.starts_with('/')) || self.routes.is_empty() {
-            return Err(at(path!("load", "routes"), anyhow!("`[load] routes` are paths starting with / (e.g. [\"/cpu\"]), got {:?}", self.routes)));
+        if self.routes.is_empty() || self.routes.len() > MAX_ROUTES {
+            return Err(at(
+                crate::scenario_path!("load", "routes"),
+                anyhow!("`[load] routes` lists 1–{MAX_ROUTES} paths (e.g. [\"/\", \"/cpu\"]), got {}", self.routes.len()),
+            ));
         }
-        if self.connections_per_route == 0 {
-            return Err(at(path!("load", "connections_per_route"), anyhow!("`[load] connections_per_route` is at least 1 (0 sends no load)")));
+        self.routes().map_err(|e| at(crate::scenario_path!("load", "routes"), e))?;
+        if !(1..=MAX_CONNECTIONS_PER_ROUTE).contains(&self.connections_per_route) {
+            return Err(at(
+                crate::scenario_path!("load", "connections_per_route"),
+                anyhow!(
+                    "`[load] connections_per_route` is 1–{MAX_CONNECTIONS_PER_ROUTE} (each is a thread of the load generator), got {}",
+                    self.connections_per_route
+                ),
+            ));
         }
         if !(self.seconds > 0.0 && self.seconds <= 3600.0) {
-            return Err(at(path!("load", "seconds"), anyhow!("`[load] seconds` is more than 0 and at most 3600, got {}", self.seconds)));
+            return Err(at(crate::scenario_path!("load", "seconds"), anyhow!("`[load] seconds` is 0–3600, got {}", self.seconds)));
         }
         Ok(())
+    }
+
+    /// The routes as the load generator takes them ([`crate::run::load::routes`]).
+    pub(crate) fn routes(&self) -> Result<Vec<crate::run::load::Route>> {
+        crate::run::load::routes(&self.routes)
     }
 }
 
@@ -252,8 +273,7 @@ impl Scenario {
     }
 
     pub fn load(path: &Path) -> Result<Scenario> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        Scenario::from_toml(&text, path)
+        Scenario::from_toml(&read_scenario_file(path)?, path)
     }
 
     /// `scenarios/<name>.toml`, or a path to a TOML file.
@@ -385,7 +405,15 @@ impl Scenario {
             }
         }
         for group in self.run_groups() {
-            self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+            let env = self.run_env(&group).map_err(|e| at(path!("env"), e))?;
+            check_exec_size(&self.args, &env).map_err(|e| at(path!("env"), e))?;
+            // The host target points the runtime's perf map and jitdump at the app's TMPDIR,
+            // where the collectors read them: a scenario's own path would hide them.
+            for key in [crate::run::PERF_MAP_PATH_VAR, "COMPlus_PerfMapJitDumpPath"] {
+                if env.contains_key(key) {
+                    return Err(at(path!("env"), anyhow!("`env` sets {key}: tracelab places the perf map and jitdump itself (in the app's TMPDIR, where it reads them); drop the key, or set TMPDIR")));
+                }
+            }
         }
         // Last, so a mistake in the file itself is told first: every file the scenario names
         // exists now, before any build or run (a missing dll once ended as a FAIL mid-run).
@@ -469,6 +497,77 @@ impl Scenario {
     }
 }
 
+/// What execve(2) takes: one argument or `KEY=VALUE` of at most 128 KiB (MAX_ARG_STRLEN), and
+/// all of them within ARG_MAX (2 MiB with the default 8 MiB stack) — half of it here, for the
+/// environment tracelab passes on and adds. 300,000 env keys failed at launch with `Argument list
+/// too long`; now at load.
+const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+const MAX_EXEC_BYTES: usize = 1 << 20;
+
+fn check_exec_size(args: &[String], env: &BTreeMap<String, String>) -> Result<()> {
+    let mut total = 0;
+    for a in args {
+        if a.len() > MAX_ARG_BYTES {
+            bail!("an `args` item is {} bytes: the kernel takes at most {MAX_ARG_BYTES} per argument", a.len());
+        }
+        total += a.len() + 1 + std::mem::size_of::<usize>();
+    }
+    for (k, v) in env {
+        let len = k.len() + 1 + v.len();
+        if len > MAX_ARG_BYTES {
+            bail!("`env` {k} is {len} bytes with its value: the kernel takes at most {MAX_ARG_BYTES} per variable");
+        }
+        total += len + 1 + std::mem::size_of::<usize>();
+    }
+    if total > MAX_EXEC_BYTES {
+        bail!("`args` and `env` take {total} bytes ({} variables): more than the {MAX_EXEC_BYTES} bytes a process start may use here (the kernel's ARG_MAX, shared with the environment tracelab passes on)", env.len());
+    }
+    Ok(())
+}
+
+/// How large a scenario file may be: the built-in ones are a few KB; without a bound a file
+/// linked to /dev/zero was read until memory ran out (2.1 GB when a ulimit stopped it).
+pub const MAX_SCENARIO_BYTES: u64 = 4 << 20;
+
+/// A scenario file's text: a regular file (a link to one is fine) of at most
+/// [`MAX_SCENARIO_BYTES`], read no further than that even if it grows meanwhile.
+fn read_scenario_file(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file ({}): a scenario is a TOML file", path.display(), file_kind(&meta));
+    }
+    let too_big = || anyhow!("{} is larger than {} MB: a scenario is a TOML file of a few KB", path.display(), MAX_SCENARIO_BYTES >> 20);
+    if meta.len() > MAX_SCENARIO_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_SCENARIO_BYTES + 1).read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_SCENARIO_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| anyhow!("{} is not UTF-8 text (byte {}): a scenario is a TOML file", path.display(), e.utf8_error().valid_up_to()))
+}
+
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a named pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
 /// Names of the scenarios under `scenarios/`.
 pub fn list_names() -> Result<Vec<String>> {
     let dir = crate::project_root().join("scenarios");
@@ -492,6 +591,32 @@ mod tests {
         for name in list_names().unwrap() {
             Scenario::find(&name).unwrap_or_else(|e| panic!("{name}: {e:#}"));
         }
+    }
+
+    #[test]
+    fn a_scenario_file_is_a_regular_file_of_bounded_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let err = format!("{:#}", Scenario::find(zero.to_str().unwrap()).unwrap_err());
+        assert!(err.contains(&format!("{} is not a regular file (a character device)", zero.display())), "{err}");
+        let big = dir.path().join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_SCENARIO_BYTES + 1).unwrap();
+        let err = format!("{:#}", Scenario::load(&big).unwrap_err());
+        assert!(err.contains("is larger than 4 MB"), "{err}");
+        let folder = dir.path().join("folder.toml");
+        std::fs::create_dir(&folder).unwrap();
+        assert!(format!("{:#}", Scenario::load(&folder).unwrap_err()).contains("(a folder)"));
+    }
+
+    #[test]
+    fn the_root_route_loads_and_names_itself() {
+        let text = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\n[load]\nroutes = [\"/\", \"/search?q=a=b\"]\nseconds = 2\n";
+        let s = Scenario::from_toml(text, Path::new("x.toml")).unwrap();
+        let routes = s.load.unwrap().routes().unwrap();
+        assert_eq!((routes[0].name.as_str(), routes[0].path.as_str()), ("/", "/"));
+        assert_eq!((routes[1].name.as_str(), routes[1].path.as_str()), ("search?q=a=b", "/search?q=a=b"));
     }
 
     #[test]

@@ -225,6 +225,12 @@ mod scenario_mistakes {
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
+            (format!("{BASE}\n[load]\nroutes = [\"/\"]\nconnections_per_route = 5000\nseconds = 2\n"), "dir/x.toml:9:1", "`[load] connections_per_route` is 1–64"),
+            (format!("{BASE}\n[load]\nurl = \"http://127.0.0.1@10.255.255.1:80\"\nroutes = [\"/\"]\nseconds = 2\n"), "dir/x.toml:8:1", "a user part"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a b\"]\nseconds = 2\n"), "dir/x.toml:8:1", "paths starting with / without spaces"),
+            (format!("env = {{ DOTNET_PerfMapJitDumpPath = \"/x\" }}\n{BASE}"), "dir/x.toml:1:1", "tracelab places the perf map and jitdump itself"),
+            (format!("env = {{ BIG = \"{}\" }}\n{BASE}", "x".repeat(200_000)), "dir/x.toml:1:1", "`env` BIG is 200004 bytes with its value"),
+            (format!("env = {{ {} }}\n{BASE}", (0..30_000).map(|i| format!("K{i} = \"{i:0>30}\"")).collect::<Vec<_>>().join(", ")), "dir/x.toml:1:1", "(30000 variables): more than the 1048576 bytes"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 2.0\n"), "dir/x.toml:8:1", "fractions between 0 and 1"),
             (format!("{BASE}\n[sufficiency]\nmax_lost_ratio = 0.1\nattempts = 9\n"), "dir/x.toml:9:1", "attempts is 1–5"),
             (
@@ -247,9 +253,9 @@ mod scenario_mistakes {
             (with("\n[[expect]]\nkind = \"waker\"\nblocked = \"A\"\nwaker = \"B\"\nmin_share = 90\n"), "dir/x.toml:11:1", "`min_share` is a ratio"),
             (with("\n[[expect]]\nkind = \"event_count\"\nevent = \"E\"\nmin = 5\nmax = 2\n"), "dir/x.toml:11:1", "`max` (2) is below `min` (5)"),
             (with("\n[[expect]]\nkind = \"frame\"\npattern = \"A\"\nmin_share = 50\n"), "dir/x.toml:10:1", "`min_share` is a ratio between 0 and 1 (0.5 for 50 %)"),
-            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nseconds = 0\n"), "dir/x.toml:9:1", "`[load] seconds` is more than 0"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nseconds = 0\n"), "dir/x.toml:9:1", "`[load] seconds` is 0–3600"),
             (format!("{BASE}\n[load]\nroutes = [\"a\"]\nseconds = 1\n"), "dir/x.toml:8:1", "`[load] routes` are paths starting with /"),
-            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nconnections_per_route = 0\nseconds = 1\n"), "dir/x.toml:9:1", "connections_per_route` is at least 1"),
+            (format!("{BASE}\n[load]\nroutes = [\"/a\"]\nconnections_per_route = 0\nseconds = 1\n"), "dir/x.toml:9:1", "connections_per_route` is 1–64"),
             (
                 BASE.replace("workload = \"cpu-bound\"", "workload = { command = [\"/bin/true\"] }\ntruth = { path = \"t.json\", map = { \"exceptions.App.Bad: m\" = \"{/a}\" } }")
                     + "\n[[expect]]\nkind = \"exceptions\"\ntruth = \"exceptions\"\n",

@@ -7,7 +7,8 @@
 //!
 //! Each test prints its table (target × phase × signal → leftovers) and writes it to
 //! `target/tmp/interrupt-TARGET.md`. CI runs two cells per target (every phase and both signals
-//! among them, and SIGTERM → 143 once; 20–30 s a target); the nightly workflow's `interrupt` job runs the whole
+//! among them, and SIGTERM → 143 once, on the host also with the run's stdout and stderr closed
+//! first; 20–30 s a target); the nightly workflow's `interrupt` job runs the whole
 //! grid (`*_full_grid`, ignored here):
 //!
 //!     cargo xtask test -- -p lab --test it --run-ignored all -E 'test(/^interrupt::/)'
@@ -153,20 +154,37 @@ struct Left {
     processes: Vec<String>,
 }
 
-fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, results: &Path, cache: &Path) -> Left {
+/// Whether the run's output is read to the end, or whoever read it goes away before the signal
+/// (stdout and stderr on one pipe, as `… 2>&1 | head` gives them): a closed output must change
+/// nothing — the signal thread died printing its note on one, and every later signal was
+/// swallowed (issue 41).
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    Read,
+    Closed,
+}
+
+/// One cell of the grid: the phase the signal lands in, the signal, the run's output.
+type Cell = (&'static str, i32, Output);
+
+fn interrupt_at(target: TargetKind, (phase, signal, output): Cell, toml: &Path, results: &Path, cache: &Path) -> Left {
     let tmp_before = tmp_runtime_files();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "interrupt::interrupt_helper", "--nocapture", "--include-ignored", "--test-threads", "1"])
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "interrupt::interrupt_helper", "--nocapture", "--include-ignored", "--test-threads", "1"])
         .env("TRACELAB_INTERRUPT_SCENARIO", toml)
         .env("TRACELAB_INTERRUPT_TARGET", target.as_str())
         .env("TRACELAB_INTERRUPT_RESULTS", results)
         .env("XDG_CACHE_HOME", cache)
-        .env_remove("TRACELAB_QUIET")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
+        .env_remove("TRACELAB_QUIET");
+    let (reader, writer) = std::io::pipe().unwrap();
+    match output {
+        Output::Read => cmd.stdout(std::process::Stdio::null()),
+        Output::Closed => cmd.stdout(writer.try_clone().unwrap()),
+    };
+    let mut child = cmd.stderr(writer).spawn().unwrap();
+    // The command holds the pipe's writing ends: without this, reading to the end never ends.
+    drop(cmd);
+    let stderr = reader;
     // The line that opens the phase (launch: the app's start, not the start-up sweep's lines).
     let want = if phase == "launch" { "] launch: starting `".to_string() } else { format!("] {phase}:") };
     let mut seen = Vec::new();
@@ -194,12 +212,24 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
         eprintln!("{target:?}/build: signal during the build of {} processes: {building:?}", building.len());
     }
     eprintln!("{target:?}/{phase}: signal {signal} after `{}`", seen.last().map_or("", String::as_str));
-    harness::host::proc::signal(child.id(), signal).unwrap();
-    // The rest of its output, so the pipe never blocks the handler.
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let rest: Vec<String> = if output == Output::Closed {
+        // Whoever read the output is gone; the run's next line (a ticker's, the handler's note)
+        // finds the pipe closed.
+        drop(lines);
+        harness::host::proc::signal(child.id(), signal).unwrap();
+        Vec::new()
+    } else {
+        harness::host::proc::signal(child.id(), signal).unwrap();
+        // The rest of its output, so the pipe never blocks the handler.
+        lines.map_while(Result::ok).collect()
+    };
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt as _;
-    if signal != 9 {
+    // With its output closed, a progress line may find the pipe closed before the signal lands:
+    // then the run ends as a closed output does, 141, cleaned up all the same.
+    if signal != 9 && output == Output::Closed && status.code() == Some(141) {
+        eprintln!("{target:?}/{phase}: the closed output ended the run (141) before {}", signal_name(signal));
+    } else if signal != 9 {
         assert_eq!(
             status.code(),
             Some(128 + signal),
@@ -247,8 +277,18 @@ fn interrupt_at(target: TargetKind, phase: &str, signal: i32, toml: &Path, resul
 }
 
 /// Every phase, both signals.
-const FULL_GRID: &[(&str, i32)] =
-    &[("build", 2), ("build", 9), ("launch", 2), ("launch", 9), ("collect", 2), ("collect", 9), ("decode", 2), ("decode", 9)];
+const FULL_GRID: &[Cell] = &[
+    ("build", 2, Output::Read),
+    ("build", 9, Output::Read),
+    ("launch", 2, Output::Read),
+    ("launch", 9, Output::Read),
+    ("collect", 2, Output::Read),
+    ("collect", 9, Output::Read),
+    ("decode", 2, Output::Read),
+    ("decode", 9, Output::Read),
+    ("launch", 15, Output::Closed),
+    ("collect", 2, Output::Closed),
+];
 
 fn signal_name(signal: i32) -> &'static str {
     match signal {
@@ -260,7 +300,7 @@ fn signal_name(signal: i32) -> &'static str {
 
 /// Interrupts a run of `target` at each of `cells` (phase, signal), then runs once more to the
 /// end; asserts what the module doc says and writes the table.
-fn interrupt_cells(target: TargetKind, cells: &[(&str, i32)]) {
+fn interrupt_cells(target: TargetKind, cells: &[Cell]) {
     let test = format!("interrupt::{}_runs_interrupted_leave_nothing", target.as_str());
     let needs_docker = target != TargetKind::Host;
     let checks: Vec<&dyn Fn() -> Result<(), String>> =
@@ -275,8 +315,11 @@ fn interrupt_cells(target: TargetKind, cells: &[(&str, i32)]) {
     let warm_cache = work.path().join("cache");
     // (cell, what it left: staging folders and /tmp files, looked at again after the next run)
     let mut rows: Vec<(String, Left)> = Vec::new();
-    for &(phase, signal) in cells {
-        let name = signal_name(signal);
+    for &(phase, signal, output) in cells {
+        let name = match output {
+            Output::Read => signal_name(signal).to_string(),
+            Output::Closed => format!("{}, output closed", signal_name(signal)),
+        };
         // A fresh build cache gives the build phase a build to interrupt.
         let fresh;
         let cache = if phase == "build" {
@@ -285,7 +328,7 @@ fn interrupt_cells(target: TargetKind, cells: &[(&str, i32)]) {
         } else {
             warm_cache.clone()
         };
-        let left = interrupt_at(target, phase, signal, &toml, &results, &cache);
+        let left = interrupt_at(target, (phase, signal, output), &toml, &results, &cache);
         eprintln!(
             "{}/{phase}/{name}: finished {:?}, staging {:?}, containers {}, /tmp {:?}, processes {:?}",
             target.as_str(),
@@ -367,17 +410,20 @@ fn interrupt_cells(target: TargetKind, cells: &[(&str, i32)]) {
 
 #[test]
 fn host_runs_interrupted_leave_nothing() {
-    interrupt_cells(TargetKind::Host, &[("build", 2), ("collect", 15), ("decode", 9)]);
+    interrupt_cells(
+        TargetKind::Host,
+        &[("build", 2, Output::Read), ("collect", 15, Output::Read), ("collect", 15, Output::Closed), ("decode", 9, Output::Read)],
+    );
 }
 
 #[test]
 fn container_runs_interrupted_leave_nothing() {
-    interrupt_cells(TargetKind::Container, &[("collect", 2), ("launch", 9)]);
+    interrupt_cells(TargetKind::Container, &[("collect", 2, Output::Read), ("launch", 9, Output::Read)]);
 }
 
 #[test]
 fn sidecar_runs_interrupted_leave_nothing() {
-    interrupt_cells(TargetKind::Sidecar, &[("decode", 2), ("collect", 9)]);
+    interrupt_cells(TargetKind::Sidecar, &[("decode", 2, Output::Read), ("collect", 9, Output::Read)]);
 }
 
 // Nightly (the workflow's `interrupt` job): the whole grid on each target.

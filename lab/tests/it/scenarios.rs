@@ -48,6 +48,33 @@ fn cpu_bound_passes_on_host_with_contracted_manifest() {
 }
 
 #[test]
+fn cpu_bound_passes_on_host_with_tmpdir_set_and_leaves_nothing_in_either_folder() {
+    // The runtime put its diagnostics socket in TMPDIR and its perf map and jitdump in /tmp:
+    // 2 of 5,422 frames named, FAIL, and two files never swept (issue 41).
+    if !prerequisites("scenarios::cpu_bound_tmpdir", &[&require_root, &perf_available]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut scenario = Scenario::find("cpu-bound").unwrap();
+    scenario.env.insert("TMPDIR".into(), tmp.path().display().to_string());
+    let (o, _dir) = crate::until_decided("cpu-bound", || crate::run_scenario(&scenario, TargetKind::Host));
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(o.manifest.metrics["resolved_ratio_jit"] >= 0.95, "{:?}", o.manifest.metrics);
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    let maps: Vec<String> = std::fs::read_dir(o.dir.join("artifacts"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("perf-") && n.ends_with(".map") || n.starts_with("jit-"))
+        .collect();
+    assert_eq!(maps.len(), 2, "the run keeps the app's perf map and jitdump: {maps:?}");
+    for name in &maps {
+        assert!(!std::path::Path::new("/tmp").join(name).exists(), "/tmp/{name} left");
+    }
+}
+
+#[test]
 fn cpu_bound_wx_catches_the_doublemapper_drop() {
     if !prerequisites("scenarios::cpu_bound_wx", &[&require_root, &perf_available]) {
         return;

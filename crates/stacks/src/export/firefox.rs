@@ -372,7 +372,8 @@ pub fn write(input: &ProfileInput, run_dir: &Path) -> Result<PathBuf> {
     let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
     serde_json::to_writer(&mut gz, &profile).with_context(|| format!("cannot write {}", path.display()))?;
-    gz.finish()?.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    // `finish` writes the gzip trailer: on a full disk it is what fails, and the error names the file.
+    gz.finish().and_then(|mut w| w.flush()).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 

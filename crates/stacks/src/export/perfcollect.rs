@@ -73,7 +73,7 @@ pub fn write(input: &TraceZipInput, run_dir: &Path) -> Result<Option<PathBuf>> {
     }
     let path = run_dir.join(file_name(input.name));
     let partial = run_dir.join(format!(".{}.partial", file_name(input.name)));
-    let result = write_zip(input, &partial).and_then(|()| {
+    let result = write_zip(input, &partial).with_context(|| format!("cannot write {}", path.display())).and_then(|()| {
         std::fs::rename(&partial, &path).with_context(|| format!("cannot rename {} to {}", partial.display(), path.display()))
     });
     if result.is_err() {
@@ -84,7 +84,7 @@ pub fn write(input: &TraceZipInput, run_dir: &Path) -> Result<Option<PathBuf>> {
 
 fn write_zip(input: &TraceZipInput, path: &Path) -> Result<()> {
     let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(file));
+    let mut zip = zip::ZipWriter::new(AfterFailureDiscard::new(std::io::BufWriter::new(file)));
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
     let root = format!("{}.trace", input.name);
     if let Some(perf) = input.perf {
@@ -116,6 +116,78 @@ fn write_zip(input: &TraceZipInput, path: &Path) -> Result<()> {
     }
     zip.finish()?.flush()?;
     Ok(())
+}
+
+/// The zip's file, closed at its first failed write (a full disk): the error goes back to the
+/// caller, and what the zip writes afterwards — its `Drop` finalizes an unfinished archive and
+/// prints `ZipWriter::drop: failed to finalize archive: …` without a newline when that fails —
+/// is accepted and discarded (positions kept, so its seeks agree). The caller removes the file.
+struct AfterFailureDiscard<W> {
+    inner: Option<W>,
+    pos: u64,
+    len: u64,
+}
+
+impl<W> AfterFailureDiscard<W> {
+    fn new(inner: W) -> Self {
+        AfterFailureDiscard { inner: Some(inner), pos: 0, len: 0 }
+    }
+    fn failed<T>(&mut self, e: std::io::Error) -> std::io::Result<T> {
+        self.inner = None;
+        Err(e)
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for AfterFailureDiscard<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = match &mut self.inner {
+            Some(w) => match w.write(buf) {
+                Ok(n) => n,
+                Err(e) => return self.failed(e),
+            },
+            None => buf.len(),
+        };
+        self.pos += n as u64;
+        self.len = self.len.max(self.pos);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.inner {
+            Some(w) => match w.flush() {
+                Ok(()) => Ok(()),
+                Err(e) => self.failed(e),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+impl<W: std::io::Seek> std::io::Seek for AfterFailureDiscard<W> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let pos = match &mut self.inner {
+            Some(w) => match w.seek(to) {
+                Ok(p) => p,
+                Err(e) => return self.failed(e),
+            },
+            None => {
+                let base = match to {
+                    std::io::SeekFrom::Start(p) => return Ok(self.set_pos(p)),
+                    std::io::SeekFrom::Current(d) => (self.pos, d),
+                    std::io::SeekFrom::End(d) => (self.len, d),
+                };
+                base.0.saturating_add_signed(base.1)
+            }
+        };
+        Ok(self.set_pos(pos))
+    }
+}
+
+impl<W> AfterFailureDiscard<W> {
+    fn set_pos(&mut self, pos: u64) -> u64 {
+        self.pos = pos;
+        self.len = self.len.max(pos);
+        pos
+    }
 }
 
 fn add_tree<W: std::io::Write + std::io::Seek>(
@@ -167,6 +239,42 @@ pub fn runtime_files(artifacts: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A disk that fills up after `room` bytes.
+    struct Full {
+        file: std::io::Cursor<Vec<u8>>,
+        room: u64,
+    }
+    impl std::io::Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.file.position() + buf.len() as u64 > self.room {
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            self.file.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl std::io::Seek for Full {
+        fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+            self.file.seek(to)
+        }
+    }
+
+    #[test]
+    fn a_zip_on_a_full_disk_fails_once_and_finishes_quietly() {
+        use std::io::Write as _;
+        let full = Full { file: std::io::Cursor::new(Vec::new()), room: 4096 };
+        let mut zip = zip::ZipWriter::new(AfterFailureDiscard::new(full));
+        let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        zip.start_file("a", options).unwrap();
+        let err = zip.write_all(&[7u8; 64 * 1024]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28), "{err}");
+        // What the zip's Drop would do with an unfinished archive succeeds: it prints nothing.
+        let rest = zip.finish().expect("finishing after the failure is discarded");
+        assert!(rest.inner.is_none(), "the file stays closed");
+    }
 
     #[test]
     fn perf_script_text_has_perfcollects_fields_and_our_names() {

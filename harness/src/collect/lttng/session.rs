@@ -363,7 +363,8 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
-            eprintln!("tracelab: closing LTTng session {}: {e:#}", self.name);
+            // (`say`: a Drop may run during an unwind, where a panic on a closed stderr aborts.)
+            crate::host::owner::say(&format!("tracelab: closing LTTng session {}: {e:#}", self.name));
         }
     }
 }
