@@ -78,22 +78,7 @@ pub(super) fn attach_app(
         crate::host::progress::note("launch", &format!("perf map switched on over IPC: its rundown named {rundown} methods compiled before"));
     }
     state.load.insert("attach.perf_map_enabled_by_tracelab".into(), if enabled_map { 1.0 } else { 0.0 });
-    let mut started = Vec::new();
-    let mut start_error = None;
-    for (i, c) in collectors.iter_mut().enumerate() {
-        crate::host::progress::note("launch", &format!("attaching collector `{}` to pid {pid}", c.name()));
-        match c.start(target, &app, artifacts) {
-            Ok(()) => {
-                started.push(i);
-                state.window.collectors.entry(c.name().to_string()).or_default().0 = Some(crate::host::proc::monotonic_ns());
-            }
-            Err(e) => {
-                let e = e.context(format!("collector `{}` could not attach", c.name()));
-                start_error = Some(if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) });
-                break;
-            }
-        }
-    }
+    let (started, mut start_error) = start_collectors(collectors, target, &app, artifacts, state);
     state.window.from_ns = Some(crate::host::proc::monotonic_ns());
     let seconds = scenario.load.as_ref().map(|l| l.seconds).or(scenario.seconds).unwrap_or(DEFAULT_WINDOW_S);
     let mut gone = false;
@@ -325,24 +310,7 @@ fn collect(
     let app = &mut *app;
     let (protocol, held) = (*protocol, *held);
     // Every collector must be recording before the app is released into its measured phase.
-    let mut started: Vec<usize> = Vec::new();
-    let mut start_error = None;
-    for (i, c) in collectors.iter_mut().enumerate() {
-        crate::host::progress::note("launch", &format!("starting collector `{}`", c.name()));
-        match c.start(target, app, artifacts) {
-            Ok(()) => {
-                started.push(i);
-                state.window.collectors.entry(c.name().to_string()).or_default().0 = Some(crate::host::proc::monotonic_ns());
-            }
-            Err(e) => {
-                // A collector that cannot start is no wrong answer of the pipeline: SKIP where
-                // the environment proves it cannot work here, else an infrastructure error.
-                let e = e.context(format!("collector `{}` could not start", c.name()));
-                start_error = Some(if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) });
-                break;
-            }
-        }
-    }
+    let (started, mut start_error) = start_collectors(collectors, target, app, artifacts, state);
     if held && start_error.is_none() {
         // Every collector records: let the runtime go, then wait until the app is ready.
         match crate::run::ready::resume_held(app) {
@@ -592,6 +560,29 @@ fn default_ready(scenario: &Scenario, app: &crate::workload::PreparedApp) -> Rea
 }
 
 /// Stops the started collectors (each writes its data); the first failure is kept.
+/// Starts the collectors one after another until one cannot: the indexes that record, and the
+/// first error. A collector that cannot start is no wrong answer of the pipeline: SKIP where the
+/// environment proves it cannot work here, else an infrastructure error.
+fn start_collectors(
+    collectors: &mut [Box<dyn Collector>],
+    target: &mut dyn Target,
+    app: &crate::run::RunningApp,
+    artifacts: &Path,
+    state: &mut RunState,
+) -> (Vec<usize>, Option<anyhow::Error>) {
+    let mut started = Vec::new();
+    for (i, c) in collectors.iter_mut().enumerate() {
+        crate::host::progress::note("launch", &format!("starting collector `{}`", c.name()));
+        if let Err(e) = c.start(target, app, artifacts) {
+            let e = e.context(format!("collector `{}` could not start", c.name()));
+            return (started, Some(if crate::host::errors::unsupported_reason(&e).is_some() { e } else { Infrastructure::wrap(e) }));
+        }
+        started.push(i);
+        state.window.collectors.entry(c.name().to_string()).or_default().0 = Some(crate::host::proc::monotonic_ns());
+    }
+    (started, None)
+}
+
 fn stop_collectors(
     collectors: &mut [Box<dyn Collector>],
     started: &[usize],

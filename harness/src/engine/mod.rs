@@ -173,6 +173,10 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
     state.environment.image =
         if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
 
+    let warnings = scenario.setup_warnings();
+    for w in &warnings {
+        crate::host::progress::note("launch", &format!("warning: {w}"));
+    }
     let outcome = execute(scenario, opts, target_kind, image.as_deref(), &dir, &mut state);
     // What the run's host processes left in /tmp (a diagnostics socket and debugger pipes when
     // the app was stopped by a signal; the maps of a run that failed before decoding).
@@ -209,7 +213,8 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
     }
     let t_report = Instant::now();
     let viewer_files = crate::report::write_stacks(&dir, scenario, &state.collections);
-    let findings = crate::report::diagnose(&state.collections);
+    let mut findings = warnings;
+    findings.extend(crate::report::diagnose(&state.collections));
     let resolution = state
         .collections
         .iter()

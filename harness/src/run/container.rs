@@ -320,8 +320,24 @@ impl Target for ContainerTarget {
             bail!("the app's container {} exited right after its start", crate::host::docker::short(&id));
         }
         let host_pid = if wrapped {
-            child_of(init_pid, Duration::from_secs(10))
-                .with_context(|| format!("the app did not start in container {}", crate::host::docker::short(&id)))?
+            match child_of(init_pid, Duration::from_secs(10)) {
+                Ok(pid) => pid,
+                Err(e) => {
+                    // An app that ended at once (a dll the container cannot see, a crash at
+                    // start): its exit code, from the init shell, and what it printed.
+                    let code = std::fs::read_to_string(tmp.join(APP_EXIT_FILE)).ok().map(|c| c.trim().to_string());
+                    let mut lines = Vec::new();
+                    while let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+                        lines.push(line);
+                    }
+                    let start = lines.len().saturating_sub(15);
+                    let e = match code {
+                        Some(code) => e.context(format!("the app exited at once with exit code {code}; its last lines:\n{}", lines[start..].join("\n"))),
+                        None => e,
+                    };
+                    return Err(e.context(format!("the app did not start in container {}", crate::host::docker::short(&id))));
+                }
+            }
         } else {
             init_pid
         };

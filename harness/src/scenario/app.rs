@@ -119,23 +119,44 @@ impl From<WorkloadRef> for RawWorkload {
 }
 
 impl WorkloadRef {
-    /// Relative paths in a scenario file mean paths next to that file.
+    /// Relative paths in a scenario file mean paths next to that file; every path comes out
+    /// absolute and without `.` or `..` ([`normalized`]), as a container mounts it.
     pub(crate) fn resolve_against(&mut self, base: &Path) {
-        let join = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        };
+        let join = |p: &mut PathBuf| *p = normalized(&base.join(&*p));
         match self {
             WorkloadRef::Project { project, .. } => join(project),
             WorkloadRef::Dll { dll } => join(dll),
             // `./app` or `bin/app` is a file next to the TOML; a bare `app` is looked up on PATH.
-            WorkloadRef::Command { command } if command[0].contains('/') && Path::new(&command[0]).is_relative() => {
-                command[0] = base.join(&command[0]).display().to_string();
+            WorkloadRef::Command { command } if command[0].contains('/') => {
+                command[0] = normalized(&base.join(&command[0])).display().to_string();
             }
             _ => {}
         }
     }
+}
+
+/// `path` with its `.` and `..` resolved by the text alone (`/a/b/../c` is `/a/c`): a container
+/// target mounts the app's folder at the same path inside, where the folders `..` climbs out of
+/// may not exist (`init --dll /abs/App.dll` once wrote `../../../../abs/App.dll`, and the
+/// container found no app).
+pub(crate) fn normalized(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                // Above the root is the root.
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether the app speaks tracelab's protocol (`--truth`, `--go-file`, `TRACELAB READY`): the
@@ -226,6 +247,20 @@ pub fn is_aspnetcore(dll: &Path) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn paths_next_to_the_scenario_come_out_absolute_and_without_dots() {
+        let mut dll = WorkloadRef::Dll { dll: "../../some/where/./App.dll".into() };
+        dll.resolve_against(Path::new("/home/me/scenarios/mine"));
+        assert!(matches!(&dll, WorkloadRef::Dll { dll } if dll == Path::new("/home/me/some/where/App.dll")), "{dll:?}");
+        let mut abs = WorkloadRef::Dll { dll: "/srv/app/../app2/App.dll".into() };
+        abs.resolve_against(Path::new("/x"));
+        assert!(matches!(&abs, WorkloadRef::Dll { dll } if dll == Path::new("/srv/app2/App.dll")), "{abs:?}");
+        assert_eq!(normalized(Path::new("/../a")), Path::new("/a"));
+        let mut cmd = WorkloadRef::Command { command: vec!["./bin/../bin/app".into(), "--x".into()] };
+        cmd.resolve_against(Path::new("/w"));
+        assert!(matches!(&cmd, WorkloadRef::Command { command } if command[0] == "/w/bin/app"), "{cmd:?}");
+    }
+
     fn workload(text: &str) -> Result<WorkloadRef, String> {
         #[derive(Deserialize)]
         struct W {
@@ -283,10 +318,10 @@ mod tests {
         let base = Path::new("/home/me/app");
         let mut w = WorkloadRef::Dll { dll: "../build/x.dll".into() };
         w.resolve_against(base);
-        assert_eq!(w, WorkloadRef::Dll { dll: "/home/me/app/../build/x.dll".into() });
+        assert_eq!(w, WorkloadRef::Dll { dll: "/home/me/build/x.dll".into() });
         let mut c = WorkloadRef::Command { command: vec!["./bin/app".into(), "./arg".into()] };
         c.resolve_against(base);
-        assert_eq!(c, WorkloadRef::Command { command: vec!["/home/me/app/./bin/app".into(), "./arg".into()] });
+        assert_eq!(c, WorkloadRef::Command { command: vec!["/home/me/app/bin/app".into(), "./arg".into()] });
         let mut on_path = WorkloadRef::Command { command: vec!["dotnet".into()] };
         on_path.resolve_against(base);
         assert_eq!(on_path, WorkloadRef::Command { command: vec!["dotnet".into()] });

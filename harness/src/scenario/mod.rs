@@ -156,7 +156,6 @@ const MAX_ROUTES: usize = 32;
 impl LoadSpec {
     /// The load generator sends traffic to this machine only. Each mistake is placed at its key.
     fn validate(&self) -> Result<()> {
-        use crate::scenario_path as path;
         if let Some(url) = &self.url {
             crate::run::load::loopback_host_port(url).map_err(|e| at(crate::scenario_path!("load", "url"), e))?;
         }
@@ -236,10 +235,8 @@ impl Scenario {
             .context("not a valid scenario (`cargo xtask init` writes one with every key explained)")?;
         let base = std::path::absolute(origin).ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_default();
         scenario.workload.resolve_against(&base);
-        if let Some(cwd) = &mut scenario.cwd
-            && cwd.is_relative()
-        {
-            *cwd = base.join(&*cwd);
+        if let Some(cwd) = &mut scenario.cwd {
+            *cwd = app::normalized(&base.join(&*cwd));
         }
         scenario.origin = Some(origin.to_path_buf());
         scenario
@@ -488,6 +485,43 @@ impl Scenario {
     }
 
     /// The collectors of each run, by name.
+    /// Collectors of one run that skew each other's figures, each named with the measured skew
+    /// and the fix: printed before the run and kept among its findings.
+    pub fn setup_warnings(&self) -> Vec<String> {
+        use crate::collect::CollectorOptions as O;
+        let samples_threads = |o: &O| match o {
+            O::EventPipe(e) => {
+                e.profile.as_deref().is_some_and(|p| p.split(',').any(|p| p.trim() == "thread-time"))
+                    || e.providers.as_ref().map(|l| l.items()).unwrap_or_default().iter().any(|p| p.contains("SampleProfiler"))
+            }
+            O::DotnetTrace(d) => {
+                d.profile.as_ref().map(|l| l.items()).unwrap_or_default().iter().any(|p| p.contains("thread-time") || p.contains("cpu-sampling"))
+                    || d.providers.as_ref().map(|l| l.items()).unwrap_or_default().iter().any(|p| p.contains("SampleProfiler"))
+            }
+            _ => false,
+        };
+        let mut warnings = Vec::new();
+        for group in self.run_groups() {
+            let members: Vec<&crate::collect::CollectorSpec> =
+                self.collectors.iter().filter(|c| group.iter().any(|g| g == c.name())).collect();
+            let offcpu = members.iter().find(|c| matches!(c.options, O::PerfOffcpu(_)));
+            let sampler = members.iter().find(|c| samples_threads(&c.options));
+            if let (Some(off), Some(sp)) = (offcpu, sampler) {
+                warnings.push(format!(
+                    "`{}` and `{}` (EventPipe's SampleProfiler) share a run: SampleProfiler suspends the runtime about every \
+                     millisecond, and perf-offcpu records those suspensions as the stopped threads' blocked time — measured on a \
+                     web API, 22 % of its blocked route's time put onto its CPU route. Give each its own run: \
+                     `runs = [[\"{}\"], [\"{}\"]]` (the other collectors in either)",
+                    off.name(),
+                    sp.name(),
+                    off.name(),
+                    sp.name()
+                ));
+            }
+        }
+        warnings
+    }
+
     pub(crate) fn run_groups(&self) -> Vec<Vec<String>> {
         if self.runs.is_empty() {
             vec![self.collectors.iter().map(|c| c.name().to_string()).collect()]
@@ -608,6 +642,18 @@ mod tests {
         let folder = dir.path().join("folder.toml");
         std::fs::create_dir(&folder).unwrap();
         assert!(format!("{:#}", Scenario::load(&folder).unwrap_err()).contains("(a folder)"));
+    }
+
+    #[test]
+    fn perf_offcpu_beside_sampleprofiler_is_named_with_the_fix() {
+        let both = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-offcpu\"\n[[collector]]\nkind = \"eventpipe\"\nprofile = \"thread-time\"\n";
+        let w = Scenario::from_toml(both, Path::new("x.toml")).unwrap().setup_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("22 %") && w[0].contains("runs = [[\"perf-offcpu\"], [\"eventpipe\"]]"), "{w:?}");
+        let split = format!("runs = [[\"perf-offcpu\"], [\"eventpipe\"]]\n{both}");
+        assert!(Scenario::from_toml(&split, Path::new("x.toml")).unwrap().setup_warnings().is_empty());
+        let gc_only = both.replace("thread-time", "gc");
+        assert!(Scenario::from_toml(&gc_only, Path::new("x.toml")).unwrap().setup_warnings().is_empty());
     }
 
     #[test]
