@@ -24,6 +24,42 @@ fn measured(c: &Collection, window: Option<&super::Window>) -> Collection {
 }
 
 /// Turns the expectations into checks and the checks into a verdict.
+/// Where collectors of one `agree_count` disagree because one saw none of an event the others
+/// saw, the likely cause: its session did not enable the event's keyword (a dotnet-trace profile
+/// without the runtime's keywords, say). Each such collector is named with the keyword to add.
+fn missing_keyword(check: &judge::AgreeCountCheck, collections: &[Collection]) -> Vec<String> {
+    let count = |c: &Collection, name: &str| c.events.iter().filter(|e| collect::lttng::base_name(&e.name) == name).count();
+    let names: Vec<String> = if check.event == "*" {
+        let mut all: Vec<String> =
+            collections.iter().flat_map(|c| c.events.iter().map(|e| collect::lttng::base_name(&e.name).to_string())).collect();
+        all.sort();
+        all.dedup();
+        all
+    } else {
+        vec![collect::lttng::base_name(&check.event).to_string()]
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let Some((provider, keywords)) = collect::lttng::runtime_event_keywords(&name) else { continue };
+        let of: Vec<(&str, usize)> = check
+            .collectors
+            .iter()
+            .filter_map(|n| collections.iter().find(|c| &c.collector == n).map(|c| (n.as_str(), count(c, &name))))
+            .collect();
+        let Some((seen_by, seen)) = of.iter().find(|(_, n)| *n > 0) else { continue };
+        for (collector, n) in &of {
+            if *n == 0 {
+                out.push(format!(
+                    "`{collector}` recorded no {name} where `{seen_by}` recorded {seen}: {name} needs keyword {keywords:#x} of \
+                     {provider}, which `{collector}`'s session likely lacks (add it to its `providers`, e.g. \
+                     \"{provider}:{keywords:#x}:5\", or use a profile that enables it)"
+                ));
+            }
+        }
+    }
+    out
+}
+
 pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec<Check>) {
     // An app as it is is judged on its measured window; a tracelab workload measures its own
     // phase (after its go file) and every sample counts as before.
@@ -56,7 +92,12 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     let quality = data_quality(scenario, judged, &state.load, state.other_load.as_ref());
     let first = state.collections.first().map(|c| c.collector.as_str());
     checks.extend(scenario.expectations.iter().map(|e| {
-        let check = e.evaluate(&ev);
+        let mut check = e.evaluate(&ev);
+        if let crate::scenario::CheckKind::AgreeCount(a) = &e.check
+            && check.verdict != Verdict::Pass
+        {
+            check.details.extend(missing_keyword(a, judged));
+        }
         if !e.check.judge().sampled() {
             return check;
         }
@@ -310,6 +351,39 @@ mod tests {
         assert_eq!(v, Verdict::Fail);
         assert!(reason.as_deref().unwrap().starts_with("frame absent `Hot`"), "{reason:?}");
         assert_eq!(checks.iter().filter(|c| c.verdict == Verdict::Inconclusive).count(), 1);
+    }
+
+    /// An agree_count where one transport saw none of the events the other saw names the keyword
+    /// its session needs.
+    #[test]
+    fn a_transport_that_saw_none_of_an_event_is_told_its_keyword() {
+        use model::Event;
+        let thrown = |t: u64| Event {
+            provider: "Microsoft-Windows-DotNETRuntime".into(),
+            name: "ExceptionThrown_V1".into(),
+            id: Some(80),
+            version: Some(1),
+            time_ns: t,
+            pid: 1,
+            tid: 1,
+            fields: Default::default(),
+            frames: Vec::new(),
+        };
+        let mut ep = Collection::new("eventpipe");
+        ep.events = (0..5).map(thrown).collect();
+        let dt = Collection::new("dotnet-trace");
+        let mut state = state_with(0);
+        state.collections = vec![ep, dt];
+        let text = "name = \"s\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"eventpipe\"\nprofile = \"exceptions\"\n[[collector]]\nkind = \"dotnet-trace\"\nproviders = [\"Microsoft-Windows-DotNETRuntime:0x1:4\"]\n\
+                    [[expect]]\nkind = \"agree_count\"\nevent = \"ExceptionThrown\"\ncollectors = [\"eventpipe\", \"dotnet-trace\"]\ntolerance = 0\n";
+        let scenario = Scenario::from_toml(text, Path::new("s.toml")).unwrap_or_else(|e| panic!("{e:#}"));
+        let (_, _, checks) = judge(&scenario, &state);
+        let agree = checks.iter().find(|c| c.name.contains("ExceptionThrown")).unwrap();
+        assert_ne!(agree.verdict, Verdict::Pass);
+        assert!(
+            agree.details.iter().any(|d| d.starts_with("`dotnet-trace` recorded no ExceptionThrown where `eventpipe` recorded 5") && d.contains("keyword 0x8000")),
+            "{agree:?}"
+        );
     }
 
     /// The last GCHeapStats by time (not stream order) gives the metrics, with the Count of the

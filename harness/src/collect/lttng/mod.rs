@@ -134,6 +134,17 @@ pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
     out
 }
 
+/// The runtime's provider (as EventPipe names it) and the keywords a session must enable to
+/// receive event `name` (any version suffix), from the runtime's manifest.
+pub fn runtime_event_keywords(name: &str) -> Option<(String, u64)> {
+    let base = base_name(name);
+    events::EVENTS
+        .iter()
+        .filter(|e| e.2 == base)
+        .max_by_key(|e| e.3)
+        .map(|e| (format!("Microsoft-Windows-{}", e.0), e.5))
+}
+
 /// `GCStart_V2` → `GCStart`; `GCPerHeapHistory_V3_1` → `GCPerHeapHistory`.
 pub fn base_name(symbol: &str) -> &str {
     split_version(symbol).0
