@@ -330,6 +330,32 @@ fn the_starter_scenario_holds_its_promise_on_every_corpus_app() {
     assert!(broken.is_empty(), "{} starter cell(s) broke the promise:\n{}", broken.len(), broken.join("\n\n"));
 }
 
+/// `init --dll` with the app somewhere else entirely (an absolute path, which the starter writes
+/// relative to the TOML, through `..`): the default container target and the sidecar mount the
+/// app's folder where the path points, and the starter decides.
+#[test]
+fn a_starter_for_a_dll_elsewhere_runs_in_a_container_and_a_sidecar() {
+    let test = "corpus::a_starter_for_a_dll_elsewhere_runs_in_a_container_and_a_sidecar";
+    if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
+        return;
+    }
+    let app_dir = tempfile::tempdir().unwrap();
+    let dll = lab::apps::user_app::build("report-batch", app_dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let scenario_dir = tempfile::tempdir().unwrap();
+    let toml = scenario_dir.path().join("nested/mine.toml");
+    std::fs::create_dir_all(toml.parent().unwrap()).unwrap();
+    let text = harness::scenario::starter::starter_toml(&toml, harness::scenario::starter::StarterApp::Dll(&dll), false).unwrap();
+    assert!(text.contains("dll = \"../"), "the starter writes the path relative to itself: {text}");
+    std::fs::write(&toml, &text).unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    for target in [TargetKind::Container, TargetKind::Sidecar] {
+        let (o, _results) = crate::until_decided(test, || crate::run_scenario(&scenario, target));
+        let cell = format!("starter / report-batch elsewhere / {}", target.as_str());
+        check_promise(&cell, &o).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.verdict, Verdict::Pass, "{cell}: {}", describe(&o));
+    }
+}
+
 /// An app that does not end by itself, given `stop = "exit"` (what `init` writes for a console
 /// app), ends INCONCLUSIVE with what to change, after `timeout_s`, and is not collected again.
 #[test]
