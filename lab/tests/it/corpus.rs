@@ -356,6 +356,32 @@ fn a_starter_for_a_dll_elsewhere_runs_in_a_container_and_a_sidecar() {
     }
 }
 
+/// Blocked seconds on one method against the app's own stopwatch: the corpus batch job waits in
+/// native poll(2) under `NativeWait.Poll` for the time it writes as `native_wait_s`; perf-offcpu's
+/// blocked time on stacks through that method holds it within 5 %.
+#[test]
+fn blocked_seconds_in_a_native_wait_match_the_apps_own_stopwatch() {
+    let test = "corpus::blocked_seconds_in_a_native_wait_match_the_apps_own_stopwatch";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    lab::apps::user_app::build("phases-native", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let toml = dir.path().join("phases-native-blocked.toml");
+    std::fs::write(
+        &toml,
+        "name = \"phases-native-blocked\"\nworkload = { dll = \"bin/phases-native.dll\" }\nargs = [\"report.json\", \"2\"]\nstop = \"exit\"\n\
+         warmup_s = 0\ntruth = { path = \"report.json\" }\n\n[[collector]]\nkind = \"perf-offcpu\"\ncall_graph = \"dwarf,8192\"\n\n\
+         [[expect]]\nkind = \"blocked_seconds\"\nname = \"native wait against the app's stopwatch\"\ncollector = \"perf-offcpu\"\n\
+         method = \"NativeWait::Poll\\\\b\"\ntruth = \"native_wait_s\"\ntolerance_pct = 5\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let (o, _results) = crate::until_decided(test, || crate::run_scenario(&scenario, TargetKind::Host));
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    eprintln!("{}", row("phases-native / host / blocked seconds", &o));
+}
+
 /// An app that does not end by itself, given `stop = "exit"` (what `init` writes for a console
 /// app), ends INCONCLUSIVE with what to change, after `timeout_s`, and is not collected again.
 #[test]
