@@ -218,6 +218,30 @@ fn run_cell(app: &App, target: TargetKind, dir: &Path) -> RunOutcome {
     crate::run_scenario(&scenario, target).0
 }
 
+const TABLE_HEADER: &str = "| cell | verdict | share errors | other checks measured | reason |\n|---|---|---|---|---|\n";
+
+/// Writes a corpus table to target/tmp/`file` (the nightly job's artifact), prints it, and fails
+/// on the cells that broke the promise.
+fn publish(file: &str, table: &str, broken: &[String]) {
+    let out = harness::project_root().join("target/tmp").join(file);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    std::fs::write(&out, table).unwrap();
+    eprintln!("{table}");
+    assert!(broken.is_empty(), "{} cell(s) broke the promise:\n{}", broken.len(), broken.join("\n\n"));
+}
+
+/// Corpus app `name` built into `dir`, `init`'s starter scenario for it (`--web` for a web app),
+/// run on the host: the starter's text and the outcome.
+fn run_starter(name: &str, web: bool, dir: &Path) -> (String, RunOutcome, tempfile::TempDir) {
+    let dll = lab::apps::user_app::build(name, dir).unwrap_or_else(|e| panic!("{e:#}"));
+    let toml = dir.join("starter.toml");
+    let text = harness::scenario::starter::starter_toml(&toml, harness::scenario::starter::StarterApp::Dll(&dll), web).unwrap();
+    std::fs::write(&toml, &text).unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{name}: the starter does not load: {e:#}\n{text}"));
+    let (o, results) = crate::run_scenario(&scenario, TargetKind::Host);
+    (text, o, results)
+}
+
 /// CI's slice: a console app that blocks in native code and joins threads, held at start in a
 /// container, judged against the CPU time it measured itself — perf's and EventPipe's shares
 /// within 5 pts, its whole run in the window, no false FAIL, no PASS without its truth.
@@ -254,7 +278,7 @@ fn corpus_every_app_on_every_target() {
     if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
         return;
     }
-    let mut table = String::from("| cell | verdict | share errors | other checks measured | reason |\n|---|---|---|---|---|\n");
+    let mut table = String::from(TABLE_HEADER);
     let mut broken = Vec::new();
     for app in APPS {
         for target in [TargetKind::Host, TargetKind::Container, TargetKind::Sidecar] {
@@ -267,11 +291,7 @@ fn corpus_every_app_on_every_target() {
             }
         }
     }
-    let out = harness::project_root().join("target/tmp/corpus.md");
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    std::fs::write(&out, &table).unwrap();
-    eprintln!("{table}");
-    assert!(broken.is_empty(), "{} cell(s) broke the promise:\n{}", broken.len(), broken.join("\n\n"));
+    publish("corpus.md", &table, &broken);
 }
 
 /// The starter scenario `init` writes, run on each console app of the corpus as it is: PASS or
@@ -283,13 +303,8 @@ fn the_starter_scenario_holds_its_promise_on_a_console_app() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let dll = lab::apps::user_app::build("producer-consumer", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
-    let toml = dir.path().join("starter.toml");
-    let text = harness::scenario::starter::starter_toml(&toml, harness::scenario::starter::StarterApp::Dll(&dll), false).unwrap();
+    let (text, o, _results) = run_starter("producer-consumer", false, dir.path());
     assert!(text.contains("stop = \"exit\"") && text.contains("timeout_s = 60"), "{text}");
-    std::fs::write(&toml, &text).unwrap();
-    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
-    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
     check_promise("starter / producer-consumer / host", &o).unwrap_or_else(|e| panic!("{e}"));
     assert!(matches!(o.verdict, Verdict::Pass | Verdict::Inconclusive), "{}", describe(&o));
 }
@@ -304,17 +319,11 @@ fn the_starter_scenario_holds_its_promise_on_every_corpus_app() {
     if !prerequisites(test, &[&require_root, &perf_available]) {
         return;
     }
-    let mut table = String::from("| cell | verdict | share errors | other checks measured | reason |\n|---|---|---|---|---|\n");
+    let mut table = String::from(TABLE_HEADER);
     let mut broken = Vec::new();
     for app in APPS {
         let dir = tempfile::tempdir().unwrap();
-        let dll = lab::apps::user_app::build(app.name, dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
-        let toml = dir.path().join("starter.toml");
-        let web = app.name == "web-api";
-        let text = harness::scenario::starter::starter_toml(&toml, harness::scenario::starter::StarterApp::Dll(&dll), web).unwrap();
-        std::fs::write(&toml, &text).unwrap();
-        let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{}: the starter does not load: {e:#}\n{text}", app.name));
-        let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+        let (_, o, _results) = run_starter(app.name, app.name == "web-api", dir.path());
         let cell = format!("starter / {} / host", app.name);
         let _ = writeln!(table, "{}", row(&cell, &o));
         if let Err(e) = check_promise(&cell, &o) {
@@ -323,11 +332,7 @@ fn the_starter_scenario_holds_its_promise_on_every_corpus_app() {
             broken.push(format!("{cell}: {:?}\n{}", o.verdict, describe(&o)));
         }
     }
-    let out = harness::project_root().join("target/tmp/corpus-starter.md");
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    std::fs::write(&out, &table).unwrap();
-    eprintln!("{table}");
-    assert!(broken.is_empty(), "{} starter cell(s) broke the promise:\n{}", broken.len(), broken.join("\n\n"));
+    publish("corpus-starter.md", &table, &broken);
 }
 
 /// `init --dll` with the app somewhere else entirely (an absolute path, which the starter writes
