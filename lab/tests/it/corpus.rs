@@ -272,7 +272,7 @@ fn corpus_console_app_held_at_start_in_a_container() {
 /// The whole corpus on every target, each cell held to the promise; the table is written to
 /// target/tmp/corpus.md (nightly: `--run-ignored all -E 'test(corpus::)'`).
 #[test]
-#[ignore = "nightly: every corpus app on host, container and sidecar (~15 min)"]
+#[ignore = "nightly: every corpus app on host, container and sidecar (~5 min)"]
 fn corpus_every_app_on_every_target() {
     let test = "corpus::corpus_every_app_on_every_target";
     if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
