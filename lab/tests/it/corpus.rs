@@ -6,7 +6,7 @@
 //! and writes the table to target/tmp/corpus.md.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use harness::engine::RunOutcome;
 use harness::run::TargetKind;
@@ -142,12 +142,13 @@ const APPS: &[App] = &[
     App { name: "web-api", scenario: web_api },
 ];
 
-/// Builds `app` into `dir/bin` and writes its scenario beside it.
-fn scenario_of(app: &App, target: TargetKind, dir: &Path) -> PathBuf {
-    lab::apps::user_app::build(app.name, dir).unwrap_or_else(|e| panic!("{e:#}"));
-    let toml = dir.join(format!("{}.toml", app.name));
-    std::fs::write(&toml, (app.scenario)(PERF_AND_EVENTPIPE, target)).unwrap();
-    toml
+/// Builds corpus app `name` into `dir/bin`, writes `text` beside it as the user's scenario
+/// (`dir/NAME.toml`, its paths relative to it) and loads it.
+fn app_scenario(name: &str, dir: &Path, text: &str) -> Scenario {
+    lab::apps::user_app::build(name, dir).unwrap_or_else(|e| panic!("{e:#}"));
+    let toml = dir.join(format!("{name}.toml"));
+    std::fs::write(&toml, text).unwrap();
+    Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// What a cell ended as, held against the promise: a FAIL must rest on a figure outside its
@@ -213,8 +214,7 @@ fn row(cell: &str, o: &RunOutcome) -> String {
 }
 
 fn run_cell(app: &App, target: TargetKind, dir: &Path) -> RunOutcome {
-    let toml = scenario_of(app, target, dir);
-    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let scenario = app_scenario(app.name, dir, &(app.scenario)(PERF_AND_EVENTPIPE, target));
     crate::run_scenario(&scenario, target).0
 }
 
@@ -371,17 +371,14 @@ fn blocked_seconds_in_a_native_wait_match_the_apps_own_stopwatch() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    lab::apps::user_app::build("phases-native", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
-    let toml = dir.path().join("phases-native-blocked.toml");
-    std::fs::write(
-        &toml,
+    let scenario = app_scenario(
+        "phases-native",
+        dir.path(),
         "name = \"phases-native-blocked\"\nworkload = { dll = \"bin/phases-native.dll\" }\nargs = [\"report.json\", \"2\"]\nstop = \"exit\"\n\
          warmup_s = 0\ntruth = { path = \"report.json\" }\n\n[[collector]]\nkind = \"perf-offcpu\"\ncall_graph = \"dwarf,8192\"\n\n\
          [[expect]]\nkind = \"blocked_seconds\"\nname = \"native wait against the app's stopwatch\"\ncollector = \"perf-offcpu\"\n\
          method = \"NativeWait::Poll\\\\b\"\ntruth = \"native_wait_s\"\ntolerance_pct = 5\n",
-    )
-    .unwrap();
-    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    );
     let (o, _results) = crate::until_decided(test, || crate::run_scenario(&scenario, TargetKind::Host));
     assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
     eprintln!("{}", row("phases-native / host / blocked seconds", &o));
@@ -396,15 +393,12 @@ fn an_app_that_does_not_end_by_itself_is_inconclusive_with_the_fix() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
-    let toml = dir.path().join("forever.toml");
-    std::fs::write(
-        &toml,
+    let scenario = app_scenario(
+        "spin-two",
+        dir.path(),
         "name = \"spin-forever\"\nworkload = { dll = \"bin/spin-two.dll\" }\nargs = [\"spin.json\", \"600\"]\nstop = \"exit\"\ntimeout_s = 4\n\
          truth = { path = \"spin.json\" }\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
-    )
-    .unwrap();
-    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    );
     let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
     assert_eq!(o.verdict, Verdict::Inconclusive, "{}", describe(&o));
     let reason = o.reason.clone().unwrap_or_default();
@@ -425,12 +419,11 @@ fn shares_hold_when_the_load_changes_halfway() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    lab::apps::user_app::build("report-batch", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
     let among = ["::Parse\\\\b", "::Render\\\\b"];
-    let toml = dir.path().join("report-batch.toml");
-    std::fs::write(
-        &toml,
-        format!(
+    let scenario = app_scenario(
+        "report-batch",
+        dir.path(),
+        &format!(
             "name = \"report-batch\"\nworkload = {{ dll = \"bin/report-batch.dll\" }}\nargs = [\"timings.json\", \"3\", \"1.5\"]\nstop = \"exit\"\n\
              warmup_s = 0\ntruth = {{ path = \"timings.json\", map = {{ \"shares.Parse\" = \"{{/parse_s}} / ({{/parse_s}} + {{/render_s}})\", \
              \"cpu.Parse\" = \"{{/parse_cpu_s}} / ({{/parse_cpu_s}} + {{/render_cpu_s}})\" }} }}\n\n\
@@ -440,9 +433,7 @@ fn shares_hold_when_the_load_changes_halfway() {
             share("perf-cpu", among[0], &among, "shares.Parse", "wall"),
             share("eventpipe", among[0], &among, "shares.Parse", "wall"),
         ),
-    )
-    .unwrap();
-    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    );
     // One attempt: a retry would run wholly under the hogs, not with the load changing halfway.
     // The hogs: four busy shells once the job is 2.2 s in (halfway through its 4.5 s). They are
     // the children of a thread that lives until the run ends (they die with the thread that
