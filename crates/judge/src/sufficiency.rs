@@ -15,6 +15,10 @@
 //!     join, a wait in native code — and does not count: a runnable thread that other load keeps
 //!     off the CPU waits one scheduler slice between runs (a few ms; ~25 ms on a crowded run
 //!     queue), far shorter.
+//!     A thread also counts as starved when its two halves part by more than
+//!     [`MIN_PHASE_BALANCE`] even though both stay above `min_rate_ratio`: other load that takes
+//!     a steady 30 % of the CPU from one phase only moves a two-phase share by up to 8 pts, more
+//!     than the default tolerance, while no half ever falls below half the asked rate.
 //!   - wall-clock samples against CPU-time truth, or two collectors on different clocks compared
 //!     with each other: other processes kept more than `1 - min_rate_ratio` of the CPUs busy
 //!     during the run.
@@ -37,6 +41,9 @@ pub struct Sufficiency {
     /// An effective sampling rate below this fraction of the asked frequency (any measured
     /// thread, any phase) makes sample checks inconclusive.
     pub min_rate_ratio: f64,
+    /// A measured thread's slower half sampled below this fraction of its faster half makes
+    /// CPU-time shares against wall-clock truth inconclusive (see [`MIN_PHASE_BALANCE`]).
+    pub min_phase_balance: f64,
     /// Runs an inconclusive scenario is given in all ("collect more"): each further attempt is a
     /// whole new run, and the manifest lists the attempts before the deciding one.
     pub attempts: u32,
@@ -44,15 +51,15 @@ pub struct Sufficiency {
 
 impl Default for Sufficiency {
     fn default() -> Self {
-        Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 }
+        Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, min_phase_balance: MIN_PHASE_BALANCE, attempts: 2 }
     }
 }
 
 impl Sufficiency {
     /// Bounds a scenario file could not mean (caught when it loads).
     pub fn validate(&self) -> anyhow::Result<()> {
-        if !(0.0..=1.0).contains(&self.max_lost_ratio) || !(0.0..=1.0).contains(&self.min_rate_ratio) {
-            anyhow::bail!("[sufficiency] bounds are fractions between 0 and 1 (e.g. max_lost_ratio = 0.01, min_rate_ratio = 0.5)");
+        if [self.max_lost_ratio, self.min_rate_ratio, self.min_phase_balance].iter().any(|b| !(0.0..=1.0).contains(b)) {
+            anyhow::bail!("[sufficiency] bounds are fractions between 0 and 1 (e.g. max_lost_ratio = 0.01, min_rate_ratio = 0.5, min_phase_balance = 0.9)");
         }
         if !(1..=5).contains(&self.attempts) {
             anyhow::bail!("[sufficiency] attempts is 1–5 (runs given to an inconclusive scenario), got {}", self.attempts);
@@ -71,6 +78,12 @@ const MIN_THREAD_SPAN_S: f64 = 0.5;
 pub const BLOCKED_GAP_PERIODS: f64 = 25.0;
 /// … and of at least this long.
 pub const MIN_BLOCKED_GAP_NS: u64 = 100_000_000;
+
+/// The default of `[sufficiency] min_phase_balance`: the slower half of a measured thread sampled
+/// below this fraction of its faster half is uneven starvation. Rates `k` apart can shift a share of truth `p` to `p / (p + (1 - p) k)`: at 0.9
+/// by at most 2.6 pts (at p = 0.5), about half the default tolerance; an unloaded thread's halves
+/// agree within a few per cent (perf's cpu-clock counts the thread's own CPU time).
+pub const MIN_PHASE_BALANCE: f64 = 0.9;
 
 /// Sampling rate of one measured thread while it was runnable, over all of that time and in each
 /// half of it.
@@ -222,6 +235,18 @@ impl DataQuality {
             .min_by(|a, b| a.2.total_cmp(&b.2))
     }
 
+    /// The most uneven measured thread: (tid, its slower phase 1 or 2, slower Hz, faster Hz).
+    pub fn most_uneven_thread(&self) -> Option<(u32, usize, f64, f64)> {
+        self.threads
+            .iter()
+            .filter(|t| t.phase_hz.iter().all(|hz| *hz > 0.0))
+            .map(|t| {
+                let slow = if t.phase_hz[0] <= t.phase_hz[1] { 0 } else { 1 };
+                (t.tid, slow + 1, t.phase_hz[slow], t.phase_hz[1 - slow])
+            })
+            .min_by(|a, b| (a.2 / a.3).total_cmp(&(b.2 / b.3)))
+    }
+
     /// The slowest phase's rate as a fraction of the asked frequency.
     pub fn min_rate_ratio(&self) -> Option<f64> {
         let asked = self.asked_hz.filter(|h| *h > 0.0)?;
@@ -258,6 +283,20 @@ impl DataQuality {
                         percent(ratio),
                         hertz(asked),
                         percent(rules.min_rate_ratio),
+                        load()
+                    ));
+                } else if let Some((tid, phase, slow, fast)) = self.most_uneven_thread()
+                    && slow < fast * rules.min_phase_balance
+                {
+                    why.push(format!(
+                        "`{}` sampled thread {tid} at {} in phase {phase} of 2 against {} in the other, {} of it \
+                         (bound {}): other load took the CPU unevenly across the run, so its CPU time no longer \
+                         tracks the wall-clock truth{}",
+                        self.collector,
+                        hertz(slow),
+                        hertz(fast),
+                        percent(slow / fast),
+                        percent(rules.min_phase_balance),
                         load()
                     ));
                 }
@@ -401,7 +440,7 @@ mod tests {
         assert!(reason.contains("of the asked 1000 Hz (bound 50.0 %)"), "{reason}");
         assert!(reason.ends_with("other processes kept 61.0 % of the 2 CPUs busy (stress-ng-cpu 48.0 %)"), "the reason names the load: {reason}");
         // A scenario that accepts a quarter of the rate decides.
-        let lenient = Sufficiency { min_rate_ratio: 0.2, ..rules.clone() };
+        let lenient = Sufficiency { min_rate_ratio: 0.2, min_phase_balance: 0.2, ..rules.clone() };
         assert_eq!(apply(disagrees(), &[&q], &lenient, WALL_TRUTH).verdict, Verdict::Fail);
         // CPU-time samples against CPU-time truth are not biased by starvation: decided.
         assert_eq!(apply(disagrees(), &[&q], &rules, Starvation::AgainstTruth(TruthClock::Cpu)).verdict, Verdict::Fail);
@@ -419,6 +458,33 @@ mod tests {
         let judged = apply(passed(), &[&q], &Sufficiency::default(), WALL_TRUTH);
         assert_eq!(judged.verdict, Verdict::Pass);
         assert!(judged.details.iter().any(|d| d.starts_with("agrees although: `perf-cpu` sampled thread 1") && d.contains("sh ×4")), "{judged:?}");
+    }
+
+    #[test]
+    fn uneven_load_above_the_rate_bound_still_makes_a_wall_share_fail_inconclusive() {
+        // The CI run that FAILed by 5.7 pts: hogs from halfway took ~28 % of the job's CPU, so
+        // its second half ran at 72 % of the asked rate, above the 50 % bound.
+        let mut c = Collection::new("perf-cpu");
+        spread(&mut c, 1, 2000, 0.0, 2.0);
+        spread(&mut c, 1, 1440, 2.0, 4.0);
+        let mut q = DataQuality::measure(&cpu_clock(c), Some(1000.0));
+        q.load = Some(MachineLoad { cores: 2.0, other_busy_share: 0.85, top: vec![("sh ×4".into(), 0.8)] });
+        let rules = Sufficiency::default();
+        let judged = apply(disagrees(), &[&q], &rules, WALL_TRUTH);
+        assert_eq!(judged.verdict, Verdict::Inconclusive);
+        let reason = judged.reason.unwrap();
+        assert!(reason.starts_with("`perf-cpu` sampled thread 1 at 72") && reason.contains("in phase 2 of 2 against 100"), "{reason}");
+        assert!(reason.contains("took the CPU unevenly") && reason.ends_with("(sh ×4 80.0 %)"), "{reason}");
+        // Against CPU-time truth the same samples decide.
+        assert_eq!(apply(disagrees(), &[&q], &rules, Starvation::AgainstTruth(TruthClock::Cpu)).verdict, Verdict::Fail);
+        // Halves within 10 % of each other decide: such a tilt moves a share by under 2.6 pts.
+        let mut even = Collection::new("perf-cpu");
+        spread(&mut even, 1, 2000, 0.0, 2.0);
+        spread(&mut even, 1, 1840, 2.0, 4.0);
+        let q = DataQuality::measure(&cpu_clock(even), Some(1000.0));
+        assert_eq!(apply(disagrees(), &[&q], &rules, WALL_TRUTH).verdict, Verdict::Fail);
+        let bias = |p: f64, k: f64| p / (p + (1.0 - p) * k) - p;
+        assert!(bias(0.5, MIN_PHASE_BALANCE) < 0.027 && bias(0.666, 0.72) > 0.05);
     }
 
     #[test]

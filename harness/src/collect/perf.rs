@@ -252,7 +252,7 @@ impl PerfCpuCollector {
             "-F".into(),
             self.frequency.to_string(),
             "-p".into(),
-            app.target_pid.to_string(),
+            app.tool_pid().to_string(),
             "-o".into(),
             out_in_target.display().to_string(),
         ]);

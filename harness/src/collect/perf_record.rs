@@ -78,7 +78,7 @@ pub(crate) fn app_recording_args(mmap_pages: Option<u64>, app: &RunningApp, out:
     if let Some(pages) = mmap_pages.or_else(|| super::offcpu::default_mmap_pages(app)) {
         argv.extend(["-m".into(), pages.to_string()]);
     }
-    argv.extend(["-p".into(), app.target_pid.to_string(), "-o".into(), target_view(out, app).display().to_string()]);
+    argv.extend(["-p".into(), app.tool_pid().to_string(), "-o".into(), target_view(out, app).display().to_string()]);
     argv
 }
 

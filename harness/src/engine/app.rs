@@ -42,6 +42,10 @@ pub(super) fn run_app(
     stop(scenario, target, collectors, &mut launched, collecting, state)?;
     decode(opts, target, collectors, &launched, state)?;
     launched.app.keep_runtime_files(&launched.artifacts)?;
+    // What was collected is decoded and kept (flame graphs, viewers); nothing is judged on it.
+    if let Some(why) = state.cut_short.take() {
+        return Err(anyhow::Error::new(Undecided(why)));
+    }
     Ok(())
 }
 
@@ -58,26 +62,14 @@ pub(super) fn attach_app(
     artifacts: &Path,
     state: &mut RunState,
 ) -> Result<()> {
-    let mut app = crate::run::RunningApp::attached(pid, artifacts.to_path_buf());
+    let ns_pid = crate::host::proc::nspid(pid).ok().and_then(|ns| ns.last().copied()).unwrap_or(pid);
+    let mut app = crate::run::RunningApp::attached(pid, ns_pid, artifacts.to_path_buf());
     state.window = super::Window { launched_ns: crate::host::proc::monotonic_ns(), attached: true, ..Default::default() };
     state.window.ready_ns = Some(state.window.launched_ns);
     state.load.insert("app.pid".into(), f64::from(pid));
-    let needs_map = collectors.iter().any(|c| c.name().starts_with("perf"));
-    let map = app.tmp_dir_host.join(format!("perf-{pid}.map"));
-    let mut enabled_map = false;
-    if needs_map && !map.is_file() {
-        let socket = crate::run::ready::enable_perf_map(&app).map_err(|e| {
-            Infrastructure::wrap(e.context(format!("switching on the perf map of pid {pid} over its diagnostics socket (EnablePerfMap, .NET 8+)")))
-        })?;
-        enabled_map = true;
-        state.commands.push(format!("EnablePerfMap (perf-PID.map) over {}", socket.display()));
-        // The rundown of the methods already compiled is written as the command returns.
-        std::thread::sleep(Duration::from_millis(300));
-        let rundown = std::fs::read(&map).map(|b| b.split(|c| *c == b'\n').filter(|l| !l.is_empty()).count()).unwrap_or(0);
-        state.load.insert("attach.perf_map_rundown_methods".into(), rundown as f64);
-        crate::host::progress::note("launch", &format!("perf map switched on over IPC: its rundown named {rundown} methods compiled before"));
-    }
-    state.load.insert("attach.perf_map_enabled_by_tracelab".into(), if enabled_map { 1.0 } else { 0.0 });
+    // The runtime names its map by its pid as it sees it (its NSpid in a container).
+    let map = app.tmp_dir_host.join(format!("perf-{ns_pid}.map"));
+    let enabled_map = switch_perf_map_on(&app, collectors, state)?;
     let (started, mut start_error) = start_collectors(collectors, target, &app, artifacts, state);
     state.window.from_ns = Some(crate::host::proc::monotonic_ns());
     let seconds = scenario.load.as_ref().map(|l| l.seconds).or(scenario.seconds).unwrap_or(DEFAULT_WINDOW_S);
@@ -104,11 +96,7 @@ pub(super) fn attach_app(
     state.window.to_ns = Some(crate::host::proc::monotonic_ns());
     stop_collectors(collectors, &started, target, &app, state, &mut start_error);
     if enabled_map {
-        match crate::run::ready::disable_perf_map(&app) {
-            Ok(()) => state.commands.push(format!("DisablePerfMap over the diagnostics socket of pid {pid}")),
-            Err(e) if app.is_alive() => crate::host::progress::note("report", &format!("could not switch the perf map of pid {pid} off again: {e:#}")),
-            Err(_) => {}
-        }
+        switch_perf_map_off(&app, state);
     }
     if let Some(e) = start_error {
         return Err(e);
@@ -125,6 +113,7 @@ pub(super) fn attach_app(
         held: false,
         url: None,
         t_run: Instant::now(),
+        perf_map_switched_on: false,
     };
     decode(opts, target, collectors, &launched, state)?;
     if enabled_map {
@@ -141,6 +130,42 @@ pub(super) fn attach_app(
     Ok(())
 }
 
+/// Switches the perf map of an app that writes none on over its diagnostics IPC (EnablePerfMap,
+/// .NET 8+, whose rundown names the methods compiled before) when a perf collector will read it;
+/// whether it did.
+fn switch_perf_map_on(app: &crate::run::RunningApp, collectors: &[Box<dyn Collector>], state: &mut RunState) -> Result<bool> {
+    let map = app.tmp_dir_host.join(format!("perf-{}.map", app.target_pid));
+    let needs_map = collectors.iter().any(|c| c.name().starts_with("perf"));
+    let enabled = needs_map && !map.is_file();
+    if enabled {
+        let socket = crate::run::ready::enable_perf_map(app).map_err(|e| {
+            Infrastructure::wrap(e.context(format!(
+                "switching on the perf map of pid {} over its diagnostics socket (EnablePerfMap, .NET 8+)",
+                app.host_pid
+            )))
+        })?;
+        state.commands.push(format!("EnablePerfMap (perf-PID.map) over {}", socket.display()));
+        // The rundown of the methods already compiled is written as the command returns.
+        std::thread::sleep(Duration::from_millis(300));
+        let rundown = std::fs::read(&map).map(|b| b.split(|c| *c == b'\n').filter(|l| !l.is_empty()).count()).unwrap_or(0);
+        state.load.insert("attach.perf_map_rundown_methods".into(), rundown as f64);
+        crate::host::progress::note("launch", &format!("perf map switched on over IPC: its rundown named {rundown} methods compiled before"));
+    }
+    state.load.insert("attach.perf_map_enabled_by_tracelab".into(), if enabled { 1.0 } else { 0.0 });
+    Ok(enabled)
+}
+
+/// Switches the perf map tracelab switched on off again (DisablePerfMap), leaving the app as found.
+fn switch_perf_map_off(app: &crate::run::RunningApp, state: &mut RunState) {
+    match crate::run::ready::disable_perf_map(app) {
+        Ok(()) => state.commands.push(format!("DisablePerfMap over the diagnostics socket of pid {}", app.host_pid)),
+        Err(e) if app.is_alive() => {
+            crate::host::progress::note("report", &format!("could not switch the perf map of pid {} off again: {e:#}", app.host_pid))
+        }
+        Err(_) => {}
+    }
+}
+
 /// The app, started: held in the runtime until its collectors record, or already ready.
 struct Launched {
     app: crate::run::RunningApp,
@@ -153,6 +178,8 @@ struct Launched {
     /// Where `[load]` goes: the scenario's, else the ready line's capture, else the app's own word.
     url: Option<String>,
     t_run: Instant,
+    /// `attach = true`: tracelab switched the app's perf map on over IPC (and switches it off).
+    perf_map_switched_on: bool,
 }
 
 /// The variable that holds a .NET runtime at start until a tool resumes it over its default
@@ -189,15 +216,18 @@ fn launch(
     let truth_path = artifacts.join("truth.json");
     let go_path = artifacts.join(".go");
     let mut env: BTreeMap<String, String> = BTreeMap::new();
-    for c in collectors.iter() {
-        env.extend(c.app_env());
+    // `attach = true`: the production shape, nothing of the collectors' in the app's environment.
+    if !scenario.attach {
+        for c in collectors.iter() {
+            env.extend(c.app_env());
+        }
     }
     // The scenario's and this run's collectors' own `env` override what collectors ask for.
     let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
     env.extend(scenario.run_env(&names)?);
     let protocol = scenario.protocol();
     // An app as it is starts held, unless its diagnostics are off (nothing could resume it).
-    let held = protocol == Protocol::None && holdable(&env);
+    let held = protocol == Protocol::None && !scenario.attach && holdable(&env);
     if held {
         env.insert(SUSPEND_VAR.into(), "1".into());
     }
@@ -241,11 +271,11 @@ fn launch(
                 HELD_SOCKET_TIMEOUT.as_secs()
             ))));
         }
-        return Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url: None, t_run });
+        return Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url: None, t_run, perf_map_switched_on: false });
     }
     let url = await_ready_and_warm_up(scenario, built, target, &mut app, &artifacts, protocol, state)?;
     state.window.from_ns = Some(crate::host::proc::monotonic_ns());
-    Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url, t_run })
+    Ok(Launched { app, artifacts, truth_path, go_path, protocol, held, url, t_run, perf_map_switched_on: false })
 }
 
 /// Waits until the app is ready (its line, port, diagnostics socket or delay; a tracelab workload's
@@ -306,11 +336,18 @@ fn collect(
     launched: &mut Launched,
     state: &mut RunState,
 ) -> Result<Collecting> {
-    let Launched { app, artifacts, go_path, protocol, held, url, .. } = launched;
+    let Launched { app, artifacts, go_path, protocol, held, url, perf_map_switched_on, .. } = launched;
     let app = &mut *app;
     let (protocol, held) = (*protocol, *held);
+    let switched = if scenario.attach { switch_perf_map_on(app, collectors, state) } else { Ok(false) };
     // Every collector must be recording before the app is released into its measured phase.
-    let (started, mut start_error) = start_collectors(collectors, target, app, artifacts, state);
+    let (started, mut start_error) = match switched {
+        Ok(on) => {
+            *perf_map_switched_on = on;
+            start_collectors(collectors, target, app, artifacts, state)
+        }
+        Err(e) => (Vec::new(), Some(e)),
+    };
     if held && start_error.is_none() {
         // Every collector records: let the runtime go, then wait until the app is ready.
         match crate::run::ready::resume_held(app) {
@@ -342,7 +379,9 @@ fn collect(
         // An app that is not held measures what comes after its collectors: the load, or the
         // window of `seconds` (an app awaited to exit by itself measures from ready + warm-up,
         // which its collectors may have missed).
-        let measured_after_collectors = !held && protocol == Protocol::None && (scenario.load.is_some() || scenario.stop != Some(Stop::Exit));
+        // An attached app's window opens when its last collector attached, whatever ends it.
+        let measured_after_collectors =
+            !held && protocol == Protocol::None && (scenario.attach || scenario.load.is_some() || scenario.stop != Some(Stop::Exit));
         if measured_after_collectors {
             state.window.from_ns = Some(crate::host::proc::monotonic_ns());
         }
@@ -353,9 +392,14 @@ fn collect(
                 .and_then(|u| apply_load(load, u, protocol == Protocol::Tracelab, state));
             if let Err(e) = applied {
                 start_error = Some(e);
+            } else if protocol == Protocol::None && !app.is_alive() {
+                state.cut_short = Some(ended_in_window("its load"));
             }
         } else if protocol == Protocol::None && scenario.stop != Some(Stop::Exit) {
-            crate::run::ready::run_for(app, scenario.seconds.unwrap_or(DEFAULT_WINDOW_S));
+            let seconds = scenario.seconds.unwrap_or(DEFAULT_WINDOW_S);
+            if !crate::run::ready::run_for(app, seconds) {
+                state.cut_short = Some(ended_in_window(&format!("its {seconds} s window")));
+            }
         }
     }
     let spinner = spinner.unwrap_or_else(|| crate::host::progress::step("collect", format!("stopping `{}`", built.name)));
@@ -373,7 +417,7 @@ fn stop(
     state: &mut RunState,
 ) -> Result<()> {
     let Collecting { started, mut start_error, probe, spinner } = collecting;
-    let Launched { app, artifacts, truth_path, go_path, protocol, url, t_run, .. } = launched;
+    let Launched { app, artifacts, truth_path, go_path, protocol, url, t_run, perf_map_switched_on, .. } = launched;
     let app = &mut *app;
     let protocol = *protocol;
     // An app as it is ends after its collectors (unless it is awaited to exit by itself): a
@@ -383,6 +427,9 @@ fn stop(
     if stop_first {
         state.window.to_ns = Some(crate::host::proc::monotonic_ns());
         stop_collectors(collectors, &started, target, app, state, &mut start_error);
+        if *perf_map_switched_on {
+            switch_perf_map_off(app, state);
+        }
     }
     let exit = match protocol {
         // Nothing will be measured: the app is not left waiting for a go signal that never comes
@@ -390,7 +437,8 @@ fn stop(
         _ if start_error.is_some() => target.wait_app(app, Duration::from_millis(300)),
         Protocol::None if app.is_alive() => crate::run::ready::stop_app(app, &stop, url.as_deref()).and_then(|done| {
             state.commands.push(done);
-            let limit = if stop == Stop::Exit { scenario.timeout_s } else { STOP_GRACE_S };
+            // `timeout_s` bounds the whole run, the stop grace too.
+            let limit = if stop == Stop::Exit { scenario.timeout_s } else { STOP_GRACE_S.min(scenario.timeout_s) };
             target.wait_app(app, Duration::from_secs(limit)).with_context(|| format!("after {}", describe_stop(&stop)))
         }),
         _ => target.wait_app(app, Duration::from_secs(scenario.timeout_s)),
@@ -433,6 +481,18 @@ fn stop(
                 app.last_lines(10)
             ))));
         }
+        // An app that ignores its stop signal or request: killed, its data kept, undecided.
+        Err(e) if crate::run::still_running(&e) => {
+            state.cut_short = Some(format!(
+                "the app did not end within {} s of {} and was killed: the data collected is decoded in the run folder, but \
+                 nothing is judged on a run that did not end as the scenario says; an app that needs longer to stop takes a \
+                 larger `timeout_s` (it bounds the stop too), or another `stop`; its last lines:\n{}",
+                STOP_GRACE_S.min(scenario.timeout_s),
+                describe_stop(&stop),
+                app.last_lines(10)
+            ));
+            return Ok(());
+        }
         other => other?,
     };
     state.load.insert("app.exit_code".into(), code as f64);
@@ -446,7 +506,16 @@ fn stop(
             );
         }
     } else if code != 0 && !by_our_signal {
-        bail!("the app exited with code {code}; last lines:\n{}", app.last_lines(15));
+        // A crash or a kill is the app's, not a wrong answer of the pipeline: undecided, with
+        // what was collected decoded (a FAIL once said the pipeline was wrong here).
+        let when = if state.cut_short.is_some() { "during its measured window" } else { "before it was stopped" };
+        state.cut_short = Some(format!(
+            "the app exited with code {code}{} {when}: a run cut short is not judged (its data is decoded in the run \
+             folder); its last lines:\n{}",
+            signal_name(code),
+            app.last_lines(15)
+        ));
+        return Ok(());
     }
     state.truth = match protocol {
         Protocol::Tracelab => {
@@ -533,6 +602,26 @@ const SIGABRT_EXIT: i32 = 134;
 
 /// Seconds a run of an app as it is measures when neither `seconds` nor `[load]` says.
 const DEFAULT_WINDOW_S: f64 = 5.0;
+
+/// Why a run whose app ended before its window did is not judged.
+fn ended_in_window(during: &str) -> String {
+    format!(
+        "the app ended during {during}, before tracelab stopped it: a run cut short is not judged (its data is decoded in \
+         the run folder); an app that ends by itself takes `stop = \"exit\"`"
+    )
+}
+
+/// " (SIGKILL …)" for an exit code 128 + a signal's number, as a shell reports a killed process.
+fn signal_name(code: i32) -> &'static str {
+    match code {
+        134 => " (SIGABRT: an unhandled exception or an abort)",
+        137 => " (SIGKILL: killed, by the OOM killer or a user)",
+        139 => " (SIGSEGV: a crash)",
+        143 => " (SIGTERM: stopped by someone else)",
+        130 => " (SIGINT)",
+        _ => "",
+    }
+}
 
 /// Seconds an app gets to end after its stop signal or request.
 const STOP_GRACE_S: u64 = 30;

@@ -60,6 +60,10 @@ fn missing_keyword(check: &judge::AgreeCountCheck, collections: &[Collection]) -
     out
 }
 
+/// An on-CPU sampler that saw nothing of an app whose CPU time over the run stood for fewer
+/// samples than this cannot say the pipeline is wrong.
+const IDLE_APP_SAMPLES: f64 = 5.0;
+
 pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<String>, Vec<Check>) {
     // An app as it is is judged on its measured window; a tracelab workload measures its own
     // phase (after its go file) and every sample counts as before.
@@ -73,18 +77,37 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     let metrics = run_metrics(judged);
     let ev = Evidence { collections: judged, truth: &state.truth, truths: &state.truths, metrics: &metrics };
     let mut checks: Vec<Check> = Vec::new();
-    // A scenario never passes on zero samples: every collector must have seen something.
+    // A scenario never passes on zero samples: every collector must have seen something. An
+    // on-CPU sampler on an app that hardly ran has nothing to see, which is no wrong answer.
+    let app_cpu_s = state.load.get("load.app_cpu_s").copied();
     for c in &state.collections {
         let n = c.samples.len() + c.events.len();
+        let expected_samples = c.metrics.get("frequency_hz").zip(app_cpu_s).map(|(hz, cpu)| hz * cpu);
+        let idle = n == 0 && c.sampling == model::Sampling::CpuTime && expected_samples.is_some_and(|e| e < IDLE_APP_SAMPLES);
         checks.push(Check {
             name: format!("{} collected data", c.collector),
-            verdict: if n > 0 { Verdict::Pass } else { Verdict::Fail },
+            verdict: if n > 0 {
+                Verdict::Pass
+            } else if idle {
+                Verdict::Inconclusive
+            } else {
+                Verdict::Fail
+            },
             expected: "> 0 samples or events".into(),
             measured: format!("{} samples, {} events", c.samples.len(), c.events.len()),
             collector: Some(c.collector.clone()),
             values: BTreeMap::new(),
             details: Vec::new(),
-            reason: None,
+            reason: idle.then(|| {
+                format!(
+                    "the app ran on a CPU for {:.3} s while `{}` recorded ({:.1} samples at {} Hz): an on-CPU sampler has \
+                     nothing to see in an idle app; measure it while it works (`[load]`, or a window where it computes)",
+                    app_cpu_s.unwrap_or(0.0),
+                    c.collector,
+                    expected_samples.unwrap_or(0.0),
+                    c.metrics.get("frequency_hz").copied().unwrap_or(0.0)
+                )
+            }),
         });
     }
     // A check on samples too thin to decide (lost events, a starved sampling rate) is
@@ -265,6 +288,7 @@ mod tests {
             other_load: None,
             window: Default::default(),
             windows: Vec::new(),
+            cut_short: None,
         }
     }
 

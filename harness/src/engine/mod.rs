@@ -168,6 +168,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         other_load: None,
         window: Window::default(),
         windows: Vec::new(),
+        cut_short: None,
     };
     state.environment.target = target_kind.as_str().to_string();
     state.environment.image =
@@ -279,6 +280,9 @@ pub(crate) struct RunState {
     window: Window,
     /// The windows of every launch, in order.
     windows: Vec<Window>,
+    /// Why the launch under way cannot be judged although its data is decoded: the app ended
+    /// during its measured window, or would not stop (an undecided outcome, never a FAIL).
+    cut_short: Option<String>,
 }
 
 /// The moments of one launch, in CLOCK_MONOTONIC ns (the clock the collectors stamp samples with).
@@ -345,10 +349,9 @@ fn timed<T>(state: &mut RunState, name: &str, f: impl FnOnce(&mut RunState) -> R
     r
 }
 
-/// `--attach PID`: the scenario's collectors and checks on a running process, on the host (its
-/// tools run beside it; an app in a container is reached by its host pid only when it shares the
-/// host's pid namespace). Refused with the reason: a pid that is gone (5), one in another pid
-/// namespace, or not a .NET process with its diagnostics on (4).
+/// `--attach PID`: the scenario's collectors and checks on a running process, its tools run on
+/// the host beside it (an app in a container or pod by its host pid). Refused with the reason: a
+/// pid that is gone (5), or not a .NET process with its diagnostics on (4).
 fn execute_attached(
     scenario: &Scenario,
     opts: &RunOptions,
@@ -361,14 +364,10 @@ fn execute_attached(
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Err(crate::host::errors::Infrastructure::wrap(anyhow::anyhow!("process {pid} does not exist (it ended, or the pid is wrong): nothing to attach to")));
     }
+    // An app in a container or pod is reached by its host pid: its socket, perf map and files
+    // through /proc/PID/root, named by its pid there (the last NSpid).
     let ns = crate::host::proc::nspid(pid).unwrap_or_default();
-    if ns.len() > 1 {
-        return Err(unsupported(format!(
-            "process {pid} runs in another pid namespace (a container: its pid there is {}); `--attach` reaches processes of the \
-             host's pid namespace: run the scenario with the container or sidecar target instead",
-            ns.last().copied().unwrap_or(0)
-        )));
-    }
+    let contained = ns.len() > 1;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let dotnet = maps.contains("libcoreclr.so");
     if let Some(e) = crate::run::ready::diagnostics_unreachable(pid) {
@@ -384,11 +383,19 @@ fn execute_attached(
         }));
     }
     state.workload = Some(format!("pid {pid}"));
-    state.commands.push(format!("attach to pid {pid}: {}", std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ").trim()));
+    let inside = if contained { format!(" (pid {} in its container)", ns.last().copied().unwrap_or(0)) } else { String::new() };
+    state.commands.push(format!(
+        "attach to pid {pid}{inside}: {}",
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default().replace('\0', " ").trim()
+    ));
     let artifacts = dir.artifacts();
     std::fs::create_dir_all(&artifacts)?;
     let dotnet = timed(state, "dotnet", |_| crate::host::dotnet::Dotnet::locate_or_install())?;
-    let mut target: Box<dyn Target> = Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()));
+    let mut target: Box<dyn Target> = Box::new(if contained {
+        crate::run::HostTarget::seen_through(dotnet.dotnet.clone(), PathBuf::from(format!("/proc/{pid}/root")))
+    } else {
+        crate::run::HostTarget::new(dotnet.dotnet.clone())
+    });
     let result = app::attach_app(scenario, opts, pid, target.as_mut(), &mut collectors, &artifacts, state);
     let cleanup = target.cleanup();
     result?;
@@ -410,7 +417,7 @@ fn execute(
         .iter()
         .map(|spec| {
             let mut spec = spec.clone();
-            if let (Some(_), collect::CollectorOptions::PerfCpu(o)) = (opts.attach, &mut spec.options) {
+            if let (true, collect::CollectorOptions::PerfCpu(o)) = (opts.attach.is_some() || scenario.attach, &mut spec.options) {
                 // An app tracelab did not start runs with .NET's W^X on: its JIT code executes
                 // from a memfd alias, which the perf map names by address.
                 o.name_doublemapped = true;

@@ -360,7 +360,12 @@ impl Docker {
     pub fn sweep(&self, everything: bool) -> Result<Swept> {
         let mut swept = Swept::default();
         for (id, labels) in self.containers_with_label(LABEL)? {
-            let alive = labels.get(LABEL_OWNER).is_some_and(|o| crate::host::owner::alive(o));
+            // A container inherits its image's labels: one a user started from a tracelab image
+            // carries `tracelab` too, but only the ones tracelab created name their owner.
+            let Some(owner) = labels.get(LABEL_OWNER) else {
+                continue;
+            };
+            let alive = crate::host::owner::alive(owner);
             if alive && !everything {
                 swept.kept_alive.push(id);
                 continue;

@@ -150,7 +150,11 @@ impl LoadProbe {
             let busy = (b1 - b0) as f64 / total;
             m.insert("load.cpu_busy_share".into(), busy);
             if let Some(a0) = self.app_start {
-                let app = self.app_last.load(Ordering::Relaxed).saturating_sub(a0) as f64 / total;
+                let app_ticks = self.app_last.load(Ordering::Relaxed).saturating_sub(a0);
+                // SAFETY: sysconf reads a constant of the system; no memory is involved.
+                let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+                m.insert("load.app_cpu_s".into(), app_ticks as f64 / hz);
+                let app = app_ticks as f64 / total;
                 m.insert("load.app_busy_share".into(), app);
                 m.insert("load.other_busy_share".into(), (busy - app).max(0.0));
             }

@@ -163,11 +163,13 @@ impl RunningApp {
 
     /// A process tracelab did not start (`--attach PID`), in the host's pid namespace: nothing of
     /// its output is seen, and dropping the handle leaves it running.
-    pub(crate) fn attached(host_pid: u32, work_dir: PathBuf) -> RunningApp {
+    /// A process tracelab did not start: `host_pid` as the host sees it, `target_pid` in its own
+    /// pid namespace (the same on the host; its NSpid in a container or pod).
+    pub(crate) fn attached(host_pid: u32, target_pid: u32, work_dir: PathBuf) -> RunningApp {
         let (_, output) = mpsc::channel();
         RunningApp {
             host_pid,
-            target_pid: host_pid,
+            target_pid,
             tmp_dir_host: app_tmp(host_pid),
             work_dir_in_target: work_dir,
             container_id: None,
@@ -176,6 +178,13 @@ impl RunningApp {
             transcript: Vec::new(),
             held_at_start: false,
         }
+    }
+
+    /// The pid the target's tools address the app by: its pid in its own namespace for tools in
+    /// its container or a sidecar, its host pid for tools on the host (an app in a container
+    /// attached by its host pid included).
+    pub fn tool_pid(&self) -> u32 {
+        if self.container_id.is_some() { self.target_pid } else { self.host_pid }
     }
 
     /// The last `n` lines the app printed (for error messages).
@@ -316,11 +325,20 @@ pub(crate) fn still_running(err: &anyhow::Error) -> bool {
 /// The app runs as a child of the harness, tools as well.
 pub struct HostTarget {
     pub dotnet: PathBuf,
+    /// Where the files the app sees are on the host, when it sees another root: an app in a
+    /// container attached by its host pid (`/proc/PID/root`).
+    seen_through: Option<PathBuf>,
 }
 
 impl HostTarget {
     pub fn new(dotnet: PathBuf) -> Self {
-        HostTarget { dotnet }
+        HostTarget { dotnet, seen_through: None }
+    }
+
+    /// The host's tools beside a process whose files live under `root` (`/proc/PID/root` of an
+    /// app in a container): its DSOs are read from there.
+    pub fn seen_through(dotnet: PathBuf, root: PathBuf) -> Self {
+        HostTarget { dotnet, seen_through: Some(root) }
     }
 }
 
@@ -339,6 +357,12 @@ pub(crate) fn forward_lines<R: std::io::Read + Send + 'static>(reader: R, tx: mp
 impl Target for HostTarget {
     fn kind(&self) -> TargetKind {
         TargetKind::Host
+    }
+    fn path_map(&self, path: &Path) -> Option<PathBuf> {
+        match &self.seen_through {
+            Some(root) => Some(root.join(path.strip_prefix("/").unwrap_or(path))),
+            None => Some(path.to_path_buf()),
+        }
     }
     fn label(&self) -> String {
         "host".into()

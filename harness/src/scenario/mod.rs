@@ -103,6 +103,11 @@ pub struct Scenario {
     /// case of a `dump` collector with `trigger = "crash"`).
     #[serde(default)]
     pub expect_crash: bool,
+    /// The production shape (protocol `none`): the app starts with no diagnostics variable from
+    /// tracelab (not held, no perf map, W^X on) and the collectors attach to it once it is ready,
+    /// as `--attach PID` does; the perf map is switched on over the diagnostics IPC and off again.
+    #[serde(default)]
+    pub attach: bool,
     #[serde(rename = "collector", default)]
     pub collectors: Vec<CollectorSpec>,
     #[serde(rename = "expect", default)]
@@ -216,6 +221,7 @@ impl Scenario {
             capabilities: None,
             timeout_s: default_timeout(),
             expect_crash: false,
+            attach: false,
             collectors: Vec::new(),
             expectations: Vec::new(),
             notes: Vec::new(),
@@ -347,6 +353,25 @@ impl Scenario {
                 return Err(at(path!("collector", i), anyhow!("two collectors are named `{}`: give one a `name`", c.name())));
             }
         }
+        if self.attach {
+            if self.protocol() == Protocol::Tracelab {
+                return Err(at(path!("attach"), anyhow!("`attach = true` is for apps as they are (protocol = \"none\"): tracelab's own workloads are started with their collectors' variables")));
+            }
+            for (i, c) in self.collectors.iter().enumerate() {
+                // What a collector can only have at launch, an attached app never got.
+                let launch_only = match &c.options {
+                    crate::collect::CollectorOptions::Lttng(_) => Some("LTTng needs DOTNET_LTTng=1 at launch"),
+                    crate::collect::CollectorOptions::EventPipe(o) if o.startup => Some("`startup = true` needs DOTNET_DiagnosticPorts at launch"),
+                    crate::collect::CollectorOptions::Dump(d) if d.trigger == crate::collect::dump::Trigger::Crash => {
+                        Some("a crash dump needs DOTNET_DbgEnableMiniDump at launch")
+                    }
+                    _ => None,
+                };
+                if let Some(why) = launch_only {
+                    return Err(at(path!("collector", i), anyhow!("collector `{}` cannot attach to a running app ({why}): drop `attach = true`, or this collector", c.name())));
+                }
+            }
+        }
         let mut grouped = std::collections::BTreeSet::new();
         for (i, group) in self.runs.iter().enumerate() {
             for c in group {
@@ -426,6 +451,7 @@ impl Scenario {
         let alone = [
             ("max_lost_ratio", judge::Sufficiency { max_lost_ratio: s.max_lost_ratio, ..d.clone() }),
             ("min_rate_ratio", judge::Sufficiency { min_rate_ratio: s.min_rate_ratio, ..d.clone() }),
+            ("min_phase_balance", judge::Sufficiency { min_phase_balance: s.min_phase_balance, ..d.clone() }),
             ("attempts", judge::Sufficiency { attempts: s.attempts, ..d.clone() }),
         ];
         match alone.into_iter().find(|(_, one)| one.validate().is_err()) {
@@ -686,7 +712,7 @@ mod tests {
     fn sufficiency_bounds_and_image_are_typed_and_checked_when_loaded() {
         let base = "name = \"x\"\nworkload = \"cpu-bound\"\n[[collector]]\nkind = \"perf-cpu\"\n";
         let s = Scenario::from_toml(base, Path::new("x.toml")).unwrap();
-        assert_eq!(s.sufficiency, judge::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, attempts: 2 });
+        assert_eq!(s.sufficiency, judge::Sufficiency { max_lost_ratio: 0.01, min_rate_ratio: 0.5, min_phase_balance: 0.9, attempts: 2 });
         let s = Scenario::from_toml(&format!("{base}[sufficiency]\nmin_rate_ratio = 0.25\n"), Path::new("x.toml")).unwrap();
         assert_eq!((s.sufficiency.max_lost_ratio, s.sufficiency.min_rate_ratio), (0.01, 0.25));
         for (extra, why) in [

@@ -153,3 +153,107 @@ fn attach_refuses_what_it_cannot_reach_with_the_reason() {
     let _ = off.kill();
     let _ = off.wait();
 }
+
+/// The user's own container (`docker run` of the runtime image, the corpus web API as pid 1, no
+/// diagnostics variable), removed when the test ends however it ends.
+struct UsersContainer(String);
+
+impl Drop for UsersContainer {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+/// The same web API in a container a user started with `docker run`: attached by its host pid
+/// (its pid inside is 1), its socket and perf map reached through /proc/PID/root — the map
+/// switched on over IPC in the container's own /tmp and off again, the app serving on.
+#[test]
+fn attach_to_a_web_api_in_a_users_container_by_its_host_pid() {
+    let test = "attach::attach_to_a_web_api_in_a_users_container_by_its_host_pid";
+    if !prerequisites(test, &[&require_root, &perf_available, &crate::lttng::docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dll = lab::apps::user_app::build("web-api", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let docker = harness::host::docker::Docker::connect().unwrap();
+    let image = harness::host::image::ensure(&docker, harness::host::image::DEFAULT_SUITE).unwrap_or_else(|e| panic!("{e:#}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let folder = dir.path().display().to_string();
+    let out = Command::new("docker")
+        // Not labelled as tracelab's: a user's container, which tracelab's sweep must leave alone.
+        .args(["run", "-d", "--rm", "--network", "host", "-v", &format!("{folder}:{folder}:ro"), "-w", &folder, &image, "dotnet"])
+        .arg(&dll)
+        .args(["--urls", &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
+    let container = UsersContainer(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while get(&url, "/cpu") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "the containerised web API never served {url}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let inspect = Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", &container.0]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&inspect.stdout).trim().parse().unwrap();
+    assert_eq!(harness::host::proc::nspid(pid).unwrap(), vec![pid, 1], "the app is pid 1 of its own namespace");
+    let map = Path::new(&format!("/proc/{pid}/root/tmp")).join("perf-1.map");
+    assert!(!map.exists(), "the app writes no perf map of its own");
+    let (o, _results) = crate::until_decided(test, || attach(&web_toml(&url), dir.path(), pid));
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(o.manifest.commands.iter().any(|c| c.contains("(pid 1 in its container)")), "{:?}", o.manifest.commands);
+    assert!(o.manifest.metrics.get("attach.perf_map_rundown_methods").is_some_and(|n| *n > 100.0), "{:?}", o.manifest.metrics);
+    assert!(o.manifest.commands.iter().any(|c| c.starts_with("DisablePerfMap")), "{:?}", o.manifest.commands);
+    assert!(o.dir.join("artifacts/perf-1.map").is_file(), "the run keeps the map it had written");
+    assert_eq!(get(&url, "/cpu"), Some(200), "the app serves after the run");
+    assert!(!map.exists(), "the perf map tracelab switched on is left in the container");
+}
+
+/// `attach = true`: the corpus console app started by tracelab in the production shape — no
+/// diagnostics variable, not held, W^X on, no perf map — its collectors attached once it is
+/// ready, the map switched on over IPC: on every target its JIT leaf frames ≥ 99 % named and its
+/// hot method's share within 5 pts of the app's own numbers.
+#[test]
+fn attach_true_launches_the_app_without_variables_on_every_target() {
+    let test = "attach::attach_true_launches_the_app_without_variables_on_every_target";
+    if !prerequisites(test, &[&require_root, &perf_available, &crate::lttng::docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let path = dir.path().join("spin.toml");
+    std::fs::write(
+        &path,
+        "name = \"spin-two-attached\"\nworkload = { dll = \"bin/spin-two.dll\" }\nargs = [\"spin.json\", \"5\"]\nstop = \"exit\"\nattach = true\n\
+         truth = { path = \"spin.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n\n\
+         [[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\n\
+         [[expect]]\nkind = \"resolved\"\ncollector = \"perf-cpu\"\nclass = \"jit\"\nmin = 0.99\nmin_samples = 200\n\n\
+         [[expect]]\nkind = \"share\"\nname = \"Alpha's share\"\ncollector = \"perf-cpu\"\nmethod = \"::Alpha\\\\b\"\n\
+         among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\ntruth = \"shares.cpu.Alpha\"\ntolerance_pts = 5\nmin_samples = 200\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
+    for target in [harness::run::TargetKind::Host, harness::run::TargetKind::Container, harness::run::TargetKind::Sidecar] {
+        let (o, _results) = crate::until_decided(&format!("{test} on {target:?}"), || crate::run_scenario(&scenario, target));
+        assert_eq!(o.verdict, Verdict::Pass, "{target:?}: {}", describe(&o));
+        let launch = o.manifest.commands.iter().find(|c| c.contains("spin-two.dll")).unwrap();
+        for var in ["DOTNET_PerfMapEnabled", "DOTNET_DefaultDiagnosticPortSuspend", "DOTNET_EnableWriteXorExecute"] {
+            assert!(!launch.contains(var), "{target:?}: the app was started with {var}: {launch}");
+        }
+        assert!(o.manifest.commands.iter().any(|c| c.starts_with("EnablePerfMap")), "{target:?}: {:?}", o.manifest.commands);
+        assert!(o.manifest.metrics.get("attach.perf_map_rundown_methods").is_some_and(|n| *n > 10.0), "{target:?}: {:?}", o.manifest.metrics);
+    }
+}
+
+/// A collector that only works from launch is refused at load, naming it and the fix.
+#[test]
+fn attach_true_refuses_a_collector_that_needs_launch_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+    std::fs::write(dir.path().join("bin/app.dll"), b"").unwrap();
+    let path = dir.path().join("a.toml");
+    std::fs::write(&path, "name = \"a\"\nworkload = { dll = \"bin/app.dll\" }\nattach = true\n\n[[collector]]\nkind = \"perf-cpu\"\n\n[[collector]]\nkind = \"lttng\"\n").unwrap();
+    let e = format!("{:#}", Scenario::load(&path).unwrap_err());
+    assert!(e.contains("a.toml:8:1") || e.contains("collector[1]") || e.contains(":8:"), "{e}");
+    assert!(e.contains("collector `lttng` cannot attach to a running app (LTTng needs DOTNET_LTTng=1 at launch)"), "{e}");
+}

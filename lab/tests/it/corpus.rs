@@ -491,3 +491,96 @@ fn shares_hold_when_the_load_changes_halfway() {
     }
     eprintln!("{}\n{}", row("report-batch / host / hog halfway", &o), describe(&o));
 }
+
+/// An app killed in the middle of its measured window (SIGKILL from outside, as the OOM killer
+/// would) is not judged — INCONCLUSIVE (3) naming the exit code and the signal — and what was
+/// collected up to the kill is decoded and kept in the run folder. (A killed app was once PASS.)
+#[test]
+fn an_app_killed_mid_window_is_inconclusive_with_its_data_decoded() {
+    let test = "corpus::an_app_killed_mid_window_is_inconclusive_with_its_data_decoded";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = app_scenario(
+        "spin-two",
+        dir.path(),
+        "name = \"spin-two-killed\"\nworkload = { dll = \"bin/spin-two.dll\" }\nargs = [\"spin.json\", \"30\"]\nseconds = 6\nwarmup_s = 0\n\
+         truth = { path = \"spin.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n\n\
+         [sufficiency]\nattempts = 1\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
+    );
+    let killer = std::thread::spawn(|| {
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_secs(60) {
+            let pid = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                String::from_utf8_lossy(&cmdline).contains("spin-two.dll").then_some(pid)
+            });
+            if let Some(pid) = pid {
+                // Three seconds into the app's run: inside its window (its diagnostics socket, then
+                // the collectors, come first).
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                // SAFETY: kill(2) on a pid just read from /proc; no memory is involved.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    });
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    assert!(killer.join().unwrap(), "the app was never seen running");
+    assert_eq!((o.verdict, o.verdict.exit_code()), (Verdict::Inconclusive, 3), "{}", describe(&o));
+    let reason = o.reason.clone().unwrap_or_default();
+    assert!(reason.contains("exited with code 137 (SIGKILL") && reason.contains("during its measured window"), "{reason}");
+    assert!(o.manifest.metrics.get("perf-cpu.samples_total").is_some_and(|n| *n > 50.0), "the data up to the kill is decoded: {:?}", o.manifest.metrics);
+}
+
+/// An app that ignores SIGTERM is killed once `timeout_s` (which bounds the stop grace too) is
+/// over: INCONCLUSIVE (3) saying so, not FAIL.
+#[test]
+fn an_app_that_ignores_its_stop_signal_is_inconclusive_within_timeout_s() {
+    let test = "corpus::an_app_that_ignores_its_stop_signal_is_inconclusive_within_timeout_s";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("deaf.toml");
+    std::fs::write(
+        &toml,
+        "name = \"deaf\"\nworkload = { command = [\"sh\", \"-c\", \"trap '' TERM; while :; do :; done\"] }\nenv = { DOTNET_EnableDiagnostics = \"0\" }\n\
+         ready = { delay_s = 0.2 }\nwarmup_s = 0\nseconds = 1\ntimeout_s = 3\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let started = std::time::Instant::now();
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    assert_eq!((o.verdict, o.verdict.exit_code()), (Verdict::Inconclusive, 3), "{}", describe(&o));
+    let reason = o.reason.clone().unwrap_or_default();
+    assert!(reason.contains("did not end within 3 s of SIGTERM and was killed") && reason.contains("timeout_s"), "{reason}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(25), "the stop grace is bounded by timeout_s: {:?}", started.elapsed());
+}
+
+/// An idle app gives perf's on-CPU sampler nothing to see: 0 samples is INCONCLUSIVE with the
+/// CPU time the app used, not a FAIL of the pipeline.
+#[test]
+fn an_idle_app_with_no_on_cpu_samples_is_inconclusive() {
+    let test = "corpus::an_idle_app_with_no_on_cpu_samples_is_inconclusive";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("idle.toml");
+    std::fs::write(
+        &toml,
+        "name = \"idle\"\nworkload = { command = [\"sleep\", \"30\"] }\nenv = { DOTNET_EnableDiagnostics = \"0\" }\n\
+         ready = { delay_s = 0.2 }\nwarmup_s = 0\nseconds = 1\n\n[sufficiency]\nattempts = 1\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    assert_eq!((o.verdict, o.verdict.exit_code()), (Verdict::Inconclusive, 3), "{}", describe(&o));
+    let check = o.manifest.checks.iter().find(|c| c.name == "perf-cpu collected data").unwrap();
+    assert!(check.reason.as_deref().unwrap_or("").contains("nothing to see in an idle app"), "{check:?}");
+}
