@@ -211,7 +211,17 @@ impl PerfControl {
     pub(crate) fn beside(host_output: &Path, app: &RunningApp) -> Result<PerfControl> {
         let name = host_output.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let dir = host_output.parent().unwrap_or(Path::new("."));
-        let (ctl_host, ack_host) = (dir.join(format!(".{name}.ctl")), dir.join(format!(".{name}.ack")));
+        let (mut ctl_host, ack_host) = (dir.join(format!(".{name}.ctl")), dir.join(format!(".{name}.ack")));
+        // perf splits `fifo:CTL,ACK` at the first comma: a results folder with a comma in its
+        // path cut CTL short and every perf run failed. A container's tools see the run's /tmp
+        // at /tmp, a path without one: CTL goes there.
+        let comma = |p: &Path| p.as_os_str().as_encoded_bytes().contains(&b',');
+        let mut ctl_view = None;
+        if app.container_id.is_some() && comma(&target_view(&ctl_host, app)) {
+            let file = format!(".{name}.{}.ctl", std::process::id());
+            ctl_host = app.tmp_dir_host.join(&file);
+            ctl_view = Some(PathBuf::from("/tmp").join(file));
+        }
         let open = |path: &Path| -> Result<std::fs::File> {
             let _ = std::fs::remove_file(path);
             let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).context("a FIFO path with a NUL byte")?;
@@ -233,12 +243,10 @@ impl PerfControl {
         let ack = open(&ack_host).inspect_err(|_| {
             let _ = std::fs::remove_file(&ctl_host);
         })?;
-        // perf splits `fifo:CTL,ACK` at the first comma: a results folder with a comma in its
-        // path cut CTL short and every perf run failed. A host tool reaches the same FIFO
-        // through this process's open descriptor, a path without one. (A container's tools see
-        // the run folder at its fixed mount point.)
-        let mut ctl_in_target = target_view(&ctl_host, app);
-        if app.container_id.is_none() && ctl_in_target.as_os_str().as_encoded_bytes().contains(&b',') {
+        // A host tool reaches the same FIFO through this process's open descriptor, a path
+        // without a comma.
+        let mut ctl_in_target = ctl_view.unwrap_or_else(|| target_view(&ctl_host, app));
+        if app.container_id.is_none() && comma(&ctl_in_target) {
             use std::os::fd::AsRawFd as _;
             ctl_in_target = PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), ctl.as_raw_fd()));
         }

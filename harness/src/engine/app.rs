@@ -236,7 +236,7 @@ fn launch(
         args.extend(["--truth".to_string(), truth_path.display().to_string(), "--go-file".to_string(), go_path.display().to_string()]);
     }
     args.extend(scenario.args.iter().cloned());
-    let launch = AppLaunch { program: built.program.clone(), args, env: env.clone(), work_dir: artifacts.clone(), cwd: scenario.cwd.clone() };
+    let launch = AppLaunch { program: built.program.clone(), args, env: env.clone(), work_dir: artifacts.clone(), cwd: scenario.cwd.clone(), cwd_writable: scenario.cwd_writable };
     state.commands.push(
         [
             crate::host::proc::quoted(env.iter().map(|(k, v)| format!("{k}={v}"))),
@@ -509,9 +509,16 @@ fn stop(
         // A crash or a kill is the app's, not a wrong answer of the pipeline: undecided, with
         // what was collected decoded (a FAIL once said the pipeline was wrong here).
         let when = if state.cut_short.is_some() { "during its measured window" } else { "before it was stopped" };
+        let read_only = match (&scenario.cwd, target.kind()) {
+            (Some(cwd), kind) if kind != crate::run::TargetKind::Host && !scenario.cwd_writable => format!(
+                " (its `cwd` {} was mounted read-only in its container: `cwd_writable = true` lets it write there)",
+                cwd.display()
+            ),
+            _ => String::new(),
+        };
         state.cut_short = Some(format!(
-            "the app exited with code {code}{} {when}: a run cut short is not judged (its data is decoded in the run \
-             folder); its last lines:\n{}",
+            "the app exited with code {code}{} {when}{read_only}: a run cut short is not judged (its data is decoded in \
+             the run folder); its last lines:\n{}",
             signal_name(code),
             app.last_lines(15)
         ));

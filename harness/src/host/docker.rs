@@ -10,12 +10,12 @@
 //! if the process dies without doing so.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, BuildImageOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
     RemoveContainerOptionsBuilder, RemoveVolumeOptions, WaitContainerOptionsBuilder,
@@ -48,8 +48,8 @@ pub struct ContainerSpec {
     pub image: String,
     pub cmd: Vec<String>,
     pub env: Vec<(String, String)>,
-    /// `HOST:CONTAINER[:ro]` bind mounts.
-    pub binds: Vec<String>,
+    /// Host folders mounted into the container.
+    pub binds: Vec<Bind>,
     pub cap_add: Vec<String>,
     pub privileged: bool,
     /// `container:ID` to join another container's pid namespace.
@@ -61,6 +61,38 @@ pub struct ContainerSpec {
     pub role: String,
     pub labels: Vec<(String, String)>,
     pub working_dir: Option<String>,
+}
+
+/// A host folder seen inside a container at `target`. Passed to Docker as a typed mount, not as
+/// a `HOST:CONTAINER[:ro]` string: a path with `:` or `,` (a results folder a user named) cannot
+/// be split wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    pub source: PathBuf,
+    pub target: PathBuf,
+    pub read_only: bool,
+}
+
+impl Bind {
+    /// `dir` at the same path inside as outside.
+    pub fn same_path(dir: &Path, read_only: bool) -> Bind {
+        Bind { source: dir.to_path_buf(), target: dir.to_path_buf(), read_only }
+    }
+
+    /// `SOURCE:TARGET[:ro]`, as `docker run -v` would show it (for messages only).
+    pub fn describe(&self) -> String {
+        format!("{}:{}{}", self.source.display(), self.target.display(), if self.read_only { ":ro" } else { "" })
+    }
+
+    fn mount(&self) -> Mount {
+        Mount {
+            source: Some(self.source.display().to_string()),
+            target: Some(self.target.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(self.read_only),
+            ..Default::default()
+        }
+    }
 }
 
 impl ContainerSpec {
@@ -221,7 +253,7 @@ impl Docker {
         labels.insert(LABEL_OWNER.into(), crate::host::owner::tag());
         labels.insert(LABEL_ROLE.into(), spec.role.clone());
         let host_config = HostConfig {
-            binds: Some(spec.binds.clone()),
+            mounts: Some(spec.binds.iter().map(Bind::mount).collect()),
             cap_add: (!spec.cap_add.is_empty()).then(|| spec.cap_add.clone()),
             privileged: Some(spec.privileged),
             pid_mode: spec.pid_mode.clone(),
@@ -435,9 +467,12 @@ const RENEW_EVERY_S: u64 = 15;
 
 /// Starts (once per process) a guardian for this process's containers: a `bash` process in its
 /// own session, reading a pipe this process renews every 15 s. When the pipe closes (this process
-/// died, even of SIGKILL) or no renewal came for [`LEASE_S`] s, it removes every container and
-/// volume labelled with this owner's tag through the `docker` CLI and ends. It depends on nothing
-/// inside the containers, so a user's image keeps its own entrypoint.
+/// died, even of SIGKILL), it removes every container and volume labelled with this owner's tag
+/// through the `docker` CLI and ends. A lease of [`LEASE_S`] s without renewal while the pipe
+/// stays open is an owner that lives but does not run — stopped (Ctrl-Z, SIGSTOP) or starved —
+/// and keeps its containers (a removal then once turned a resumed run inconclusive). A Docker
+/// daemon that does not answer (restarting) is asked again every 2 s for up to 10 minutes. It
+/// depends on nothing inside the containers, so a user's image keeps its own entrypoint.
 pub(crate) fn guard_containers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -457,11 +492,17 @@ fn start_guardian() -> Result<u32> {
     let docker = super::environment::which("docker").context("the `docker` command is not on PATH")?;
     let owner = format!("{}={}", LABEL_OWNER, super::owner::tag());
     // The label value is PID:STARTTIME (digits and a colon): no quoting needed inside the script.
+    // `read` ends 0 on a renewal, 1 at end of file (the owner is gone), above 128 when the lease
+    // ran out with the pipe still open (the owner lives: stopped or starved).
+    let lease = std::env::var("TRACELAB_LEASE_S").ok().and_then(|v| v.parse::<u64>().ok()).filter(|s| *s > 0).unwrap_or(LEASE_S);
     let script = format!(
-        "while read -r -t {LEASE_S} _; do :; done
-ids=$(\"$0\" ps -aq --filter label={owner})
+        "while :; do read -r -t {lease} _; rc=$?; [ $rc -eq 1 ] && break; done
+for try in $(seq 300); do
+  ids=$(\"$0\" ps -aq --filter label={owner} 2>/dev/null) && break
+  sleep 2
+done
 [ -n \"$ids\" ] && \"$0\" rm -f -v $ids >/dev/null 2>&1
-vols=$(\"$0\" volume ls -q --filter label={owner})
+vols=$(\"$0\" volume ls -q --filter label={owner} 2>/dev/null)
 [ -n \"$vols\" ] && \"$0\" volume rm $vols >/dev/null 2>&1
 exit 0"
     );

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess};
 use crate::host::proc::{host_pid_in_namespace_of, pid_in_own_namespace};
-use crate::host::docker::{ContainerSpec, Docker};
+use crate::host::docker::{Bind, ContainerSpec, Docker};
 use crate::host::image::Suite;
 
 /// The pseudo-capability asking for `--privileged`.
@@ -34,8 +34,8 @@ pub struct ContainerOptions {
     pub suite: &'static Suite,
     /// Capabilities of the collector tools (`SYS_ADMIN`, `SYS_PTRACE`, or [`PRIVILEGED`]).
     pub tool_caps: Vec<String>,
-    /// Extra `HOST:CONTAINER[:ro]` binds for app and tools (a dotnet-trace install …).
-    pub extra_binds: Vec<String>,
+    /// Extra host folders for app and tools (a dotnet-trace install …).
+    pub extra_binds: Vec<Bind>,
     /// `none`; `host` only when a loopback load generator on the host needs to reach the app.
     pub network: String,
     /// Added as the `tracelab.run` label to every container (tests count their own leftovers).
@@ -63,7 +63,7 @@ pub struct ContainerTarget {
     app_id: Option<String>,
     tool_ids: Vec<String>,
     /// Binds shared by the app and sidecars, set at launch.
-    binds: Vec<String>,
+    binds: Vec<Bind>,
     tmp_dir_host: Option<PathBuf>,
     work_dir: Option<PathBuf>,
     /// Host pid of the app container's init shell (lives until cleanup).
@@ -220,8 +220,8 @@ impl Target for ContainerTarget {
         // A previous run in the same work dir must not look like this app's exit.
         let _ = std::fs::remove_file(tmp.join(APP_EXIT_FILE));
         let mut binds = vec![
-            format!("{}:/tmp", tmp.display()),
-            format!("{0}:{0}", work_dir.display()),
+            Bind { source: tmp.clone(), target: "/tmp".into(), read_only: false },
+            Bind::same_path(&work_dir, false),
         ];
         // The app's files, read-only at the same path inside as outside.
         let mut bind_folder_of = |file: &Path, what: &str| -> Result<()> {
@@ -236,7 +236,7 @@ impl Target for ContainerTarget {
                 .iter()
                 .any(|sys| dir == Path::new("/") || (dir.starts_with(sys) && !dir.starts_with("/usr/local")));
             if !dir.starts_with(&work_dir) && !system {
-                binds.push(format!("{0}:{0}:ro", dir.display()));
+                binds.push(Bind::same_path(dir, true));
             }
             Ok(())
         };
@@ -248,18 +248,20 @@ impl Target for ContainerTarget {
         if let Some(cwd) = &app.cwd
             && !cwd.starts_with(&work_dir)
         {
-            binds.push(format!("{0}:{0}", cwd.display()));
+            // Outside the run folder the app only reads its working folder, unless the scenario
+            // says `cwd_writable = true`.
+            binds.push(Bind::same_path(cwd, !app.cwd_writable));
         }
         // Tools the harness installs on the host (dotnet-trace) run inside under the same path.
         let tools = crate::project_root().join(".build").join("tools");
         if tools.is_dir() {
-            binds.push(format!("{0}:{0}:ro", tools.display()));
+            binds.push(Bind::same_path(&tools, true));
         }
         // LTTng-UST apps find the root session daemon under /var/run/lttng: shared with a
         // sidecar that runs lttng-sessiond (together with the IPC namespace, for /dev/shm).
         let lttng_run = work_dir.join("container-lttng-run");
         std::fs::create_dir_all(&lttng_run).with_context(|| format!("cannot create {}", lttng_run.display()))?;
-        binds.push(format!("{}:/var/run/lttng", lttng_run.display()));
+        binds.push(Bind { source: lttng_run.clone(), target: "/var/run/lttng".into(), read_only: false });
         binds.extend(self.options.extra_binds.iter().cloned());
 
         // pid 1 is a shell that outlives the app: when a pid namespace's init exits, the kernel
@@ -331,11 +333,24 @@ impl Target for ContainerTarget {
                         lines.push(line);
                     }
                     let start = lines.len().saturating_sub(15);
+                    let read_only = match &app.cwd {
+                        Some(cwd) if !app.cwd_writable && !cwd.starts_with(&work_dir) => format!(
+                            " (its `cwd` {} is mounted read-only: `cwd_writable = true` lets it write there)",
+                            cwd.display()
+                        ),
+                        _ => String::new(),
+                    };
                     let e = match code {
-                        Some(code) => e.context(format!("the app exited at once with exit code {code}; its last lines:\n{}", lines[start..].join("\n"))),
+                        Some(code) => e.context(format!(
+                            "the app exited at once with exit code {code}{read_only}; its last lines:\n{}",
+                            lines[start..].join("\n")
+                        )),
                         None => e,
                     };
-                    return Err(e.context(format!("the app did not start in container {}", crate::host::docker::short(&id))));
+                    // Like an app that never becomes ready: nothing was measured (exit 5).
+                    return Err(crate::host::errors::Infrastructure::wrap(
+                        e.context(format!("the app did not start in container {}", crate::host::docker::short(&id))),
+                    ));
                 }
             }
         } else {
@@ -477,11 +492,7 @@ impl Target for ContainerTarget {
             return Some(tmp.join(rest));
         }
         // Bind mounts sit at the same path inside and out.
-        let bound = self.binds.iter().any(|b| {
-            let mut parts = b.split(':');
-            let (src, dst) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-            src == dst && path.starts_with(src)
-        });
+        let bound = self.binds.iter().any(|b| b.source == b.target && path.starts_with(&b.source));
         if bound {
             return Some(path.to_path_buf());
         }

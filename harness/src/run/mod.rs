@@ -76,12 +76,14 @@ pub struct AppLaunch {
     pub work_dir: PathBuf,
     /// The app's working folder; `None` = `work_dir` (a user image: its own WORKDIR).
     pub cwd: Option<PathBuf>,
+    /// A container may write into `cwd` (outside the run folder): mounted read-only otherwise.
+    pub cwd_writable: bool,
 }
 
 impl AppLaunch {
     /// `dotnet <dll> ARGS` run in `work_dir`.
     pub fn dotnet(dll: PathBuf, args: Vec<String>, env: BTreeMap<String, String>, work_dir: PathBuf) -> AppLaunch {
-        AppLaunch { program: Program::Dll(dll), args, env, work_dir, cwd: None }
+        AppLaunch { program: Program::Dll(dll), args, env, work_dir, cwd: None, cwd_writable: false }
     }
 }
 

@@ -66,9 +66,14 @@ pub struct Scenario {
     /// Extra environment for the app.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// The app's working folder; absent = its run folder (`artifacts/`).
+    /// The app's working folder; absent = its run folder (`artifacts/`). On a container target a
+    /// `cwd` outside the run folder is mounted read-only unless `cwd_writable = true`.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// Lets an app in a container write into its `cwd` (on the host, the app writes as its user
+    /// does whatever this says).
+    #[serde(default)]
+    pub cwd_writable: bool,
     /// When the app is ready to be measured (protocol `none`); absent = ASP.NET Core's
     /// `Now listening on:` line for web apps (or with `[load]`), else the diagnostics socket.
     #[serde(default)]
@@ -211,6 +216,7 @@ impl Scenario {
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: None,
+            cwd_writable: false,
             ready: None,
             warmup_s: None,
             seconds: None,
@@ -482,9 +488,25 @@ impl Scenario {
         {
             return Err(at(path!("cwd"), anyhow!("`cwd` {} is not a folder {hint}", cwd.display())));
         }
+        // A container target mounts `cwd` into the app's container: never the host's system.
+        if let Some(cwd) = &self.cwd
+            && let Some(system) = SYSTEM_FOLDERS.iter().find(|s| cwd == Path::new(s) || (**s != "/" && cwd.starts_with(s)))
+        {
+            return Err(at(
+                path!("cwd"),
+                anyhow!(
+                    "`cwd` {} is the host's own {system}: a container target would mount it into the app's container; give the \
+                     app a folder of its own (or leave `cwd` out: the run folder)",
+                    cwd.display()
+                ),
+            ));
+        }
         Ok(())
     }
 }
+
+/// Host folders a scenario's `cwd` may not be (nor be under, but for `/` itself).
+const SYSTEM_FOLDERS: &[&str] = &["/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/proc", "/sys", "/dev"];
 
 impl Scenario {
     /// The app's environment for the run of `group` (collector names): the scenario's `env`,

@@ -67,6 +67,7 @@ fn launch_cpu_bound(target: &mut ContainerTarget, work: &Path, seconds: u32) -> 
     let launch = AppLaunch {
         program: harness::run::Program::Dll(app.dll.clone()),
         cwd: None,
+        cwd_writable: false,
         args: vec![
             "--seconds".into(),
             seconds.to_string(),
@@ -318,6 +319,7 @@ fn sidecar_lttng_records_runtime_events_without_capabilities() {
     let launch = AppLaunch {
         program: harness::run::Program::Dll(app_build.dll.clone()),
         cwd: None,
+        cwd_writable: false,
         args: ["--seconds", "2", "--induced", "5", "--go-file"]
             .iter()
             .map(|s| s.to_string())

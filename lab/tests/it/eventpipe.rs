@@ -55,6 +55,7 @@ impl Fixture {
         let launch = AppLaunch {
             program: harness::run::Program::Dll(self.dll.clone()),
             cwd: None,
+            cwd_writable: false,
             args: args.iter().map(|s| s.to_string()).collect(),
             env: env.into_iter().collect(),
             work_dir: self.artifacts(),

@@ -565,3 +565,49 @@ fn a_collector_that_cannot_start_ends_the_run_at_once() {
     assert!(reason.contains("/nonexistent/perf") && reason.contains("not installed"), "{reason}");
     assert!(ran < 10.0, "the app ran {ran} s after its collector failed");
 }
+
+/// Stopped is not dead: a run stopped (Ctrl-Z, SIGSTOP) for longer than its guardian's lease keeps
+/// its containers — the guardian removes them only once the owner is gone — and, resumed, ends as
+/// it would have.
+#[test]
+fn a_stopped_run_keeps_its_containers_past_the_lease() {
+    let test = "interrupt::a_stopped_run_keeps_its_containers_past_the_lease";
+    if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let toml = scenario_toml(work.path());
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "interrupt::interrupt_helper", "--nocapture", "--include-ignored", "--test-threads", "1"])
+        .env("TRACELAB_INTERRUPT_SCENARIO", &toml)
+        .env("TRACELAB_INTERRUPT_TARGET", "container")
+        .env("TRACELAB_INTERRUPT_RESULTS", work.path().join("results"))
+        .env("XDG_CACHE_HOME", work.path().join("cache"))
+        // A 2 s lease: the stop below outlasts it twice over.
+        .env("TRACELAB_LEASE_S", "2")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref().map_while(Result::ok) {
+        seen.push(line.clone());
+        if line.contains("] collect:") {
+            break;
+        }
+    }
+    assert!(seen.last().is_some_and(|l| l.contains("] collect:")), "the run never collected:\n{}", seen.join("\n"));
+    let docker = harness::host::docker::Docker::connect().unwrap();
+    let before = containers_of(&docker, child.id());
+    assert!(before > 0, "the run has no container");
+    harness::host::proc::signal(child.id(), libc::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let during = containers_of(&docker, child.id());
+    harness::host::proc::signal(child.id(), libc::SIGCONT).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(during, before, "the guardian removed a stopped run's containers");
+    assert_eq!(status.code(), Some(0), "the resumed run ends as it would have:\n{}", rest.join("\n"));
+    assert_eq!(containers_of(&docker, child.id()), 0, "the finished run removed its containers");
+}

@@ -46,6 +46,7 @@ fn perf_cpu_names_jit_frames_of_a_real_app() {
     let launch = AppLaunch {
         program: harness::run::Program::Dll(dll),
         cwd: None,
+        cwd_writable: false,
         // FixtureApp gives perf only 300 ms between its readiness line and the hot phase; on a
         // loaded machine attaching takes longer, and the hot time perf misses skews the split.
         // Six seconds keep that error small.

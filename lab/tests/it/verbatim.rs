@@ -25,6 +25,7 @@ fn launch_for(work: &Path) -> AppLaunch {
         env: [("HOSTILE_VALUE".to_string(), HOSTILE.join("|"))].into(),
         work_dir: work.to_path_buf(),
         cwd: None,
+        cwd_writable: false,
     }
 }
 

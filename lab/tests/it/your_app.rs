@@ -584,3 +584,51 @@ throw_method = "OrderValidator.Reject"
     assert!(thrown(&exceptions) >= 50, "{}", describe(&o));
     assert_eq!(thrown(&gc), 0, "the gc session has no exception keyword: {}", describe(&o));
 }
+
+/// On a container target a `cwd` outside the run folder is the app's to read, not to write,
+/// unless the scenario says `cwd_writable = true`; the host's system folders are refused as `cwd`
+/// when the scenario loads; and a results folder whose path holds `:` and `,` (which once split
+/// Docker's `HOST:CONTAINER` binds and perf's control option) works.
+#[test]
+fn a_containers_cwd_is_read_only_unless_the_scenario_says_so() {
+    let test = "your_app::a_containers_cwd_is_read_only_unless_the_scenario_says_so";
+    if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    let toml = dir.path().join("writer.toml");
+    let write = |extra: &str| {
+        std::fs::write(
+            &toml,
+            format!(
+                "name = \"writer\"\nworkload = {{ command = [\"/bin/sh\", \"-c\", \"i=0 && while [ $i -lt 2000000 ]; do i=$((i+1)); done && echo hi > out.txt\"] }}\n\
+                 cwd = \"data\"\n{extra}env = {{ DOTNET_EnableDiagnostics = \"0\" }}\nready = {{ delay_s = 0.1 }}\nwarmup_s = 0\nstop = \"exit\"\n\n\
+                 [sufficiency]\nattempts = 1\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n"
+            ),
+        )
+        .unwrap();
+        Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"))
+    };
+    // Results under a folder named with `:` and `,`.
+    let results = tempfile::tempdir().unwrap();
+    let root = results.path().join("a:b,c");
+    std::fs::create_dir(&root).unwrap();
+    let run = |scenario: &Scenario| {
+        let opts = harness::engine::RunOptions { target: Some(TargetKind::Container), results_root: Some(root.clone()), ..Default::default() };
+        harness::engine::run(scenario, &opts).unwrap_or_else(|e| panic!("{e:#}"))
+    };
+    let o = run(&write(""));
+    assert_eq!(o.verdict, Verdict::Inconclusive, "{}", describe(&o));
+    let reason = o.reason.clone().unwrap_or_default();
+    assert!(reason.contains("was mounted read-only in its container: `cwd_writable = true`"), "{reason}");
+    assert!(!dir.path().join("data/out.txt").exists(), "the app wrote into its read-only cwd");
+    let o = run(&write("cwd_writable = true\n"));
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(o.dir.starts_with(&root), "{}", o.dir.display());
+    assert_eq!(std::fs::read_to_string(dir.path().join("data/out.txt")).unwrap(), "hi\n");
+    // The host's own folders are refused at load, naming the key.
+    std::fs::write(&toml, "name = \"etc\"\nworkload = { command = [\"/bin/true\"] }\ncwd = \"/etc\"\n\n[[collector]]\nkind = \"perf-cpu\"\n").unwrap();
+    let e = format!("{:#}", Scenario::load(&toml).unwrap_err());
+    assert!(e.contains("writer.toml:3:") && e.contains("`cwd` /etc is the host's own /etc"), "{e}");
+}
