@@ -177,6 +177,15 @@ passes!(cpu_bound_eventpipe_host, "cpu-bound-eventpipe", host);
 passes!(off_cpu_host, "off-cpu", host);
 // framework-frames runs in r2r.rs, where its R2R names are also read against the ReadyToRun=0 run's perf map.
 passes!(cpu_bound_r2r_host, "cpu-bound-r2r", host);
+// ReadyToRun names, framework frames and the W^X drop on every target, so a target-specific loss
+// (the app's R2R frames once came out `[unknown] (cpu-bound.dll)` in containers) cannot land
+// unseen (~12, ~25 and ~5 s each).
+passes!(cpu_bound_r2r_container, "cpu-bound-r2r", Container);
+passes!(cpu_bound_r2r_sidecar, "cpu-bound-r2r", Sidecar);
+passes!(framework_frames_container, "framework-frames", Container);
+passes!(framework_frames_sidecar, "framework-frames", Sidecar);
+passes!(cpu_bound_wx_container, "cpu-bound-wx", Container);
+passes!(cpu_bound_wx_sidecar, "cpu-bound-wx", Sidecar);
 
 /// README command 1's run (cpu-bound in a container): its trace.zip holds the runtime's map once
 /// though the run keeps two copies (the container's /tmp and the one beside it), and opens in
