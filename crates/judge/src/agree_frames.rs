@@ -70,6 +70,10 @@ pub struct AgreeFramesCheck {
 pub const AGREE_FRAMES_MIN_SAMPLES: u64 = 100;
 
 impl Judge for AgreeFramesCheck {
+    fn reads_callers(&self) -> bool {
+        true
+    }
+
     fn default_name(&self) -> String {
         format!("top {} methods agree across {}", self.top, self.collectors.join(", "))
     }

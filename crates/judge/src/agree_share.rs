@@ -34,6 +34,10 @@ pub struct AgreeShareCheck {
 }
 
 impl Judge for AgreeShareCheck {
+    fn reads_callers(&self) -> bool {
+        self.mode == super::ShareMode::Inclusive
+    }
+
     fn default_name(&self) -> String {
         format!("share of `{}` agrees across {}", self.method, self.collectors.join(", "))
     }

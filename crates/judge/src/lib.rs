@@ -45,7 +45,7 @@ pub use resolved::ResolvedCheck;
 pub use share::{ShareAtLeastCheck, ShareCheck};
 pub use stack_count::StackCountCheck;
 pub use waker::WakerCheck;
-pub use sufficiency::{DataQuality, MachineLoad, Starvation, Sufficiency, ThreadRate, TruthClock, apply as apply_sufficiency, inconclusive};
+pub use sufficiency::{DataQuality, MachineLoad, Starvation, Sufficiency, ThreadRate, TruthClock, apply as apply_sufficiency, inconclusive, lost_callers};
 pub use units::{duration_ns, hertz, percent, weight};
 
 use model::{Collection, DsoClass, Frame, MethodName, Sample, Sampling, frame_assembly, merge_code_version};
@@ -154,6 +154,13 @@ pub trait Judge {
     /// part of the time by design.
     fn starvation(&self) -> Starvation {
         Starvation::Unbiased
+    }
+
+    /// Whether the check reads a frame's callers (inclusive shares, stacks, top-N inclusive
+    /// frames), which a stack that lost a caller to on-stack replacement gets wrong
+    /// ([`sufficiency::lost_callers`]).
+    fn reads_callers(&self) -> bool {
+        false
     }
 
     /// The check, or why it could not be judged (missing data or truth).

@@ -57,6 +57,10 @@ pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
 }
 
 impl Judge for ShareCheck {
+    fn reads_callers(&self) -> bool {
+        self.mode == ShareMode::Inclusive
+    }
+
     fn truth_paths(&self) -> Vec<&str> {
         vec![self.truth.as_str()]
     }
@@ -104,6 +108,10 @@ impl Judge for ShareCheck {
 }
 
 impl Judge for ShareAtLeastCheck {
+    fn reads_callers(&self) -> bool {
+        self.mode == ShareMode::Inclusive
+    }
+
     fn default_name(&self) -> String {
         format!("share of `{}` at least", self.method)
     }

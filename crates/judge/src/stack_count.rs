@@ -30,6 +30,10 @@ pub struct StackCountCheck {
 }
 
 impl Judge for StackCountCheck {
+    fn reads_callers(&self) -> bool {
+        true
+    }
+
     fn truth_paths(&self) -> Vec<&str> {
         self.equals_truth.iter().map(String::as_str).collect()
     }

@@ -136,6 +136,8 @@ pub struct DataQuality {
     pub threads: Vec<ThreadRate>,
     /// The machine's other load during the run, when the engine measured it.
     pub load: Option<MachineLoad>,
+    /// Samples whose stack lost a caller to on-stack replacement (a [`model::LOST_CALLER`] frame).
+    pub lost_callers: u64,
 }
 
 /// Which starvation, if any, biases what a check compares (see the module docs).
@@ -215,6 +217,7 @@ impl DataQuality {
             sampling: c.sampling,
             threads,
             load: None,
+            lost_callers: c.samples.iter().filter(|s| s.frames.iter().any(|f| f.name.as_deref() == Some(model::LOST_CALLER))).count() as u64,
         }
     }
 
@@ -351,6 +354,41 @@ pub(crate) fn floor(check: Check, samples: u64, floor: u64, what: &str) -> Check
     inconclusive(check, reason)
 }
 
+/// Samples that lost a caller to on-stack replacement above this share of a collection make a
+/// check that reads callers unable to prove a disagreement.
+pub const MAX_LOST_CALLER_RATIO: f64 = 0.01;
+
+/// Applies the lost-caller rule to a check that reads callers: a disagreement on a collection
+/// where more than [`MAX_LOST_CALLER_RATIO`] of the samples lost a caller to on-stack
+/// replacement is inconclusive; an agreement passes and says what it agreed despite.
+pub fn lost_callers(check: Check, qualities: &[&DataQuality]) -> Check {
+    let why: Vec<String> = qualities
+        .iter()
+        .filter(|q| q.samples > 0 && q.lost_callers as f64 > q.samples as f64 * MAX_LOST_CALLER_RATIO)
+        .map(|q| {
+            format!(
+                "`{}`: {} of {} samples ({}) lost a caller to on-stack replacement (a frame-pointer walk out of a method \
+                 recompiled mid-loop skips the caller of its Tier0 frame; such stacks read `[caller lost to on-stack \
+                 replacement]`), so callers and inclusive shares are short by up to that much; `env = {{ \
+                 DOTNET_TC_OnStackReplacement = \"0\" }}` keeps loops out of OSR, or `mode = \"leaf\"` judges leaf frames",
+                q.collector,
+                q.lost_callers,
+                q.samples,
+                percent(q.lost_callers as f64 / q.samples as f64)
+            )
+        })
+        .collect();
+    if why.is_empty() {
+        return check;
+    }
+    if check.verdict == Verdict::Pass {
+        let mut check = check;
+        check.details.push(format!("agrees although: {}", why.join("; ")));
+        return check;
+    }
+    inconclusive(check, why.join("; "))
+}
+
 /// Marks `check` inconclusive (a FAIL or a PASS alike: neither was decided) with `reason`.
 pub fn inconclusive(mut check: Check, reason: String) -> Check {
     if check.verdict == Verdict::Pass || check.verdict == Verdict::Fail {
@@ -389,7 +427,7 @@ pub fn apply(check: Check, qualities: &[&DataQuality], rules: &Sufficiency, star
 mod tests {
     use super::*;
     use crate::testing::{frame, sample};
-    use model::DsoClass;
+    use model::{DsoClass, Frame};
 
     /// `n` samples of thread `tid` evenly spread over `[from_s, to_s)`.
     fn spread(c: &mut Collection, tid: u32, n: u64, from_s: f64, to_s: f64) {
@@ -485,6 +523,30 @@ mod tests {
         assert_eq!(apply(disagrees(), &[&q], &rules, WALL_TRUTH).verdict, Verdict::Fail);
         let bias = |p: f64, k: f64| p / (p + (1.0 - p) * k) - p;
         assert!(bias(0.5, MIN_PHASE_BALANCE) < 0.027 && bias(0.666, 0.72) > 0.05);
+    }
+
+    #[test]
+    fn stacks_that_lost_a_caller_to_osr_cannot_prove_a_caller_check_wrong() {
+        let mut c = Collection::new("perf-cpu");
+        spread(&mut c, 1, 100, 0.0, 1.0);
+        for s in c.samples.iter_mut().take(20) {
+            s.frames.push(Frame { name: Some(model::LOST_CALLER.into()), dso: None, class: DsoClass::Unknown, addr: 0 });
+        }
+        let q = DataQuality::measure(&c, Some(100.0));
+        assert_eq!(q.lost_callers, 20);
+        let judged = lost_callers(disagrees(), &[&q]);
+        assert_eq!(judged.verdict, Verdict::Inconclusive);
+        let reason = judged.reason.unwrap();
+        assert!(reason.starts_with("`perf-cpu`: 20 of 100 samples (20.0 %) lost a caller to on-stack replacement"), "{reason}");
+        assert!(reason.contains("DOTNET_TC_OnStackReplacement") && reason.contains("mode = \"leaf\""), "{reason}");
+        let agreed = lost_callers(passed(), &[&q]);
+        assert_eq!(agreed.verdict, Verdict::Pass);
+        assert!(agreed.details[0].starts_with("agrees although: `perf-cpu`: 20 of 100"), "{agreed:?}");
+        // One sample in a hundred is within the bound: decided.
+        for s in c.samples.iter_mut().skip(1).take(19) {
+            s.frames.pop();
+        }
+        assert_eq!(lost_callers(disagrees(), &[&DataQuality::measure(&c, Some(100.0))]).verdict, Verdict::Fail);
     }
 
     #[test]

@@ -237,6 +237,10 @@ impl Collection {
     }
 }
 
+/// The frame that stands where a frame-pointer walk lost a caller to on-stack replacement (see
+/// the stacks crate's `mark_osr_lost_callers`).
+pub const LOST_CALLER: &str = "[caller lost to on-stack replacement]";
+
 /// Strips the code-version suffix the runtime writes into perf maps (`[OptimizedTier1]`,
 /// `[QuickJitted]`, `[OptimizedTier1OSR]`, `[PreJIT]` …), so one method's versions score together.
 pub fn merge_code_version(name: &str) -> &str {

@@ -36,5 +36,6 @@ pub use symbolize::{DecodeContext, Symbolizer, map_file, prefetch_job};
 pub use unwind::names::Kallsyms;
 pub use unwind::{
     Completeness, SchedSwitch, StackEnd, StackUnwinder, ThreadSwitch, TracepointFormat, UnwindOptions, Unwound, UnwoundSample,
-    completeness, completeness_of_collection, completeness_of_unwound, unwind_perf_data, unwind_perf_data_with,
+    completeness, completeness_of_collection, completeness_of_unwound, unwind_perf_data, unwind_perf_data_with, LOST_CALLER,
+    mark_osr_lost_callers,
 };

@@ -591,6 +591,14 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
         if collection.method_names.is_empty() {
             collection.method_names = perf_map_names.clone();
         }
+        // A frame-pointer walk out of an OSR frame loses its caller: seen, marked and counted.
+        let lost = stacks::mark_osr_lost_callers(&mut collection);
+        if lost > 0 {
+            crate::host::progress::note(
+                "decode",
+                &format!("{}: {lost} samples lost a caller to on-stack replacement (marked in their stacks)", c.name()),
+            );
+        }
         if !collection.samples.is_empty() {
             let report = stacks::completeness_of_collection(&collection);
             report.add_metrics_if_absent(&mut collection.metrics);

@@ -131,6 +131,9 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
         }
         let qualities: Vec<&judge::DataQuality> = quality.iter().filter(|q| read.contains(&q.collector.as_str())).collect();
         let mut check = judge::apply_sufficiency(check, &qualities, &scenario.sufficiency, e.check.judge().starvation());
+        if e.check.judge().reads_callers() {
+            check = judge::lost_callers(check, &qualities);
+        }
         // A collector that did not see the whole measured window cannot decide what it read.
         for name in read {
             let Some(window) = state.window_of(name) else { continue };

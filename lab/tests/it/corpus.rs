@@ -584,3 +584,40 @@ fn an_idle_app_with_no_on_cpu_samples_is_inconclusive() {
     let check = o.manifest.checks.iter().find(|c| c.name == "perf-cpu collected data").unwrap();
     assert!(check.reason.as_deref().unwrap_or("").contains("nothing to see in an idle app"), "{check:?}");
 }
+
+/// On-stack replacement: spin-two's `Burn`, called from Tier0 `Alpha`/`Beta`, loops hot and is
+/// recompiled mid-loop; perf's frame-pointer walk out of its OSR frame returns into its own Tier0
+/// frame and skips the caller. No stack may show a method twice that way: the Tier0 twin reads
+/// `[caller lost to on-stack replacement]`, counted, and a check that reads callers cannot FAIL on
+/// such stacks (it PASSes within tolerance or is INCONCLUSIVE naming OSR).
+#[test]
+fn stacks_that_lost_a_caller_to_osr_are_marked_and_never_fail_a_caller_check() {
+    let test = "corpus::stacks_that_lost_a_caller_to_osr_are_marked_and_never_fail_a_caller_check";
+    if !prerequisites(test, &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = app_scenario(
+        "spin-two",
+        dir.path(),
+        &format!(
+            "name = \"spin-osr\"\nworkload = {{ dll = \"bin/spin-two.dll\" }}\nargs = [\"spin.json\", \"4\"]\nstop = \"exit\"\n\n\
+             [sufficiency]\nattempts = 1\n\n{PERF_AND_EVENTPIPE}\n\
+             [[expect]]\nkind = \"agree_share\"\nname = \"Alpha inclusive\"\nmethod = \"::Alpha\\\\b\"\n\
+             among = [\"::Alpha\\\\b\", \"::Beta\\\\b\", \"::Burn\\\\b\"]\ncollectors = [\"perf-cpu\", \"eventpipe\"]\ntolerance_pts = 1\n"
+        ),
+    );
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    let folded = std::fs::read_to_string(o.dir.join("stacks/perf-cpu.folded")).unwrap();
+    let twins = folded.lines().filter(|l| l.contains("Spin::Burn(System.TimeSpan,float64);Spin::Burn(System.TimeSpan,float64)")).count();
+    assert_eq!(twins, 0, "an OSR frame over its own Tier0 frame:\n{folded}");
+    let lost = o.manifest.metrics.get("perf-cpu.osr_lost_caller_samples").copied().unwrap_or(0.0);
+    assert!(lost == 0.0 || folded.contains(model::LOST_CALLER), "{lost} samples counted, none marked");
+    let check = o.manifest.checks.iter().find(|c| c.name == "Alpha inclusive").unwrap();
+    match check.verdict {
+        Verdict::Pass => {}
+        Verdict::Inconclusive => assert!(check.reason.as_deref().unwrap_or("").contains("lost a caller to on-stack replacement"), "{check:?}"),
+        v => panic!("a caller check on OSR-marked stacks ended {v:?}: {check:?}\n{}", describe(&o)),
+    }
+    eprintln!("OSR: {lost} perf-cpu samples lost a caller; the check: {:?} {:?}", check.verdict, check.reason);
+}

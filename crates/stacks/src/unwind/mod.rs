@@ -12,6 +12,7 @@
 pub mod completeness;
 pub mod images;
 pub mod names;
+mod osr;
 #[cfg(test)]
 mod malformed;
 
@@ -31,6 +32,7 @@ use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use model::{DsoClass, Frame};
 use crate::symbolize::debug_file::DebugFiles;
 pub use completeness::{Completeness, completeness, completeness_of_collection, completeness_of_unwound};
+pub use osr::{LOST_CALLER, mark_osr_lost_callers};
 use images::{Bytes, Image, ImageFormat};
 use names::{Kallsyms, RangeNames};
 
