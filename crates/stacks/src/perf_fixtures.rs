@@ -236,7 +236,8 @@ fn streaming_fold_equals_the_full_decode() {
     let kallsyms = kallsyms_dir();
     let symbol_dirs = [kallsyms.path().to_path_buf()];
     for (name, host_pid, ns_pid) in [("perf-cpu", 16459, 16459), ("perf-container", 21425, 1), ("perf-cpu-wx", 16503, 16503)] {
-        let d = decode_fixture(name, host_pid, ns_pid, &symbol_dirs, &no_files);
+        // The streaming fold is `trace fold`'s, which names W^X's doublemapped JIT code by the map.
+        let d = decode_fixture_with(name, host_pid, ns_pid, &symbol_dirs, &no_files, true);
         let artifacts = d._dir.path().join("artifacts");
         let tmp = d._dir.path().join("tmp");
         let ctx = DecodeContext {
@@ -297,7 +298,7 @@ fn interned_fold_writes_what_the_string_map_fold_wrote() {
         ("perf-offcpu-dwarf", 28884, 28884),
     ];
     for (name, host_pid, ns_pid) in fixtures {
-        let d = decode_fixture(name, host_pid, ns_pid, &symbol_dirs, &host_files);
+        let d = decode_fixture_with(name, host_pid, ns_pid, &symbol_dirs, &host_files, true);
         let old = string_map_fold(&d.collection);
         assert!(old.lines().count() >= 5, "{name}: {} stacks", old.lines().count());
         assert_eq!(crate::fold::fold_collection(&d.collection).text(), old, "{name}: model fold");

@@ -615,13 +615,53 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
     pids.dedup();
     let kernel_frames = chains.iter().any(|c| chain_frames(counts.chain(c), c.in_kernel).any(|f| f.in_kernel));
     let mut symbolizer = Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
+    // A user's recording runs .NET's default, W^X on: its JIT code executes from a memfd alias
+    // whose addresses the perf map lists, so it is named by address (a scenario run keeps the
+    // drop visible on purpose: cpu-bound-wx).
+    symbolizer.set_name_doublemapped(true);
     let samples = chains.iter().map(|c| c.count).sum();
     let distinct_callchains = chains.len();
     let stacks = name_chains(chains.iter().map(|c| (c.pid, c.in_kernel, counts.chain(c), c.count)), &mut symbolizer);
+    if let Some(w) = unnamed_jit_warning(&stacks, &symbolizer) {
+        symbolizer.warnings.push(w);
+    }
     // The raw chains are not needed once named: their memory goes before the fold's.
     drop(counts);
     let folded = stacks.fold(&symbolizer);
     Ok(PerfFold { folded, samples, distinct_callchains, sources: symbolizer.sources.clone(), warnings: symbolizer.warnings.clone() })
+}
+
+/// What could not be named of the JIT code the samples ran, and why, when it is more than 1 % of
+/// the JIT frames (weighted by samples).
+fn unnamed_jit_warning(stacks: &NamedStacks, symbolizer: &Symbolizer) -> Option<String> {
+    let (mut jit, mut unnamed) = (0u64, 0u64);
+    let mut dsos = std::collections::BTreeSet::new();
+    for (range, count) in &stacks.stacks {
+        for id in &stacks.ids[range.start as usize..range.end as usize] {
+            let f = symbolizer.frame_by_id(*id);
+            if f.class == model::DsoClass::Jit {
+                jit += count;
+                if f.name.is_none() {
+                    unnamed += count;
+                    dsos.extend(f.dso.clone());
+                }
+            }
+        }
+    }
+    if jit == 0 || unnamed * 100 <= jit {
+        return None;
+    }
+    let why = if symbolizer.sources.iter().any(|s| s.contains("JIT symbols")) {
+        "the perf map found does not list their addresses (code compiled before the map was switched on, or the map of another run)"
+    } else {
+        "no perf-PID.map was found in /tmp or beside the recording: start the app with DOTNET_PerfMapEnabled=1, or switch its map \
+         on while it runs (`cargo xtask scenario FILE --attach PID` does, over the diagnostics IPC), and keep the map with the recording"
+    };
+    Some(format!(
+        "{unnamed} of {jit} JIT frames ({:.1} %) are unnamed ({}): {why}",
+        unnamed as f64 * 100.0 / jit as f64,
+        dsos.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// perf.data → folded stacks without building model samples: frames are interned per address
@@ -751,6 +791,51 @@ mod tests {
         write_all(&c, "fixture", dir.path(), &dir.path().join("stacks")).unwrap();
         assert!(dir.path().join("perf-cpu.speedscope.json").is_file());
     }
+    /// A user's `perf record -g` of a .NET app with W^X on (fixtures/wx, README there): every
+    /// JIT frame runs from the doublemapper alias, and the perf map beside it names them.
+    #[test]
+    fn a_users_wx_recording_folds_with_its_jit_frames_named_by_the_map_beside_it() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/wx");
+        let identity = |p: &Path| -> Option<std::path::PathBuf> { Some(p.to_path_buf()) };
+        let fold_in = |artifacts: &Path| {
+            let ctx = DecodeContext {
+                artifacts,
+                app_tmp_dir: Path::new("/nonexistent"),
+                host_pid: 0,
+                target_pid: 0,
+                path_map: &identity,
+                symbol_dirs: &[],
+            };
+            fold_perf_file(&artifacts.join("wx.data"), &ctx).unwrap()
+        };
+        let leaf_counts = |fold: &PerfFold| {
+            let (mut managed, mut unnamed_jit) = (0u64, 0u64);
+            for line in fold.folded.text().lines() {
+                let (stack, n) = line.rsplit_once(' ').unwrap();
+                let leaf = stack.rsplit(';').next().unwrap();
+                let n: u64 = n.parse().unwrap();
+                if leaf.contains("doublemapper") {
+                    unnamed_jit += n;
+                } else if leaf.contains("Spin::") {
+                    managed += n;
+                }
+            }
+            (managed, unnamed_jit)
+        };
+        let fold = fold_in(&dir);
+        assert_eq!(fold.samples, 418);
+        let (managed, unnamed) = leaf_counts(&fold);
+        assert_eq!(unnamed, 0, "JIT leaves left unnamed: {}", fold.folded.text());
+        assert!(managed as f64 >= 0.99 * 400.0, "{managed} of 418 leaves in the app's methods");
+        assert!(fold.warnings.iter().all(|w| !w.contains("JIT frames")), "{:?}", fold.warnings);
+        // Without its map: the frames stay unnamed, and the fold says what and why.
+        let bare = tempfile::tempdir().unwrap();
+        std::fs::copy(dir.join("wx.data"), bare.path().join("wx.data")).unwrap();
+        let fold = fold_in(bare.path());
+        let w = fold.warnings.iter().find(|w| w.contains("JIT frames")).unwrap_or_else(|| panic!("{:?}", fold.warnings));
+        assert!(w.contains("/memfd:doublemapper") && w.contains("no perf-PID.map was found") && w.contains("DOTNET_PerfMapEnabled=1"), "{w}");
+    }
+
 }
 
 /// Damaged perf.data through the streaming fold (the decoder's own answers are the perfdata
@@ -807,4 +892,5 @@ mod malformed {
             }
         }
     }
+
 }
