@@ -613,6 +613,12 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
     let mut pids: Vec<u32> = chains.iter().map(|c| c.pid).collect();
     pids.sort_unstable();
     pids.dedup();
+    // `--call-graph dwarf`: the kernel recorded user registers and stack bytes instead of a user
+    // callchain (the chains hold kernel frames only), so the user stacks are ours to unwind.
+    if rec.sample_regs_user != 0 {
+        drop(counts);
+        return fold_dwarf_file(path, ctx, &pids);
+    }
     let kernel_frames = chains.iter().any(|c| chain_frames(counts.chain(c), c.in_kernel).any(|f| f.in_kernel));
     let mut symbolizer = Symbolizer::for_mappings(ctx, &rec.mmaps, &pids, kernel_frames, rec.os_release.as_deref())?;
     // A user's recording runs .NET's default, W^X on: its JIT code executes from a memfd alias
@@ -629,6 +635,47 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
     drop(counts);
     let folded = stacks.fold(&symbolizer);
     Ok(PerfFold { folded, samples, distinct_callchains, sources: symbolizer.sources.clone(), warnings: symbolizer.warnings.clone() })
+}
+
+/// A `--call-graph dwarf` recording, folded through our unwinder (DWARF CFI for ELF objects,
+/// ReadyToRun unwind info, frame pointers for JIT code named by each process's perf map in
+/// /tmp or beside the recording).
+fn fold_dwarf_file(path: &Path, ctx: &DecodeContext, pids: &[u32]) -> Result<PerfFold> {
+    let mut sources = Vec::new();
+    let mut perf_maps = std::collections::BTreeMap::new();
+    for &pid in pids.iter().filter(|p| **p != 0 && **p != u32::MAX) {
+        let ns = crate::symbolize::jit::ns_pid(pid).ok().flatten().unwrap_or(pid);
+        let dirs = crate::symbolize::jit::candidate_dirs(ctx.artifacts, ctx.app_tmp_dir, pid);
+        if let Some(map) = dirs.iter().map(|d| d.join(format!("perf-{ns}.map"))).find(|m| m.is_file()) {
+            sources.push(format!("pid {pid}: JIT names from {}", map.display()));
+            perf_maps.insert(pid, map);
+        }
+    }
+    let r2r = std::cell::RefCell::new(crate::symbolize::r2r::R2rResolver::new());
+    let r2r_namer = |image: &Path, file_offset: u64| r2r.borrow_mut().name(image, file_offset);
+    let mut search_dirs = ctx.symbol_dirs.to_vec();
+    search_dirs.push(ctx.artifacts.to_path_buf());
+    let opts = crate::unwind::UnwindOptions {
+        pids: None,
+        perf_maps,
+        search_dirs,
+        path_map: ctx.path_map,
+        kallsyms: crate::unwind::names::Kallsyms::live(),
+        max_user_frames: 256,
+        r2r_namer: Some(&r2r_namer),
+    };
+    let unwound = crate::unwind::unwind_perf_data(path, opts)?;
+    sources.push(format!("user stacks unwound from the {} recorded stack bytes (DWARF CFI, ReadyToRun unwind info, frame pointers)", unwound.samples.len()));
+    let warnings = unwound.missing_images.iter().map(|(file, why)| format!("{file}: {why} (its frames stay unnamed)")).collect();
+    let mut c = Collection::new("perf");
+    c.samples = unwound
+        .samples
+        .into_iter()
+        .map(|s| model::Sample { pid: s.pid, tid: s.tid, time_ns: s.time_ns, weight: 1, frames: s.frames, kind: None })
+        .collect();
+    let samples = c.samples.len() as u64;
+    let distinct_callchains = c.samples.iter().map(|s| s.frames.iter().map(|f| f.addr).collect::<Vec<_>>()).collect::<std::collections::HashSet<_>>().len();
+    Ok(PerfFold { folded: fold_collection(&c), samples, distinct_callchains, sources, warnings })
 }
 
 /// What could not be named of the JIT code the samples ran, and why, when it is more than 1 % of
@@ -836,6 +883,31 @@ mod tests {
         assert!(w.contains("/memfd:doublemapper") && w.contains("no perf-PID.map was found") && w.contains("DOTNET_PerfMapEnabled=1"), "{w}");
     }
 
+
+    /// A user's `--call-graph dwarf` recording (fixtures/dwarf, README there) holds no user
+    /// callchain: the fold unwinds the stack bytes itself and keeps user frames on ≥ 90 % of the
+    /// samples, the app's methods named by the map beside it.
+    #[test]
+    fn a_users_dwarf_recording_folds_with_its_user_stacks_unwound() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dwarf");
+        let identity = |p: &Path| -> Option<std::path::PathBuf> { Some(p.to_path_buf()) };
+        let ctx = DecodeContext { artifacts: &dir, app_tmp_dir: Path::new("/nonexistent"), host_pid: 0, target_pid: 0, path_map: &identity, symbol_dirs: &[] };
+        let fold = fold_perf_file(&dir.join("dwarf.data"), &ctx).unwrap();
+        assert_eq!(fold.samples, 105);
+        let (mut with_user, mut in_app) = (0u64, 0u64);
+        for line in fold.folded.text().lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            let n: u64 = n.parse().unwrap();
+            if stack != NO_STACK && stack.split(';').any(|f| !f.ends_with("_[k]")) {
+                with_user += n;
+            }
+            if stack.contains("Spin::Run(System.TimeSpan)") {
+                in_app += n;
+            }
+        }
+        assert!(with_user * 10 >= 105 * 9, "{with_user} of 105 samples keep user frames:\n{}", fold.folded.text());
+        assert!(in_app * 10 >= 105 * 9, "{in_app} of 105 samples reach the app's Spin::Run:\n{}", fold.folded.text());
+    }
 }
 
 /// Damaged perf.data through the streaming fold (the decoder's own answers are the perfdata
