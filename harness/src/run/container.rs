@@ -282,6 +282,14 @@ impl Target for ContainerTarget {
                     "-c".to_string(),
                     format!("\"$@\"; echo $? > /tmp/{APP_EXIT_FILE}; exec sleep 86400"),
                     "sh".to_string(),
+                    // The container holds the capabilities its exec'd tools need (perf's
+                    // SYS_ADMIN …); the app under test runs with none: its bounding, inheritable
+                    // and ambient sets emptied, so root in it has no capability at all.
+                    "setpriv".to_string(),
+                    "--inh-caps=-all".to_string(),
+                    "--ambient-caps=-all".to_string(),
+                    "--bounding-set=-all".to_string(),
+                    "--".to_string(),
                 ];
                 match program {
                     Program::Dll(dll) => cmd.extend(["dotnet".to_string(), std::path::absolute(dll)?.display().to_string()]),

@@ -632,3 +632,32 @@ fn a_containers_cwd_is_read_only_unless_the_scenario_says_so() {
     let e = format!("{:#}", Scenario::load(&toml).unwrap_err());
     assert!(e.contains("writer.toml:3:") && e.contains("`cwd` /etc is the host's own /etc"), "{e}");
 }
+
+/// On the container target the tools are exec'd into the app's container with the capabilities
+/// they need (perf-cpu: SYS_ADMIN, IPC_LOCK), and the app under test holds none of them: its
+/// effective, permitted and bounding sets are empty, and perf still records it.
+#[test]
+fn the_app_under_test_holds_no_capability_in_a_container_its_tools_use() {
+    let test = "your_app::the_app_under_test_holds_no_capability_in_a_container_its_tools_use";
+    if !prerequisites(test, &[&require_root, &perf_available, &docker_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("caps.toml");
+    std::fs::write(
+        &toml,
+        "name = \"caps\"\nworkload = { command = [\"/bin/sh\", \"-c\", \"grep ^Cap /proc/self/status > caps.txt && i=0 && while [ $i -lt 2000000 ]; do i=$((i+1)); done\"] }\n\
+         env = { DOTNET_EnableDiagnostics = \"0\" }\nready = { delay_s = 0.1 }\nwarmup_s = 0\nstop = \"exit\"\n\n\
+         [sufficiency]\nattempts = 1\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
+    )
+    .unwrap();
+    let scenario = Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Container);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let caps = std::fs::read_to_string(o.dir.join("artifacts/caps.txt")).unwrap();
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = caps.lines().find(|l| l.starts_with(set)).unwrap_or_else(|| panic!("{caps}"));
+        assert!(line.ends_with("0000000000000000"), "the app holds capabilities: {line}\n{caps}");
+    }
+    assert!(o.manifest.environment.target_capabilities.iter().any(|c| c.contains("SYS_ADMIN")), "{:?}", o.manifest.environment.target_capabilities);
+}
