@@ -74,6 +74,33 @@ fn cpu_bound_passes_on_host_with_tmpdir_set_and_leaves_nothing_in_either_folder(
     }
 }
 
+/// TMPDIR set differently in the app's container (`/var/tmp`, on the image's own file system)
+/// than where the tools look first: the runtime opens its diagnostics socket there and writes its
+/// perf map to /tmp; the held start, perf's names and EventPipe find each through
+/// /proc/PID/root, on the container and the sidecar target, and nothing is left in the host's /tmp.
+#[test]
+fn cpu_bound_passes_in_containers_with_tmpdir_set_and_leaves_nothing_in_tmp() {
+    if !prerequisites("scenarios::cpu_bound_tmpdir_containers", &[&require_root, &docker_available]) {
+        return;
+    }
+    let before: std::collections::BTreeSet<_> = std::fs::read_dir("/tmp").unwrap().flatten().map(|e| e.file_name()).collect();
+    let mut scenario = Scenario::find("cpu-bound").unwrap();
+    scenario.env.insert("TMPDIR".into(), "/var/tmp".into());
+    for target in [TargetKind::Container, TargetKind::Sidecar] {
+        let (o, _dir) = crate::until_decided("cpu-bound", || crate::run_scenario(&scenario, target));
+        assert_eq!(o.verdict, Verdict::Pass, "{target:?}: {}", describe(&o));
+        assert!(o.manifest.metrics["resolved_ratio_jit"] >= 0.95, "{target:?}: {:?}", o.manifest.metrics);
+    }
+    let left: Vec<_> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| !before.contains(n))
+        .filter(|n| ["perf-", "jit-", "perfinfo-", "dotnet-diagnostic-", "clr-debug-pipe-"].iter().any(|p| n.to_string_lossy().starts_with(p)))
+        .collect();
+    assert!(left.is_empty(), "left in /tmp: {left:?}");
+}
+
 #[test]
 fn cpu_bound_wx_catches_the_doublemapper_drop() {
     if !prerequisites("scenarios::cpu_bound_wx", &[&require_root, &perf_available]) {
