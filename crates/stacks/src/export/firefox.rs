@@ -120,10 +120,12 @@ struct ExceptionMarker {
 impl StaticSchemaMarker for ExceptionMarker {
     const UNIQUE_MARKER_TYPE_NAME: &'static str = "DotNetException";
     const DESCRIPTION: Option<&'static str> = Some(".NET exception thrown");
-    const CHART_LABEL: Option<&'static str> = Some("{marker.data.type}");
-    const TABLE_LABEL: Option<&'static str> = Some("{marker.data.type}: {marker.data.message}");
+    const CHART_LABEL: Option<&'static str> = Some("{marker.data.exceptionType}");
+    const TABLE_LABEL: Option<&'static str> = Some("{marker.data.exceptionType}: {marker.data.message}");
+    // Not `type`: the marker's data already has a `type`, its schema's name, which a field of that
+    // key overwrote (two `"type"` keys in one object, and the profiler lost the schema).
     const FIELDS: &'static [StaticSchemaMarkerField] = &[
-        StaticSchemaMarkerField { key: "type", label: "Type", format: MarkerFieldFormat::String, flags: MarkerFieldFlags::SEARCHABLE },
+        StaticSchemaMarkerField { key: "exceptionType", label: "Type", format: MarkerFieldFormat::String, flags: MarkerFieldFlags::SEARCHABLE },
         StaticSchemaMarkerField { key: "message", label: "Message", format: MarkerFieldFormat::String, flags: MarkerFieldFlags::SEARCHABLE },
     ];
 
@@ -404,7 +406,7 @@ mod tests {
             for (name, data) in m["name"].as_array().unwrap().iter().zip(m["data"].as_array().unwrap()) {
                 // String fields (`unique-string`) are indexes into the thread's string table.
                 let mut data = data.clone();
-                for key in ["reason", "type", "message"] {
+                for key in ["reason", "exceptionType", "message"] {
                     if let Some(i) = data.get(key).and_then(Json::as_u64) {
                         data[key] = Json::from(strings[i as usize]);
                     }
@@ -465,7 +467,9 @@ mod tests {
         assert_eq!(exceptions.len(), thrown);
         assert_eq!(thrown, 1000, "FixtureApp throws 1000");
         assert!(gcs.iter().any(|g| g["reason"] == "Induced"), "{:?}", gcs.first());
-        assert_eq!(exceptions.iter().filter(|e| e["type"] == "Fixture.FixtureException").count(), 1000, "{:?}", exceptions.first());
+        assert_eq!(exceptions.iter().filter(|e| e["exceptionType"] == "Fixture.FixtureException").count(), 1000, "{:?}", exceptions.first());
+        // The data's own `type` names its schema, once.
+        assert!(exceptions.iter().all(|e| e["type"] == "DotNetException"), "{:?}", exceptions.first());
         assert!(exceptions.iter().any(|e| e["message"] == "fixture 1"));
         // EventPipe names no threads: without a perf collection in the run its process and
         // threads go by their ids, with one they take perf's names (its COMM records).

@@ -323,6 +323,9 @@ mod tests {
         std::io::Read::read_to_string(&mut zip.by_name("run.trace/perf.data.txt").unwrap(), &mut text).unwrap();
         assert_eq!(text, "dotnet 7/7 [000] 1.500000: 1 cpu-clock: \n\n");
         assert!(!dir.path().join(".run.trace.zip.partial").exists());
+        // Entries are dated when written, not 1980-01-01 (the zip format's zero).
+        let year = zip.by_name("run.trace/perf.data.txt").unwrap().last_modified().map(|d| d.year()).unwrap_or(1980);
+        assert!(year >= 2025, "entry dated {year}");
     }
 
     #[test]
