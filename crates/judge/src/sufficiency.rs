@@ -378,15 +378,7 @@ pub fn lost_callers(check: Check, qualities: &[&DataQuality]) -> Check {
             )
         })
         .collect();
-    if why.is_empty() {
-        return check;
-    }
-    if check.verdict == Verdict::Pass {
-        let mut check = check;
-        check.details.push(format!("agrees although: {}", why.join("; ")));
-        return check;
-    }
-    inconclusive(check, why.join("; "))
+    undecided_unless_agreed(check, why)
 }
 
 /// Marks `check` inconclusive (a FAIL or a PASS alike: neither was decided) with `reason`.
@@ -410,11 +402,16 @@ pub fn apply(check: Check, qualities: &[&DataQuality], rules: &Sufficiency, star
         s => s,
     };
     let why: Vec<String> = qualities.iter().filter_map(|q| q.insufficient(rules, starvation)).collect();
+    undecided_unless_agreed(check, why)
+}
+
+/// Thin or biased data (`why`, empty when there is none) cannot prove a disagreement, but a
+/// figure that agrees within tolerance is right all the same: it passes, and says what it passed
+/// despite (`agrees although: …`); anything else is inconclusive with the reasons.
+fn undecided_unless_agreed(check: Check, why: Vec<String>) -> Check {
     if why.is_empty() {
         return check;
     }
-    // Thin or biased data cannot prove a disagreement, but a figure that agrees within tolerance
-    // is right all the same: it passes, and says what it passed despite.
     if check.verdict == Verdict::Pass {
         let mut check = check;
         check.details.push(format!("agrees although: {}", why.join("; ")));

@@ -151,6 +151,24 @@ fn app_scenario(name: &str, dir: &Path, text: &str) -> Scenario {
     Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
+/// Waits (a minute at most) for a process whose command line (arguments joined by spaces) holds
+/// `part` to run; its pid.
+fn process_running(part: &str) -> Option<i32> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(60) {
+        let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(part).then_some(pid)
+        });
+        if pid.is_some() {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
 /// What a cell ended as, held against the promise: a FAIL must rest on a figure outside its
 /// tolerance, a PASS on an app that finished and wrote its truth, anything else on a reason.
 fn check_promise(cell: &str, o: &RunOutcome) -> Result<(), String> {
@@ -440,16 +458,7 @@ fn shares_hold_when_the_load_changes_halfway() {
     // started them, so a panicking test leaves none behind).
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let hogs = std::thread::spawn(move || {
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_secs(60) {
-            let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("report-batch.dll"))
-            });
-            if running {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        process_running("report-batch.dll");
         if stopped.recv_timeout(std::time::Duration::from_millis(2200)).is_ok() {
             return 0;
         }
@@ -510,31 +519,25 @@ fn an_app_killed_mid_window_is_inconclusive_with_its_data_decoded() {
          [sufficiency]\nattempts = 1\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 99\n",
     );
     let killer = std::thread::spawn(|| {
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_secs(60) {
-            let pid = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-                String::from_utf8_lossy(&cmdline).contains("spin-two.dll").then_some(pid)
-            });
-            if let Some(pid) = pid {
-                // Three seconds into the app's run: inside its window (its diagnostics socket, then
-                // the collectors, come first).
-                std::thread::sleep(std::time::Duration::from_secs(3));
-                // SAFETY: kill(2) on a pid just read from /proc; no memory is involved.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        let Some(pid) = process_running("spin-two.dll") else { return false };
+        // Inside its window: perf records it (the app is released once its collectors record),
+        // and a second and a half has passed, whatever the machine's load.
+        if process_running(&format!("-p {pid} ")).is_none() {
+            return false;
         }
-        false
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // SAFETY: kill(2) on a pid just read from /proc; no memory is involved.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        true
     });
     let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
     assert!(killer.join().unwrap(), "the app was never seen running");
     assert_eq!((o.verdict, o.verdict.exit_code()), (Verdict::Inconclusive, 3), "{}", describe(&o));
     let reason = o.reason.clone().unwrap_or_default();
     assert!(reason.contains("exited with code 137 (SIGKILL") && reason.contains("during its measured window"), "{reason}");
-    assert!(o.manifest.metrics.get("perf-cpu.samples_total").is_some_and(|n| *n > 50.0), "the data up to the kill is decoded: {:?}", o.manifest.metrics);
+    // Decoded (how many samples depends on the machine's load: other tests run beside this one).
+    assert!(o.manifest.metrics.contains_key("perf-cpu.samples_total"), "the data up to the kill is decoded: {:?}", o.manifest.metrics);
+    assert!(o.dir.join("stacks/perf-cpu.folded").is_file(), "its folded stacks are written");
 }
 
 /// An app that ignores SIGTERM is killed once `timeout_s` (which bounds the stop grace too) is
