@@ -57,7 +57,14 @@ pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
         out.push_str(&format!("{} {}/{} [000] {secs}.{micros:06}: {weight} cpu-clock: \n", comm(s.tid, s.pid), s.pid, s.tid));
         for f in &s.frames {
             let dso = f.dso.as_deref().unwrap_or("[unknown]");
-            let sym = if f.name.is_some() { frame_label(f) } else { "[unknown]".to_string() };
+            let mut sym = if f.name.is_some() { frame_label(f) } else { "[unknown]".to_string() };
+            // A function known by its start is labelled `FILE!fn@0x…` elsewhere; perf script
+            // prints the symbol alone beside its module, and TraceEvent puts `FILE!` in front
+            // itself (it read `libcoreclr.so!libcoreclr.so!fn@0x…`).
+            let file = dso.rsplit('/').next().unwrap_or(dso);
+            if let Some(bare) = sym.strip_prefix(file).and_then(|rest| rest.strip_prefix('!')) {
+                sym = bare.to_string();
+            }
             out.push_str(&format!("\t{:>16x} {sym} ({dso})\n", f.addr));
         }
         out.push('\n');
@@ -274,6 +281,17 @@ mod tests {
         // What the zip's Drop would do with an unfinished archive succeeds: it prints nothing.
         let rest = zip.finish().expect("finishing after the failure is discarded");
         assert!(rest.inner.is_none(), "the file stays closed");
+    }
+
+    #[test]
+    fn a_function_known_by_its_start_carries_its_module_once() {
+        let mut coll = Collection::new("perf-cpu");
+        let so = "/usr/share/dotnet/shared/Microsoft.NETCore.App/10.0.12/libcoreclr.so";
+        let frame = model::Frame { name: Some("fn@0x3689f0".into()), dso: Some(so.into()), class: model::DsoClass::RuntimeNative, addr: 0x7f00_0000_1000 };
+        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1, weight: 1, frames: vec![frame], kind: None });
+        let text = perf_script_text(&coll, &[]);
+        assert!(text.contains(&format!(" fn@0x3689f0 ({so})")), "{text}");
+        assert!(!text.contains("libcoreclr.so!"), "{text}");
     }
 
     #[test]
