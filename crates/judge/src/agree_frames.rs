@@ -70,8 +70,8 @@ pub struct AgreeFramesCheck {
 pub const AGREE_FRAMES_MIN_SAMPLES: u64 = 100;
 
 impl Judge for AgreeFramesCheck {
-    fn reads_callers(&self) -> bool {
-        true
+    fn lost_caller_samples(&self, c: &model::Collection) -> u64 {
+        super::with_lost_caller(c)
     }
 
     fn default_name(&self) -> String {

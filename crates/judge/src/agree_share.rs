@@ -34,8 +34,8 @@ pub struct AgreeShareCheck {
 }
 
 impl Judge for AgreeShareCheck {
-    fn reads_callers(&self) -> bool {
-        self.mode == super::ShareMode::Inclusive
+    fn lost_caller_samples(&self, c: &model::Collection) -> u64 {
+        super::unsettled_by_lost_caller(c, &self.among, self.mode)
     }
 
     fn default_name(&self) -> String {

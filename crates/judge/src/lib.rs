@@ -156,11 +156,11 @@ pub trait Judge {
         Starvation::Unbiased
     }
 
-    /// Whether the check reads a frame's callers (inclusive shares, stacks, top-N inclusive
-    /// frames), which a stack that lost a caller to on-stack replacement gets wrong
-    /// ([`sufficiency::lost_callers`]).
-    fn reads_callers(&self) -> bool {
-        false
+    /// Samples of `c` whose part in this check's figure could change with the caller their stack
+    /// lost to on-stack replacement ([`model::LOST_CALLER`]; [`sufficiency::lost_callers`]):
+    /// none for a check that reads no callers.
+    fn lost_caller_samples(&self, _c: &Collection) -> u64 {
+        0
     }
 
     /// The check, or why it could not be judged (missing data or truth).
@@ -370,6 +370,32 @@ pub fn resolution(collection: &Collection, leaf_only: bool) -> BTreeMap<DsoClass
 
 /// Which of `among` a sample counts for: in leaf mode its leaf; in inclusive mode the matching
 /// frame nearest the leaf (so a hot method called from another compared method counts once).
+/// Samples of `c` with a lost caller whose share attribution (the leafmost `among` match) is not
+/// settled by the frames leafward of the loss: only those could count for another method had the
+/// caller been there. (cpu-bound's OSR'd loops are themselves the leaf: their lost callers change
+/// nothing of a share among them; spin-two's `Burn` lost `Alpha` or `Beta`, which are the share.)
+pub(crate) fn unsettled_by_lost_caller(c: &Collection, among: &[String], mode: ShareMode) -> u64 {
+    if mode == ShareMode::Leaf {
+        return 0;
+    }
+    let Ok(among_re) = among.iter().map(|p| Regex::new(p)).collect::<Result<Vec<_>, _>>() else { return 0 };
+    c.samples
+        .iter()
+        .filter(|s| {
+            let Some(lost) = s.frames.iter().position(|f| f.name.as_deref() == Some(model::LOST_CALLER)) else { return false };
+            !s.frames[..lost].iter().any(|f| {
+                let key = frame_key(f);
+                among_re.iter().any(|re| re.is_match(&key))
+            })
+        })
+        .count() as u64
+}
+
+/// Samples of `c` with a lost caller at all (checks that read whole stacks).
+pub(crate) fn with_lost_caller(c: &Collection) -> u64 {
+    c.samples.iter().filter(|s| s.frames.iter().any(|f| f.name.as_deref() == Some(model::LOST_CALLER))).count() as u64
+}
+
 fn attribute(sample: &Sample, among: &[Regex], mode: ShareMode) -> Option<usize> {
     let frames = match mode {
         ShareMode::Leaf => sample.frames.get(..1).unwrap_or(&[]),

@@ -57,8 +57,8 @@ pub(super) fn compile(method: &str, among: &[String]) -> Result<()> {
 }
 
 impl Judge for ShareCheck {
-    fn reads_callers(&self) -> bool {
-        self.mode == ShareMode::Inclusive
+    fn lost_caller_samples(&self, c: &model::Collection) -> u64 {
+        super::unsettled_by_lost_caller(c, &self.among, self.mode)
     }
 
     fn truth_paths(&self) -> Vec<&str> {
@@ -108,8 +108,8 @@ impl Judge for ShareCheck {
 }
 
 impl Judge for ShareAtLeastCheck {
-    fn reads_callers(&self) -> bool {
-        self.mode == ShareMode::Inclusive
+    fn lost_caller_samples(&self, c: &model::Collection) -> u64 {
+        super::unsettled_by_lost_caller(c, &self.among, self.mode)
     }
 
     fn default_name(&self) -> String {

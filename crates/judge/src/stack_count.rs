@@ -30,8 +30,8 @@ pub struct StackCountCheck {
 }
 
 impl Judge for StackCountCheck {
-    fn reads_callers(&self) -> bool {
-        true
+    fn lost_caller_samples(&self, c: &model::Collection) -> u64 {
+        super::with_lost_caller(c)
     }
 
     fn truth_paths(&self) -> Vec<&str> {

@@ -136,8 +136,6 @@ pub struct DataQuality {
     pub threads: Vec<ThreadRate>,
     /// The machine's other load during the run, when the engine measured it.
     pub load: Option<MachineLoad>,
-    /// Samples whose stack lost a caller to on-stack replacement (a [`model::LOST_CALLER`] frame).
-    pub lost_callers: u64,
 }
 
 /// Which starvation, if any, biases what a check compares (see the module docs).
@@ -217,7 +215,6 @@ impl DataQuality {
             sampling: c.sampling,
             threads,
             load: None,
-            lost_callers: c.samples.iter().filter(|s| s.frames.iter().any(|f| f.name.as_deref() == Some(model::LOST_CALLER))).count() as u64,
         }
     }
 
@@ -358,23 +355,22 @@ pub(crate) fn floor(check: Check, samples: u64, floor: u64, what: &str) -> Check
 /// check that reads callers unable to prove a disagreement.
 pub const MAX_LOST_CALLER_RATIO: f64 = 0.01;
 
-/// Applies the lost-caller rule to a check that reads callers: a disagreement on a collection
-/// where more than [`MAX_LOST_CALLER_RATIO`] of the samples lost a caller to on-stack
-/// replacement is inconclusive; an agreement passes and says what it agreed despite.
-pub fn lost_callers(check: Check, qualities: &[&DataQuality]) -> Check {
-    let why: Vec<String> = qualities
+/// Applies the lost-caller rule: a disagreement is inconclusive when, in a collection the check
+/// read, more than [`MAX_LOST_CALLER_RATIO`] of the samples lost a caller to on-stack replacement
+/// that could change the check's figure (`affected`: collector, such samples, all its samples);
+/// an agreement passes and says what it agreed despite.
+pub fn lost_callers(check: Check, affected: &[(&str, u64, u64)]) -> Check {
+    let why: Vec<String> = affected
         .iter()
-        .filter(|q| q.samples > 0 && q.lost_callers as f64 > q.samples as f64 * MAX_LOST_CALLER_RATIO)
-        .map(|q| {
+        .filter(|(_, lost, samples)| *samples > 0 && *lost as f64 > *samples as f64 * MAX_LOST_CALLER_RATIO)
+        .map(|(collector, lost, samples)| {
             format!(
-                "`{}`: {} of {} samples ({}) lost a caller to on-stack replacement (a frame-pointer walk out of a method \
-                 recompiled mid-loop skips the caller of its Tier0 frame; such stacks read `[caller lost to on-stack \
-                 replacement]`), so callers and inclusive shares are short by up to that much; `env = {{ \
-                 DOTNET_TC_OnStackReplacement = \"0\" }}` keeps loops out of OSR, or `mode = \"leaf\"` judges leaf frames",
-                q.collector,
-                q.lost_callers,
-                q.samples,
-                percent(q.lost_callers as f64 / q.samples as f64)
+                "`{collector}`: {lost} of {samples} samples ({}) lost a caller that could count here to on-stack \
+                 replacement (a frame-pointer walk out of a method recompiled mid-loop skips the caller of its Tier0 \
+                 frame; such stacks read `[caller lost to on-stack replacement]`), so callers and inclusive shares are \
+                 short by up to that much; `env = {{ DOTNET_TC_OnStackReplacement = \"0\" }}` keeps loops out of OSR, or \
+                 `mode = \"leaf\"` judges leaf frames",
+                percent(*lost as f64 / *samples as f64)
             )
         })
         .collect();
@@ -524,26 +520,33 @@ mod tests {
 
     #[test]
     fn stacks_that_lost_a_caller_to_osr_cannot_prove_a_caller_check_wrong() {
-        let mut c = Collection::new("perf-cpu");
-        spread(&mut c, 1, 100, 0.0, 1.0);
-        for s in c.samples.iter_mut().take(20) {
-            s.frames.push(Frame { name: Some(model::LOST_CALLER.into()), dso: None, class: DsoClass::Unknown, addr: 0 });
-        }
-        let q = DataQuality::measure(&c, Some(100.0));
-        assert_eq!(q.lost_callers, 20);
-        let judged = lost_callers(disagrees(), &[&q]);
+        let judged = lost_callers(disagrees(), &[("perf-cpu", 20, 100)]);
         assert_eq!(judged.verdict, Verdict::Inconclusive);
         let reason = judged.reason.unwrap();
-        assert!(reason.starts_with("`perf-cpu`: 20 of 100 samples (20.0 %) lost a caller to on-stack replacement"), "{reason}");
+        assert!(reason.starts_with("`perf-cpu`: 20 of 100 samples (20.0 %) lost a caller that could count here"), "{reason}");
         assert!(reason.contains("DOTNET_TC_OnStackReplacement") && reason.contains("mode = \"leaf\""), "{reason}");
-        let agreed = lost_callers(passed(), &[&q]);
+        let agreed = lost_callers(passed(), &[("perf-cpu", 20, 100)]);
         assert_eq!(agreed.verdict, Verdict::Pass);
         assert!(agreed.details[0].starts_with("agrees although: `perf-cpu`: 20 of 100"), "{agreed:?}");
         // One sample in a hundred is within the bound: decided.
-        for s in c.samples.iter_mut().skip(1).take(19) {
-            s.frames.pop();
-        }
-        assert_eq!(lost_callers(disagrees(), &[&DataQuality::measure(&c, Some(100.0))]).verdict, Verdict::Fail);
+        assert_eq!(lost_callers(disagrees(), &[("perf-cpu", 1, 100)]).verdict, Verdict::Fail);
+    }
+
+    /// Which lost callers could change a share: spin-two's `Burn` lost `Alpha` or `Beta` (the
+    /// share's own methods); cpu-bound's OSR'd `HotLoop` is the leaf, its lost caller changes
+    /// nothing of a share between the loops.
+    #[test]
+    fn a_lost_caller_counts_only_where_the_share_is_not_settled_leafward_of_it() {
+        let lost = || Frame { name: Some(model::LOST_CALLER.into()), dso: None, class: DsoClass::Unknown, addr: 0 };
+        let mut c = Collection::new("perf-cpu");
+        c.samples.push(sample(vec![frame("S::Burn()", DsoClass::Jit), lost(), frame("S::Run()", DsoClass::Jit)]));
+        c.samples.push(sample(vec![frame("C::HotLoop()", DsoClass::Jit), lost(), frame("C::Main()", DsoClass::Jit)]));
+        c.samples.push(sample(vec![frame("S::Burn()", DsoClass::Jit), frame("S::Alpha()", DsoClass::Jit)]));
+        let among = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(crate::unsettled_by_lost_caller(&c, &among(&["::Alpha\\b", "::Beta\\b"]), crate::ShareMode::Inclusive), 2);
+        assert_eq!(crate::unsettled_by_lost_caller(&c, &among(&["::HotLoop\\b", "::ColdLoop\\b"]), crate::ShareMode::Inclusive), 1);
+        assert_eq!(crate::unsettled_by_lost_caller(&c, &among(&["::Alpha\\b"]), crate::ShareMode::Leaf), 0);
+        assert_eq!(crate::with_lost_caller(&c), 2);
     }
 
     #[test]

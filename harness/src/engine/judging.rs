@@ -131,9 +131,13 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
         }
         let qualities: Vec<&judge::DataQuality> = quality.iter().filter(|q| read.contains(&q.collector.as_str())).collect();
         let mut check = judge::apply_sufficiency(check, &qualities, &scenario.sufficiency, e.check.judge().starvation());
-        if e.check.judge().reads_callers() {
-            check = judge::lost_callers(check, &qualities);
-        }
+        // Stacks that lost a caller to on-stack replacement, where that caller could count here.
+        let affected: Vec<(&str, u64, u64)> = judged
+            .iter()
+            .filter(|c| read.contains(&c.collector.as_str()))
+            .map(|c| (c.collector.as_str(), e.check.judge().lost_caller_samples(c), c.samples.len() as u64))
+            .collect();
+        check = judge::lost_callers(check, &affected);
         // A collector that did not see the whole measured window cannot decide what it read.
         for name in read {
             let Some(window) = state.window_of(name) else { continue };
