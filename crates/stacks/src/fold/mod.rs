@@ -463,7 +463,11 @@ pub fn speedscope_json(coll: &Collection) -> Result<String> {
         }
         let p = threads.entry((s.pid, s.tid)).or_insert_with(|| SpeedscopeProfile {
             kind: "sampled",
-            name: format!("{} pid {} tid {}", coll.collector, s.pid, s.tid),
+            // The thread's own name first (perf's COMM records), as the profile list shows it.
+            name: match coll.thread_names.get(&s.tid) {
+                Some(thread) => format!("{thread} (tid {}) · {} pid {}", s.tid, coll.collector, s.pid),
+                None => format!("{} pid {} tid {}", coll.collector, s.pid, s.tid),
+            },
             unit,
             start_value: 0,
             end_value: 0,
@@ -474,13 +478,17 @@ pub fn speedscope_json(coll: &Collection) -> Result<String> {
         p.weights.push(s.weight);
         p.end_value += s.weight;
     }
+    let profiles: Vec<SpeedscopeProfile> = threads.into_values().collect();
+    // speedscope opens this profile: the busiest thread, not the first by id (a main thread of
+    // 42 samples beside the worker that did the work).
+    let busiest = profiles.iter().enumerate().max_by_key(|(i, p)| (p.end_value, std::cmp::Reverse(*i))).map_or(0, |(i, _)| i);
     let doc = SpeedscopeFile {
         schema: "https://www.speedscope.app/file-format-schema.json",
         name: &coll.collector,
         exporter: "tracelab",
-        active_profile_index: 0,
+        active_profile_index: busiest,
         shared: SpeedscopeShared { frames },
-        profiles: threads.into_values().collect(),
+        profiles,
     };
     Ok(serde_json::to_string(&doc)?)
 }
@@ -825,6 +833,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let json: serde_json::Value = serde_json::from_str(&speedscope_json(&c).unwrap()).unwrap();
         assert_eq!(json["profiles"][0]["samples"].as_array().unwrap().len(), 3);
+        assert_eq!(json["activeProfileIndex"], 0);
+        // Two threads, the second busier and named: it opens, under its name.
+        let mut two = c.clone();
+        for s in two.samples.clone() {
+            for _ in 0..2 {
+                two.samples.push(model::Sample { tid: 99, ..s.clone() });
+            }
+        }
+        two.thread_names.insert(99, "worker".into());
+        let json: serde_json::Value = serde_json::from_str(&speedscope_json(&two).unwrap()).unwrap();
+        let active = json["activeProfileIndex"].as_u64().unwrap() as usize;
+        assert!(json["profiles"][active]["name"].as_str().unwrap().starts_with("worker (tid 99) · perf-cpu pid"), "{}", json["profiles"]);
         assert_eq!(json["shared"]["frames"][0]["name"], "Fixture.Phases::CpuMain()");
         let svgs = write_collection_flamegraphs(&c, "fixture", dir.path()).unwrap();
         assert_eq!(svgs.len(), 1, "shallow stacks need no by-leaf view");
