@@ -15,7 +15,13 @@ pub fn run(_sh: &Shell, a: Open) -> Result<()> {
     println!("serving {}", file.display());
     println!("profile: {}", server.url());
     println!("open in the Firefox Profiler: {}", server.profiler_url());
-    println!("(loopback only; Ctrl-C stops)");
+    // The page comes from profiler.firefox.com and fetches the profile from this machine's
+    // loopback: both must be reachable from the browser that opens it.
+    let port = server.url().rsplit(':').next().and_then(|p| p.split('/').next()).unwrap_or("PORT").to_string();
+    println!(
+        "(loopback only; Ctrl-C stops. The browser needs to reach profiler.firefox.com, and this machine's port {port}: \
+         from another machine, `ssh -L {port}:127.0.0.1:{port} THIS_HOST` first, then open the address above there)"
+    );
     std::io::stdout().flush()?;
     server.serve(|| true)
 }
