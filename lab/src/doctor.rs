@@ -54,6 +54,9 @@ pub struct Tools {
     pub debootstrap: bool,
     pub qemu: Option<String>,
     pub chromium: Option<String>,
+    /// `podman version` with its set-up for pods: `Err(what is missing)` when pods cannot run
+    /// (`None`: not checked).
+    pub podman: Option<Result<String, String>>,
     /// `go version`: `go tool pprof` reads the runs' pprof files.
     pub go: Option<String>,
     /// Where dotnet-trace comes from: the installed launcher, or the offline feed's package.
@@ -83,6 +86,14 @@ impl Tools {
             debootstrap: which("debootstrap").is_some() || Path::new("/usr/sbin/debootstrap").exists(),
             qemu: probe("qemu-system-x86_64", &["--version"], Duration::from_secs(5)).and_then(|v| v.lines().next().map(String::from)),
             chromium: probe("chromium", &["--version"], Duration::from_secs(10)),
+            podman: Some(match harness::host::podman::setup_problem() {
+                None => Ok(format!(
+                    "{} (runc, ulimits in {})",
+                    harness::host::podman::version().unwrap_or_else(|| "?".into()),
+                    harness::host::podman::CONF_DROP_IN
+                )),
+                Some(problem) => Err(problem),
+            }),
             go: probe("go", &["version"], Duration::from_secs(10)).map(|v| v.trim().to_string()),
             dotnet_trace: if launcher.is_file() {
                 Some(launcher.display().to_string())
@@ -261,6 +272,11 @@ fn tool_rows(tools: &Tools) -> Vec<DoctorRow> {
         None => row("qemu", "not found", Status::Warn, "kernel matrix unavailable")
             .fix("apt-get install qemu-system-x86 qemu-utils (from bookworm-backports when qemu-utils is: cargo xtask setup --tests does that)"),
     });
+    rows.extend(tools.podman.as_ref().map(|podman| match podman {
+        Ok(v) => row("podman", v, Status::Ok, "pod target (podman kube play)"),
+        Err(problem) => row("podman", "not ready", Status::Warn, format!("pod target unavailable: {problem}"))
+            .fix("cargo xtask setup --tests (as root: installs podman runc catatonit, writes the containers.conf drop-in)"),
+    }));
     rows.push(match &tools.chromium {
         Some(v) => row("chromium", v, Status::Ok, "the merged report's browser test"),
         None => row("chromium", "not found", Status::Warn, "the headless report test skips").fix("apt-get install chromium fonts-dejavu-core"),

@@ -66,6 +66,11 @@ pub const SYMBOL_TESTS: &[Package] = &[pkg(
     "symbol tests name libc's static functions (__libc_start_call_main) from /usr/lib/debug, as perf does",
 )];
 pub const HOG: &[Package] = &[pkg("stress-ng", "`soak --hog` loads every core beside the scenario")];
+pub const PODS: &[Package] = &[
+    pkg("podman", "the pod target plays Pod YAML with `podman kube play`"),
+    pkg("runc", "podman's OCI runtime here (crun fails: \"cgroups in hybrid mode not supported\")"),
+    pkg("catatonit", "the init of a pod's infra container"),
+];
 pub const DOCKER: Package = pkg("docker.io", "container and sidecar targets, image builds (no Docker engine installed)");
 
 /// Debian's `qemu-system-x86` of bookworm (7.2) "Breaks" the backports `qemu-utils` these machines
@@ -109,6 +114,11 @@ pub trait Observe {
     fn nightly(&self) -> bool {
         true
     }
+    /// podman's configuration for pods is in place ([`harness::host::podman::CONF_DROP_IN`])
+    /// (recorded answers: yes).
+    fn podman_configured(&self) -> bool {
+        true
+    }
 }
 
 /// The machine this process runs on.
@@ -128,6 +138,9 @@ impl Observe for Machine {
     }
     fn nightly(&self) -> bool {
         output("rustup", &["run", "nightly", "rustc", "--version"]).is_some()
+    }
+    fn podman_configured(&self) -> bool {
+        harness::host::podman::configured()
     }
     fn dpkg(&self, packages: &[&str]) -> String {
         // Exit status 1 when a package is unknown; stdout still lists the known ones.
@@ -252,6 +265,8 @@ pub struct Needs {
     pub cargo_tools: Vec<(&'static str, &'static str)>,
     /// A nightly toolchain (cargo-fuzz builds with sanitizers), with why.
     pub nightly: Option<&'static str>,
+    /// podman set up for pods (runtime, ulimits), with why.
+    pub pods: Option<&'static str>,
 }
 
 impl Needs {
@@ -295,7 +310,15 @@ impl Needs {
             if tracepoint_kinds.iter().any(|k| kinds.contains(k)) {
                 needs.perf_buffers = Some(OFFCPU_BUFFERS);
             }
-            needs.docker = Some("the container / sidecar target runs the app in Docker");
+            needs.docker = Some(if target == TargetKind::Pod {
+                "the pod target's images are built in Docker, then moved into podman"
+            } else {
+                "the container / sidecar target runs the app in Docker"
+            });
+            if target == TargetKind::Pod {
+                needs.add(PODS);
+                needs.pods = Some("the pod target runs the app in a pod (`podman kube play`)");
+            }
             needs.add(IMAGES);
             let suite = image.map(String::from).or_else(|| scenario.image.clone()).unwrap_or_else(|| harness::host::image::DEFAULT_SUITE.into());
             needs.images.push((suite.clone(), format!("the {} target runs in tracelab/runtime:{suite}", target.as_str())));
@@ -342,9 +365,10 @@ impl Needs {
     /// built by the tests that use them (each suite once, cached by input hash).
     pub fn for_tests() -> Needs {
         let mut needs = Needs { purpose: "the test suite (cargo nextest run --workspace)".into(), ..Needs::default() };
-        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, REPORT_TESTS, SYMBOL_TESTS, HOG] {
+        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, REPORT_TESTS, SYMBOL_TESTS, HOG, PODS] {
             needs.add(pkgs);
         }
+        needs.pods = Some("pod-target tests play pods with podman");
         needs.tracefs = Some("perf-offcpu tests record sched:sched_switch from tracefs");
         needs.perf_buffers = Some(OFFCPU_BUFFERS);
         needs.docker = Some("container, sidecar and capability-matrix tests run in Docker");
@@ -364,6 +388,8 @@ pub enum Step {
     /// Raises `kernel.perf_event_mlock_kb` (not namespaced: the host's value binds containers).
     RaisePerfMlock { from: u64, why: String },
     StartDocker { why: String },
+    /// Writes podman's drop-in ([`harness::host::podman::CONF_DROP_IN`]): runc, ulimits.
+    ConfigurePodman { why: String },
     InstallDotnet,
     BuildImage { suite: String, why: String },
     CargoInstall { krate: String, why: String },
@@ -392,6 +418,11 @@ impl Step {
             Step::StartDocker { .. } => {
                 "docker info >/dev/null 2>&1 || (dockerd --bridge=none --iptables=false >/tmp/tracelab-dockerd.log 2>&1 &)".into()
             }
+            Step::ConfigurePodman { .. } => format!(
+                "mkdir -p /etc/containers/containers.conf.d && printf '%s' '{}' > {}",
+                harness::host::podman::CONF_TEXT.replace('\'', "'\\''"),
+                harness::host::podman::CONF_DROP_IN
+            ),
             Step::InstallDotnet => format!("{}", shared.join("toolchains/install-dotnet.sh").display()),
             Step::BuildImage { suite, .. } => format!("cargo xtask images --suite {suite}"),
             Step::CargoInstall { krate, .. } => format!("cargo install --locked {krate}"),
@@ -414,6 +445,7 @@ impl Step {
             }
             Step::MountTracefs { why }
             | Step::StartDocker { why }
+            | Step::ConfigurePodman { why }
             | Step::BuildImage { why, .. }
             | Step::CargoInstall { why, .. }
             | Step::RustupNightly { why } => why.clone(),
@@ -517,6 +549,13 @@ impl Plan {
         }
         if let Some(why) = docker {
             steps.push(Step::StartDocker { why: why.into() });
+        }
+        if let Some(why) = needs.pods {
+            if seen.podman_configured() {
+                present.push(format!("podman configured ({})", harness::host::podman::CONF_DROP_IN));
+            } else {
+                steps.push(Step::ConfigurePodman { why: why.into() });
+            }
         }
         match seen.dotnet() {
             Some(root) => present.push(format!(".NET SDK at {}", root.display())),
@@ -674,6 +713,11 @@ fn execute(step: &Step) -> Result<()> {
             sh(Command::new("sysctl").args(["-w", &format!("kernel.perf_event_mlock_kb={kb}")]), "raise perf's buffer limit")
         }
         Step::StartDocker { .. } => start_docker(),
+        Step::ConfigurePodman { .. } => {
+            let path = Path::new(harness::host::podman::CONF_DROP_IN);
+            std::fs::create_dir_all(path.parent().unwrap()).with_context(|| format!("cannot create {}", path.parent().unwrap().display()))?;
+            std::fs::write(path, harness::host::podman::CONF_TEXT).with_context(|| format!("cannot write {}", path.display()))
+        }
         Step::InstallDotnet => harness::host::dotnet::Dotnet::locate_or_install().map(|d| harness::host::progress::note("setup", &format!(".NET at {}", d.root.display()))),
         Step::BuildImage { suite, .. } => {
             let docker = harness::host::docker::Docker::connect()?;
@@ -778,15 +822,16 @@ mod tests {
 
     #[test]
     fn partly_installed_installs_only_what_lacks() {
-        // This machine had every package but stress-ng (and libc6-dbg and golang-go, which the
-        // suite asked for only after the answers were recorded).
+        // This machine had every package but stress-ng (and libc6-dbg, golang-go and the pod
+        // target's podman, runc and catatonit, which the suite asked for only after the answers
+        // were recorded).
         let plan = Plan::make(&Needs::for_tests(), &case("ready"));
-        assert_eq!(installs(&plan), vec!["golang-go".to_string(), "libc6-dbg".to_string(), "stress-ng".to_string()], "{}", plan.render());
+        assert_eq!(installs(&plan), ["golang-go", "libc6-dbg", "stress-ng", "podman", "runc", "catatonit"], "{}", plan.render());
         // apt-get update + install, and the perf buffer limit (still Debian's default then).
         assert_eq!(plan.steps.len(), 3, "{}", plan.render());
         assert!(matches!(plan.steps[2], Step::RaisePerfMlock { from: 516, .. }), "{}", plan.render());
         let cmds = plan.commands();
-        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go libc6-dbg stress-ng");
+        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go libc6-dbg stress-ng podman runc catatonit");
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub enum Task {
     Images(Images),
     /// Remove what runs whose tracelab process is gone (killed, crashed) left; every run does the same when it starts and lists what it removed. Live runs are left alone.
     ///
-    /// Removes: their staging folders under results/ (`.staging-NAME-PID-RANDOM`; finished runs are never touched); an app such a run started that still runs (SIGKILL); that app's files in /tmp (perf-PID.map, perfinfo-PID.map, jit-PID.dump, dotnet-diagnostic-PID-*-socket, clr-debug-pipe-PID-*-in/out); the build scratch folders /tmp/tracelab-PID-STARTTIME of dead processes; in /tmp, the diagnostics sockets and debugger pipes of any .NET process that no longer runs (dotnet-diagnostic-PID-KEY-socket, clr-debug-pipe-PID-KEY-in/out whose PID does not run with start time KEY and whose socket refuses connections: no runtime listens); Docker containers labelled `tracelab` whose owner process (label `tracelab.owner`) is dead or not named (app, sidecar and tool containers, with everything running in them), and `tracelab` volumes no container uses. Nothing else: no other files, processes or containers.
+    /// Removes: their staging folders under results/ (`.staging-NAME-PID-RANDOM`; finished runs are never touched); an app such a run started that still runs (SIGKILL); that app's files in /tmp (perf-PID.map, perfinfo-PID.map, jit-PID.dump, dotnet-diagnostic-PID-*-socket, clr-debug-pipe-PID-*-in/out); the build scratch folders /tmp/tracelab-PID-STARTTIME of dead processes; in /tmp, the diagnostics sockets and debugger pipes of any .NET process that no longer runs (dotnet-diagnostic-PID-KEY-socket, clr-debug-pipe-PID-KEY-in/out whose PID does not run with start time KEY and whose socket refuses connections: no runtime listens); Docker containers labelled `tracelab` whose owner process (label `tracelab.owner`) is dead or not named (app, sidecar and tool containers, with everything running in them), and `tracelab` volumes no container uses; podman pods labelled `tracelab` whose owner (label `tracelab.owner`) is dead, with their containers and emptyDir volumes. Nothing else: no other files, processes or containers.
     Sweep,
     /// Run a slice of the compatibility matrix: caps | kernels | dotnet | lttng, --list, --all.
     Matrix(Matrix),
@@ -186,13 +186,17 @@ pub struct Test {
 pub struct Scenario {
     /// Scenario name (scenarios/NAME.toml) or a path to your own TOML file.
     pub name: String,
-    /// host | container | sidecar (default: the scenario's, else container when Docker answers).
+    /// host | container | sidecar | pod (default: the scenario's, else container when Docker answers).
     // Checked by clap: a wrong value is a usage error (exit 2) naming the valid ones, never a FAIL.
-    #[arg(long, value_parser = ["host", "container", "sidecar"])]
+    #[arg(long, value_parser = ["host", "container", "sidecar", "pod"])]
     pub target: Option<String>,
     /// Base image for container targets: bullseye | bookworm | trixie.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::host::image::SUITES.iter().map(|s| s.name)))]
     pub image: Option<String>,
+    /// The pod's shape on the pod target: sidecar | debug | hardened | limited (default: the
+    /// scenario's `shape`, else sidecar).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::run::pod::PodShape::ALL.map(|s| s.as_str())))]
+    pub shape: Option<String>,
     /// Exit 0 on SKIP too (a skip is a verdict about the environment, not the tool).
     #[arg(long)]
     pub allow_skip: bool,
@@ -207,7 +211,7 @@ pub struct Scenario {
     pub no_setup: bool,
     /// Collect from this running process (a host pid) instead of launching the app: the
     /// scenario's collectors and checks for `seconds`, the app left running as found.
-    #[arg(long, value_name = "PID", conflicts_with_all = ["target", "image"])]
+    #[arg(long, value_name = "PID", conflicts_with_all = ["target", "image", "shape"])]
     pub attach: Option<u32>,
 }
 

@@ -32,6 +32,7 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
         results_root: args.results,
         symbol_dirs: args.symbols,
         attach: args.attach,
+        shape: args.shape.as_deref().map(harness::run::pod::PodShape::parse).transpose()?,
     };
     let outcome = engine::run(&scenario, &opts)?;
     let m = &outcome.manifest;

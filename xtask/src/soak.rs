@@ -27,6 +27,7 @@ pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
             results_root: args.results,
             symbol_dirs: Vec::new(),
             attach: None,
+            shape: None,
         },
     };
     let (table, dir) = soak::run(&opts)?;

@@ -12,12 +12,13 @@ pub fn run(_sh: &Shell) -> Result<()> {
         println!("removed {line}");
     }
     println!(
-        "sweep: {} staging folders, {} /tmp files, {} temporary folders, {} containers, {} volumes removed; {} containers of live runs kept",
+        "sweep: {} staging folders, {} /tmp files, {} temporary folders, {} containers, {} volumes, {} pods removed; {} containers and pods of live runs kept",
         swept.staging.len(),
         swept.files.len(),
         swept.scratch.len(),
         swept.containers.len(),
         swept.volumes.len(),
+        swept.pods.len(),
         swept.kept_alive
     );
     Ok(())

@@ -180,7 +180,20 @@ impl Collector for DotnetTrace {
         &self.name
     }
 
-    fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
+    fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
+        if !target.shares_tmp_with_tools() {
+            // Where the tools do not share the app's /tmp (a pod's debug container), dotnet-trace
+            // finds no diagnostics socket: it looks in its own /tmp only.
+            return Err(crate::host::errors::Unsupported {
+                reason: "dotnet-trace cannot attach from a container that does not share the app's /tmp (a debug \
+                         container): it looks for the diagnostics socket in its own /tmp only \
+                         (dotnet/diagnostics#3480); mount the app's /tmp (an emptyDir) in the tools \
+                         container (pod shape `sidecar`), or use the `eventpipe` collector, which looks \
+                         through /proc/PID/root/tmp"
+                    .into(),
+            }
+            .into());
+        }
         let (dotnet, launcher) = ensure_installed()?;
         // Named by the collector, as every collector's files are: two in one run keep a trace each.
         let trace_path = artifacts.join(format!("{}.nettrace", self.name));

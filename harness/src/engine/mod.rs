@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub symbol_dirs: Vec<PathBuf>,
     /// `--attach PID`: collect from this running process (host pid) instead of launching the app.
     pub attach: Option<u32>,
+    /// `--shape`: the pod's shape on the pod target (else the scenario's, else `sidecar`).
+    pub shape: Option<crate::run::pod::PodShape>,
 }
 
 /// What a run ended as.
@@ -84,8 +86,21 @@ fn make_target(
     dotnet: &crate::host::dotnet::Dotnet,
     scenario: &Scenario,
     image: Option<&str>,
+    shape: Option<crate::run::pod::PodShape>,
 ) -> Result<Box<dyn Target>> {
     match kind {
+        TargetKind::Pod => {
+            let kinds: Vec<_> = scenario.collectors.iter().map(|c| c.kind()).collect();
+            // The tools container is a sidecar: the capabilities measured for sidecars.
+            let caps = match &scenario.capabilities {
+                Some(c) => c.clone(),
+                None => crate::collect::caps::least_working_for_on(TargetKind::Sidecar, &kinds).unwrap_or_default(),
+            };
+            let shape = shape.or(scenario.shape).unwrap_or(crate::run::pod::PodShape::Sidecar);
+            let mut options = crate::run::pod::PodOptions::new(shape, image.unwrap_or("bullseye"), caps)?;
+            options.host_network = scenario.load.is_some();
+            Ok(Box::new(crate::run::pod::PodTarget::new(options)?))
+        }
         TargetKind::Host => Ok(Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()))),
         TargetKind::Container | TargetKind::Sidecar => {
             let kinds: Vec<_> = scenario.collectors.iter().map(|c| c.kind()).collect();
@@ -451,7 +466,7 @@ fn execute(
             crate::host::progress::note("launch", &format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
         }
         let mut target: Box<dyn Target> =
-            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image))?;
+            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image, opts.shape))?;
         state.environment.target_capabilities = target.capabilities();
         let first_collection = state.collections.len();
         let result = app::run_app(scenario, opts, &built, target.as_mut(), &mut members, &artifacts, state);

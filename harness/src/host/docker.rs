@@ -468,7 +468,7 @@ const RENEW_EVERY_S: u64 = 15;
 /// Starts (once per process) a guardian for this process's containers: a `bash` process in its
 /// own session, reading a pipe this process renews every 15 s. When the pipe closes (this process
 /// died, even of SIGKILL), it removes every container and volume labelled with this owner's tag
-/// through the `docker` CLI and ends. A lease of [`LEASE_S`] s without renewal while the pipe
+/// through the `docker` CLI (and its pods through `podman`) and ends. A lease of [`LEASE_S`] s without renewal while the pipe
 /// stays open is an owner that lives but does not run — stopped (Ctrl-Z, SIGSTOP) or starved —
 /// and keeps its containers (a removal then once turned a resumed run inconclusive). A Docker
 /// daemon that does not answer (restarting) is asked again every 2 s for up to 10 minutes. It
@@ -504,7 +504,8 @@ done
 [ -n \"$ids\" ] && \"$0\" rm -f -v $ids >/dev/null 2>&1
 vols=$(\"$0\" volume ls -q --filter label={owner} 2>/dev/null)
 [ -n \"$vols\" ] && \"$0\" volume rm $vols >/dev/null 2>&1
-exit 0"
+{pods}exit 0",
+        pods = super::podman::guardian_lines()
     );
     let (reader, mut writer) = std::io::pipe().context("cannot make the guardian's pipe")?;
     let mut cmd = std::process::Command::new("bash");

@@ -15,6 +15,8 @@ pub mod runtime_files;
 /// (`Unsupported`, exit 4).
 pub mod errors;
 pub mod docker;
+/// Pods through `podman kube play`: images moved from Docker, labels, sweeps.
+pub mod podman;
 pub mod dotnet;
 pub mod image;
 pub mod environment;

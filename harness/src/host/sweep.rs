@@ -1,6 +1,6 @@
 //! What dead owners left, removed: staging folders whose journal names a process that is gone,
 //! their apps and the apps' files in /tmp, dead processes' scratch folders, orphaned diagnostics
-//! endpoints, and (through Docker) containers and volumes of dead owners. Run at the start of
+//! endpoints, and (through Docker and podman) containers, volumes and pods of dead owners. Run at the start of
 //! every run and by `cargo xtask sweep`.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +23,8 @@ pub struct Swept {
     pub endpoints: Vec<PathBuf>,
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
+    /// Pods of dead runs (podman).
+    pub pods: Vec<String>,
     /// Containers of live runs, left alone.
     pub kept_alive: usize,
 }
@@ -38,6 +40,7 @@ impl Swept {
         out.extend(self.endpoints.iter().map(|p| format!("diagnostics endpoint of an ended .NET process {}", p.display())));
         out.extend(self.containers.iter().map(|c| format!("container of a dead run {}", crate::host::docker::short(c))));
         out.extend(self.volumes.iter().map(|v| format!("volume of a dead run {v}")));
+        out.extend(self.pods.iter().map(|p| format!("pod of a dead run {p}")));
         out
     }
 }
@@ -132,6 +135,11 @@ pub fn sweep_dead(results_root: &Path, with_docker: bool) -> Result<Swept> {
         swept.containers = d.containers;
         swept.volumes = d.volumes;
         swept.kept_alive = d.kept_alive.len();
+    }
+    if with_docker {
+        let (pods, kept) = crate::host::podman::sweep(false)?;
+        swept.pods = pods;
+        swept.kept_alive += kept;
     }
     Ok(swept)
 }

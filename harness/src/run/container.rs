@@ -103,8 +103,8 @@ impl ContainerTarget {
     /// Connects to the daemon and makes sure the suite's runtime image exists (building it on
     /// first use). `kind` is [`TargetKind::Container`] or [`TargetKind::Sidecar`].
     pub fn new(kind: TargetKind, options: ContainerOptions) -> Result<Self> {
-        if kind == TargetKind::Host {
-            bail!("ContainerTarget runs containers; use HostTarget for the host");
+        if matches!(kind, TargetKind::Host | TargetKind::Pod) {
+            bail!("ContainerTarget runs Docker containers; the host and pods have targets of their own");
         }
         crate::host::owner::install();
         let docker = Docker::connect()?;
@@ -431,7 +431,7 @@ impl Target for ContainerTarget {
                 c.arg("start").arg("-a").arg(&id);
                 (c, format!("`{}` in sidecar {}", argv[0], crate::host::docker::short(&id)))
             }
-            TargetKind::Host => unreachable!(),
+            TargetKind::Host | TargetKind::Pod => unreachable!(),
         };
         let mut child = command
             .stdin(Stdio::null())

@@ -1,6 +1,6 @@
 //! Where the app runs and where collector tools run beside it: `host`, `container` (tools inside
-//! the app's container) or `sidecar` (tools in their own container joined to the app's pid
-//! namespace, /tmp shared). Collectors build their command lines in the target's view (the pid
+//! the app's container), `sidecar` (tools in their own container joined to the app's pid
+//! namespace, /tmp shared) or `pod` (a real pod of a chosen shape, through `podman kube play`). Collectors build their command lines in the target's view (the pid
 //! the tool sees, paths under [`RunningApp::work_dir_in_target`]) and let the target start them.
 
 use std::collections::BTreeMap;
@@ -44,6 +44,8 @@ pub enum TargetKind {
     Host,
     Container,
     Sidecar,
+    /// A real pod (`podman kube play`) of a chosen [`pod::PodShape`].
+    Pod,
 }
 
 impl TargetKind {
@@ -52,6 +54,7 @@ impl TargetKind {
             TargetKind::Host => "host",
             TargetKind::Container => "container",
             TargetKind::Sidecar => "sidecar",
+            TargetKind::Pod => "pod",
         }
     }
     pub fn parse(s: &str) -> Result<TargetKind> {
@@ -59,7 +62,8 @@ impl TargetKind {
             "host" => TargetKind::Host,
             "container" => TargetKind::Container,
             "sidecar" => TargetKind::Sidecar,
-            other => bail!("unknown target `{other}`: expected host, container or sidecar"),
+            "pod" => TargetKind::Pod,
+            other => bail!("unknown target `{other}`: expected host, container, sidecar or pod"),
         })
     }
 }
@@ -305,6 +309,11 @@ pub trait Target {
     fn path_map(&self, path: &Path) -> Option<PathBuf> {
         Some(path.to_path_buf())
     }
+    /// Whether the tools see the app's /tmp as their own /tmp (not in a pod's debug shape): a
+    /// tool that looks for the app's diagnostics socket in its own /tmp (dotnet-trace) needs it.
+    fn shares_tmp_with_tools(&self) -> bool {
+        true
+    }
 }
 
 /// The app was still running when [`Target::wait_app`] gave up on it (it was killed then).
@@ -477,6 +486,7 @@ fn app_tmp_dir(env: &BTreeMap<String, String>) -> PathBuf {
 
 pub mod container;
 pub mod load;
+pub mod pod;
 pub mod ready;
 
 #[cfg(test)]
@@ -485,10 +495,10 @@ mod tests {
 
     #[test]
     fn target_kinds_parse() {
-        for kind in [TargetKind::Host, TargetKind::Container, TargetKind::Sidecar] {
+        for kind in [TargetKind::Host, TargetKind::Container, TargetKind::Sidecar, TargetKind::Pod] {
             assert_eq!(TargetKind::parse(kind.as_str()).unwrap(), kind);
         }
-        assert!(TargetKind::parse("vm").unwrap_err().to_string().contains("expected host, container or sidecar"));
+        assert!(TargetKind::parse("vm").unwrap_err().to_string().contains("expected host, container, sidecar or pod"));
     }
 
     #[test]

@@ -91,12 +91,16 @@ pub struct Scenario {
     /// checks that need no truth.
     #[serde(default)]
     pub truth: Option<TruthSpec>,
-    /// `host`, `container` or `sidecar`; absent = container when a Docker daemon answers, else host.
+    /// `host`, `container`, `sidecar` or `pod`; absent = container when a Docker daemon answers, else host.
     #[serde(default)]
     pub target: Option<crate::run::TargetKind>,
     /// Base image for container targets (`bullseye`, `bookworm`, `trixie`).
     #[serde(default)]
     pub image: Option<String>,
+    /// The pod's shape on the `pod` target (`sidecar`, `debug`, `hardened`, `limited`); absent =
+    /// `sidecar`.
+    #[serde(default)]
+    pub shape: Option<crate::run::pod::PodShape>,
     /// Capabilities for container targets; absent = the least set measured to work.
     #[serde(default)]
     pub capabilities: Option<Vec<String>>,
@@ -224,6 +228,7 @@ impl Scenario {
             truth: None,
             target: None,
             image: None,
+            shape: None,
             capabilities: None,
             timeout_s: default_timeout(),
             expect_crash: false,
