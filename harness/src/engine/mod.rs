@@ -74,6 +74,11 @@ pub(crate) fn choose_target(scenario: &Scenario, opts: &RunOptions) -> Result<(T
     }
 }
 
+/// The pod's shape on the pod target: `--shape`, else the scenario's, else a tools sidecar.
+fn pod_shape(scenario: &Scenario, opts: &RunOptions) -> crate::run::pod::PodShape {
+    opts.shape.or(scenario.shape).unwrap_or_default()
+}
+
 /// Whether the container target can be the default here: a daemon answers.
 fn container_default_available() -> bool {
     crate::host::environment::docker_version().is_some()
@@ -96,7 +101,7 @@ fn make_target(
                 Some(c) => c.clone(),
                 None => crate::collect::caps::least_working_for_on(TargetKind::Sidecar, &kinds).unwrap_or_default(),
             };
-            let shape = shape.or(scenario.shape).unwrap_or(crate::run::pod::PodShape::Sidecar);
+            let shape = shape.or(scenario.shape).unwrap_or_default();
             let mut options = crate::run::pod::PodOptions::new(shape, image.unwrap_or("bullseye"), caps)?;
             options.host_network = scenario.load.is_some();
             Ok(Box::new(crate::run::pod::PodTarget::new(options)?))
@@ -154,8 +159,12 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         crate::host::progress::note("launch", note);
     }
     let image = opts.image.clone().or_else(|| scenario.image.clone());
+    let target_name = match target_kind {
+        TargetKind::Pod => format!("pod-{}", pod_shape(scenario, opts).as_str()),
+        other => other.as_str().to_string(),
+    };
     let label = crate::host::environment::short_label(
-        target_kind.as_str(),
+        &target_name,
         if target_kind == TargetKind::Host { None } else { Some(image.as_deref().unwrap_or("bullseye")) },
     );
     let run_id = format!("{}-{}-{}", crate::report::utc_stamp(), scenario.name, label);
@@ -186,6 +195,7 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         cut_short: None,
     };
     state.environment.target = target_kind.as_str().to_string();
+    state.environment.pod_shape = (target_kind == TargetKind::Pod).then(|| pod_shape(scenario, opts).as_str().to_string());
     state.environment.image =
         if target_kind == TargetKind::Host { None } else { Some(image.clone().unwrap_or_else(|| "bullseye".into())) };
 

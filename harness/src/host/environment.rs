@@ -23,13 +23,16 @@ pub struct Environment {
     pub kptr_restrict: Option<i64>,
     pub tracefs: bool,
     pub user_events: Option<bool>,
-    /// Filled by the engine: host / container / sidecar and the container's capabilities.
+    /// Filled by the engine: host / container / sidecar / pod and the tools' capabilities.
     #[serde(default)]
     pub target: String,
     #[serde(default)]
     pub target_capabilities: Vec<String>,
     #[serde(default)]
     pub image: Option<String>,
+    /// The pod's shape on the pod target (`sidecar`, `debug` …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_shape: Option<String>,
     /// The machine's name, for JUnit's `hostname` (CI tells runners apart by it).
     #[serde(default)]
     pub hostname: String,

@@ -389,10 +389,11 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     }
     let _ = writeln!(
         s,
-        "Workload `{}`, collectors {}, target `{}`, started {}.\n",
+        "Workload `{}`, collectors {}, target `{}`{}, started {}.\n",
         m.workload.as_deref().unwrap_or("?"),
         m.collectors.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "),
         m.environment.target,
+        m.environment.pod_shape.as_deref().map(|s| format!(" (pod shape `{s}`, its YAML in artifacts/pod.yaml)")).unwrap_or_default(),
         m.started_utc
     );
     if !m.checks.is_empty() {

@@ -11,6 +11,7 @@ mod lttng;
 mod layouts;
 mod matrix;
 mod perf;
+mod pods;
 mod progress;
 mod r2r;
 mod report;

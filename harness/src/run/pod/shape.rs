@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// How the app's pod is shaped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PodShape {
     /// A tools sidecar: shared process namespace, and /tmp an emptyDir both mount.
+    #[default]
     Sidecar,
     /// An ephemeral debug container's view (`kubectl debug --target`): the process namespace is
     /// shared, /tmp is not; tools reach the app's files through /proc/PID/root.
