@@ -85,7 +85,7 @@ pub(crate) fn podman(args: &[&str]) -> Result<String> {
 
 /// Makes the Docker image `tag` available to podman under the same name, moving it over when
 /// podman's copy is missing or another image: `docker save | podman load`.
-pub(crate) fn image_from_docker(tag: &str) -> Result<String> {
+pub fn image_from_docker(tag: &str) -> Result<String> {
     let docker_id = Command::new("docker")
         .args(["image", "inspect", "--format", "{{.Id}}", tag])
         .output()

@@ -209,6 +209,17 @@ fn attach_to_a_web_api_in_a_users_container_by_its_host_pid() {
     assert!(!map.exists(), "the perf map tracelab switched on is left in the container");
 }
 
+/// The corpus console app spin-two as an `attach = true` scenario: perf-cpu, its JIT frames named
+/// and its hot method's share against its own numbers.
+fn spin_two_attached_toml() -> &'static str {
+    "name = \"spin-two-attached\"\nworkload = { dll = \"bin/spin-two.dll\" }\nargs = [\"spin.json\", \"5\"]\nstop = \"exit\"\nattach = true\n\
+     truth = { path = \"spin.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n\n\
+     [[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\n\
+     [[expect]]\nkind = \"resolved\"\ncollector = \"perf-cpu\"\nclass = \"jit\"\nmin = 0.99\nmin_samples = 200\n\n\
+     [[expect]]\nkind = \"share\"\nname = \"Alpha's share\"\ncollector = \"perf-cpu\"\nmethod = \"::Alpha\\\\b\"\n\
+     among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\ntruth = \"shares.cpu.Alpha\"\ntolerance_pts = 5\nmin_samples = 200\n"
+}
+
 /// `attach = true`: the corpus console app started by tracelab in the production shape — no
 /// diagnostics variable, not held, W^X on, no perf map — its collectors attached once it is
 /// ready, the map switched on over IPC: on every target its JIT leaf frames ≥ 99 % named and its
@@ -222,16 +233,7 @@ fn attach_true_launches_the_app_without_variables_on_every_target() {
     let dir = tempfile::tempdir().unwrap();
     lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
     let path = dir.path().join("spin.toml");
-    std::fs::write(
-        &path,
-        "name = \"spin-two-attached\"\nworkload = { dll = \"bin/spin-two.dll\" }\nargs = [\"spin.json\", \"5\"]\nstop = \"exit\"\nattach = true\n\
-         truth = { path = \"spin.json\", map = { \"shares.cpu.Alpha\" = \"{/alpha_s} / ({/alpha_s} + {/beta_s})\" } }\n\n\
-         [[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\n\
-         [[expect]]\nkind = \"resolved\"\ncollector = \"perf-cpu\"\nclass = \"jit\"\nmin = 0.99\nmin_samples = 200\n\n\
-         [[expect]]\nkind = \"share\"\nname = \"Alpha's share\"\ncollector = \"perf-cpu\"\nmethod = \"::Alpha\\\\b\"\n\
-         among = [\"::Alpha\\\\b\", \"::Beta\\\\b\"]\ntruth = \"shares.cpu.Alpha\"\ntolerance_pts = 5\nmin_samples = 200\n",
-    )
-    .unwrap();
+    std::fs::write(&path, spin_two_attached_toml()).unwrap();
     let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
     for target in [harness::run::TargetKind::Host, harness::run::TargetKind::Container, harness::run::TargetKind::Sidecar] {
         let (o, _results) = crate::until_decided(&format!("{test} on {target:?}"), || crate::run_scenario(&scenario, target));
@@ -242,6 +244,99 @@ fn attach_true_launches_the_app_without_variables_on_every_target() {
         }
         assert!(o.manifest.commands.iter().any(|c| c.starts_with("EnablePerfMap")), "{target:?}: {:?}", o.manifest.commands);
         assert!(o.manifest.metrics.get("attach.perf_map_rundown_methods").is_some_and(|n| *n > 10.0), "{target:?}: {:?}", o.manifest.metrics);
+    }
+}
+
+/// A user's pod (removed with the test), played from the user's own YAML.
+struct UsersPod(String);
+
+impl Drop for UsersPod {
+    fn drop(&mut self) {
+        let _ = Command::new("podman").args(["pod", "rm", "-f", "-t", "0", &self.0]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+/// The web API in a pod a user played (`podman kube play` of their own YAML: a shared process
+/// namespace, a tools sidecar, the app not pid 1): attached by its host pid, its socket and perf
+/// map reached through /proc/PID/root and NSpid, the app serving on.
+#[test]
+fn attach_to_a_web_api_in_a_users_pod_by_its_host_pid() {
+    let test = "attach::attach_to_a_web_api_in_a_users_pod_by_its_host_pid";
+    if !prerequisites(test, &[&require_root, &perf_available, &crate::lttng::docker_available, &crate::pods::pods_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dll = lab::apps::user_app::build("web-api", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let docker = harness::host::docker::Docker::connect().unwrap();
+    let image = harness::host::image::ensure(&docker, harness::host::image::DEFAULT_SUITE).unwrap_or_else(|e| panic!("{e:#}"));
+    let image = harness::host::podman::image_from_docker(&image).unwrap_or_else(|e| panic!("{e:#}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let folder = dir.path().display().to_string();
+    let name = format!("users-web-{}", std::process::id());
+    let yaml = [
+        "apiVersion: v1".to_string(),
+        "kind: Pod".into(),
+        format!("metadata: {{name: {name}}}"),
+        "spec:".into(),
+        "  shareProcessNamespace: true".into(),
+        "  hostNetwork: true".into(),
+        "  containers:".into(),
+        "  - name: web".into(),
+        format!("    image: {image}"),
+        format!("    command: [dotnet, {}, --urls, \"{url}\"]", dll.display()),
+        format!("    workingDir: {folder}"),
+        format!("    volumeMounts: [{{name: app, mountPath: {folder}, readOnly: true}}]"),
+        "  - name: shell".into(),
+        format!("    image: {image}"),
+        "    command: [sleep, infinity]".into(),
+        format!("  volumes: [{{name: app, hostPath: {{path: {folder}, type: Directory}}}}]"),
+    ]
+    .join("\n");
+    let yaml_path = dir.path().join("pod.yaml");
+    std::fs::write(&yaml_path, yaml).unwrap();
+    let out = Command::new("podman").args(["kube", "play", "--log-driver", "k8s-file"]).arg(&yaml_path).output().unwrap();
+    assert!(out.status.success(), "podman kube play: {}", String::from_utf8_lossy(&out.stderr));
+    let _pod = UsersPod(name.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while get(&url, "/cpu") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "the web API in the pod never served {url}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let inspect = Command::new("podman").args(["inspect", "-f", "{{.State.Pid}}", &format!("{name}-web")]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&inspect.stdout).trim().parse().unwrap();
+    let ns = harness::host::proc::nspid(pid).unwrap();
+    assert!(ns.len() == 2 && ns[1] != 1, "the app shares its pod's pid namespace, not pid 1: {ns:?}");
+    let (o, _results) = crate::until_decided(test, || attach(&web_toml(&url), dir.path(), pid));
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    assert!(o.manifest.commands.iter().any(|c| c.contains(&format!("(pid {} in its container)", ns[1]))), "{:?}", o.manifest.commands);
+    assert!(o.manifest.commands.iter().any(|c| c.starts_with("DisablePerfMap")), "{:?}", o.manifest.commands);
+    assert_eq!(get(&url, "/cpu"), Some(200), "the app serves after the run");
+}
+
+/// `attach = true` in pods: the app started with no diagnostics variable in a sidecar pod and
+/// in a debug-container pod (its socket and perf map reached through /proc/PID/root/tmp), the
+/// perf map switched on over IPC: JIT leaf frames ≥ 99 % named, the share within 5 pts.
+#[test]
+fn attach_true_in_a_sidecar_pod_and_a_debug_pod() {
+    let test = "attach::attach_true_in_a_sidecar_pod_and_a_debug_pod";
+    if !prerequisites(test, &[&require_root, &perf_available, &crate::lttng::docker_available, &crate::pods::pods_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    lab::apps::user_app::build("spin-two", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let path = dir.path().join("spin.toml");
+    std::fs::write(&path, spin_two_attached_toml()).unwrap();
+    let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e:#}"));
+    for shape in [harness::run::pod::PodShape::Sidecar, harness::run::pod::PodShape::Debug] {
+        let (o, _results) = crate::until_decided(&format!("{test} {shape:?}"), || crate::pods::run_in_pod(&scenario, shape));
+        assert_eq!(o.verdict, Verdict::Pass, "{shape:?}: {}", describe(&o));
+        let pod = crate::pods::played_pod(&o.dir);
+        let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+        for var in ["DOTNET_PerfMapEnabled", "DOTNET_DefaultDiagnosticPortSuspend", "DOTNET_EnableWriteXorExecute"] {
+            assert!(!env.iter().any(|e| e["name"] == var), "{shape:?}: the app was started with {var}: {env:?}");
+        }
+        assert!(o.manifest.commands.iter().any(|c| c.starts_with("EnablePerfMap")), "{shape:?}: {:?}", o.manifest.commands);
     }
 }
 
