@@ -158,6 +158,17 @@ pub fn generate(axes: &Axes) -> String {
         &format!("matrix dotnet --dotnet ${{{{ matrix.dotnet }}}} --scenario {}", axes.scenarios.join(",")),
         "results-dotnet-${{ matrix.dotnet }}",
     );
+    // Pods: every shape × collector as a real pod (`podman kube play`), expected vs got; CI runs
+    // the sidecar and debug shapes of cpu-bound (lab/tests/it/pods.rs).
+    job(
+        &mut y,
+        "pods",
+        "pods · ${{ matrix.shape }}",
+        &[("shape", list(&harness::run::pod::PodShape::ALL.map(|s| s.as_str().to_string())))],
+        60,
+        "matrix pods --shapes ${{ matrix.shape }}",
+        "results-pods-${{ matrix.shape }}",
+    );
     // The flake budget: 30 runs of every scenario, idle and beside a CPU hog on every core. Its
     // artifacts are named soak-* so the merged report (results-*) is not flooded with hundreds of
     // repeats, and the merge job does not wait hours for it: soak.md is the soak's own table.
@@ -207,7 +218,7 @@ pub fn generate(axes: &Axes) -> String {
          \x20   strategy:\n\
          \x20     fail-fast: false\n\
          \x20     matrix:\n\
-         \x20       target: [\"host\", \"container\", \"sidecar\"]\n\
+         \x20       target: [\"host\", \"container\", \"sidecar\", \"pod\"]\n\
          {steps_prelude}\
          \x20     - name: run\n\
          \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=interrupt::${{{{ matrix.target }}}}_runs_interrupted_full_grid)'\n\

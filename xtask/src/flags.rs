@@ -414,6 +414,15 @@ pub enum MatrixAxis {
         #[arg(long)]
         list: bool,
     },
+    /// Pod shapes (podman kube play) × collectors: expected vs got per cell, the tools' capabilities, the reason of each SKIP.
+    Pods {
+        /// Shapes (comma-separated: sidecar, debug, hardened, limited); default all.
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(harness::run::pod::PodShape::ALL.map(|s| s.as_str())))]
+        shapes: Vec<String>,
+        /// Print the cells without running anything.
+        #[arg(long)]
+        list: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -39,6 +39,7 @@ fn default_axis(name: &str) -> MatrixAxis {
         "kernels" => MatrixAxis::Kernels { kernels: vec![], scenario: vec![], list: false },
         "dotnet" => MatrixAxis::Dotnet { dotnet: vec![], scenario: vec![], list: false },
         "lttng" => MatrixAxis::Lttng { suites: vec![], scenario: vec![], list: false },
+        "pods" => MatrixAxis::Pods { shapes: vec![], list: false },
         other => unreachable!("lab::matrix::AXES has an axis `{other}` that flags do not declare"),
     }
 }
@@ -51,6 +52,10 @@ fn run_axis(axis: MatrixAxis) -> Result<()> {
         MatrixAxis::Lttng { list: true, .. } => print_cells(matrix::lttng::cells()?),
         MatrixAxis::Dotnet { dotnet, scenario, .. } => run_dotnet(dotnet, scenario),
         MatrixAxis::Lttng { suites, scenario, .. } => run_lttng(suites, scenario),
+        MatrixAxis::Pods { shapes, list } => {
+            let shapes = shapes.iter().map(|s| harness::run::pod::PodShape::parse(s)).collect::<Result<Vec<_>>>()?;
+            matrix::pods::run_and_print(&shapes, list)
+        }
     }
 }
 

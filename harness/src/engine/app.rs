@@ -191,8 +191,16 @@ const HELD_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Whether an app launched with `env` can be held at start: the runtime's diagnostics server is on.
 fn holdable(env: &BTreeMap<String, String>) -> bool {
-    let off = |k: &str| env.get(k).is_some_and(|v| v.trim() == "0");
-    !off("DOTNET_EnableDiagnostics") && !off("DOTNET_EnableDiagnostics_IPC") && !off("COMPlus_EnableDiagnostics")
+    diagnostics_off(env).is_none()
+}
+
+/// The setting in `env` that turns the runtime's diagnostics IPC off (`DOTNET_EnableDiagnostics=0`
+/// …), if one does.
+fn diagnostics_off(env: &BTreeMap<String, String>) -> Option<String> {
+    ["DOTNET_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC", "COMPlus_EnableDiagnostics"]
+        .into_iter()
+        .find(|k| env.get(*k).is_some_and(|v| v.trim() == "0"))
+        .map(|k| format!("{k}=0"))
 }
 
 /// Collectors recording and the app released into its measured phase (or the first failure).
@@ -225,6 +233,24 @@ fn launch(
     // The scenario's and this run's collectors' own `env` override what collectors ask for.
     let names: Vec<String> = collectors.iter().map(|c| c.name().to_string()).collect();
     env.extend(scenario.run_env(&names)?);
+    // A collector that talks to the runtime over its diagnostics IPC cannot work on an app whose
+    // IPC is off: said before anything is launched (it was an infrastructure error once the
+    // collector found no socket).
+    if let Some(setting) = diagnostics_off(&env)
+        && let Some(c) = scenario.collectors.iter().find(|c| {
+            names.iter().any(|n| n == c.name())
+                && matches!(c.kind(), crate::collect::CollectorKind::EventPipe | crate::collect::CollectorKind::DotnetTrace)
+        })
+    {
+        return Err(anyhow::Error::new(crate::host::errors::Unsupported {
+            reason: format!(
+                "collector `{}` talks to the runtime over its diagnostics IPC, which the app's `{setting}` turns off: remove it from \
+                 the app's environment (in a pod: its container's `env`), or keep `DOTNET_EnableDiagnostics=1` and turn off only \
+                 what you must (`DOTNET_EnableDiagnostics_Debugger=0`, `DOTNET_EnableDiagnostics_Profiler=0`); perf collectors work without it",
+                c.name()
+            ),
+        }));
+    }
     let protocol = scenario.protocol();
     // An app as it is starts held, unless its diagnostics are off (nothing could resume it).
     let held = protocol == Protocol::None && !scenario.attach && holdable(&env);

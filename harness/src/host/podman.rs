@@ -227,13 +227,14 @@ pub fn pods_of_run(run_label: &str) -> Result<Vec<String>> {
     Ok(out.lines().map(str::to_string).collect())
 }
 
-/// The guardian's removal of this owner's pods, as shell lines ("$1" is podman's path), run after
-/// the owner died; empty when podman is not installed.
+/// The guardian's removal of this owner's pods, as shell lines, run after the owner died; empty
+/// when podman is not installed. Three rounds 3 s apart: a `podman kube play` the owner started
+/// just before it died goes on creating its pod after the first.
 pub(crate) fn guardian_lines() -> String {
     let Some(podman) = crate::host::environment::which("podman") else { return String::new() };
     let owner = owner_label();
     format!(
-        "pods=$('{p}' pod ps -q --filter label={LABEL_OWNER}={owner} 2>/dev/null)\n[ -n \"$pods\" ] && '{p}' pod rm -f -t 0 $pods >/dev/null 2>&1\n'{p}' volume prune -f --filter label={LABEL_OWNER}={owner} >/dev/null 2>&1\n",
+        "for round in 1 2 3; do\n  pods=$('{p}' pod ps -q --filter label={LABEL_OWNER}={owner} 2>/dev/null)\n  [ -n \"$pods\" ] && '{p}' pod rm -f -t 0 $pods >/dev/null 2>&1\n  sleep 3\ndone\n",
         p = podman.display()
     )
 }

@@ -11,6 +11,7 @@ pub mod caps;
 pub mod dotnet;
 pub mod kernels;
 pub mod lttng;
+pub mod pods;
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,12 @@ pub const AXES: &[Axis] = &[
         description: "Debian suites (LTTng 2.12 / 2.13 / newer) × the LTTng scenarios: PASS, or SKIPPED with the soname reason",
         cells: lttng::cells,
         run: lttng::run_default,
+    },
+    Axis {
+        name: "pods",
+        description: "pod shapes (podman kube play) × collectors: expected vs got per cell, the tools' capabilities, the reason of each SKIP",
+        cells: pods::cells,
+        run: pods::run_default,
     },
 ];
 
@@ -106,6 +113,6 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), AXES.len());
         assert_eq!(axis("lttng").unwrap().name, "lttng");
-        assert!(axis("gpu").err().unwrap().to_string().contains("caps, kernels, dotnet, lttng"));
+        assert!(axis("gpu").err().unwrap().to_string().contains("caps, kernels, dotnet, lttng, pods"));
     }
 }

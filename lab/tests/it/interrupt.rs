@@ -134,6 +134,14 @@ fn processes_marked(marks: &[&Path]) -> Vec<String> {
     found
 }
 
+/// Pods (podman) whose owner is `owner_pid`.
+fn pods_of(owner_pid: u32) -> usize {
+    let out = std::process::Command::new("podman")
+        .args(["pod", "ps", "--filter", "label=tracelab=1", "--format", "{{index .Labels \"tracelab.owner\"}}"])
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with(&format!("{owner_pid}."))).count()).unwrap_or(0)
+}
+
 fn containers_of(docker: &harness::host::docker::Docker, owner_pid: u32) -> usize {
     docker
         .containers_with_label(harness::host::docker::LABEL)
@@ -245,10 +253,12 @@ fn interrupt_at(target: TargetKind, (phase, signal, output): Cell, toml: &Path, 
     // Containers go with the handler (SIGINT) or the guardian (SIGKILL: at most the lease).
     let died = Instant::now();
     let deadline = died + Duration::from_secs(harness::host::docker::LEASE_S + 30);
-    let mut containers = docker.as_ref().map_or(0, |d| containers_of(d, child.id()));
+    let pods = target == TargetKind::Pod;
+    let count = || docker.as_ref().map_or(0, |d| containers_of(d, child.id())) + if pods { pods_of(child.id()) } else { 0 };
+    let mut containers = count();
     while containers > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
-        containers = docker.as_ref().map_or(0, |d| containers_of(d, child.id()));
+        containers = count();
     }
     let containers_gone_s = docker.is_some().then(|| died.elapsed().as_secs_f64());
     // Processes die with their owner (PR_SET_PDEATHSIG, the handler, the removed container).
@@ -302,9 +312,11 @@ fn signal_name(signal: i32) -> &'static str {
 /// end; asserts what the module doc says and writes the table.
 fn interrupt_cells(target: TargetKind, cells: &[Cell]) {
     let test = format!("interrupt::{}_runs_interrupted_leave_nothing", target.as_str());
-    let needs_docker = target != TargetKind::Host;
-    let checks: Vec<&dyn Fn() -> Result<(), String>> =
-        if needs_docker { vec![&require_root, &perf_available, &docker_available] } else { vec![&require_root, &perf_available] };
+    let checks: Vec<&dyn Fn() -> Result<(), String>> = match target {
+        TargetKind::Host => vec![&require_root, &perf_available],
+        TargetKind::Pod => vec![&require_root, &perf_available, &docker_available, &crate::pods::pods_available],
+        _ => vec![&require_root, &perf_available, &docker_available],
+    };
     if !prerequisites(&test, &checks) {
         return;
     }
@@ -426,6 +438,11 @@ fn sidecar_runs_interrupted_leave_nothing() {
     interrupt_cells(TargetKind::Sidecar, &[("decode", 2, Output::Read), ("collect", 9, Output::Read)]);
 }
 
+#[test]
+fn pod_runs_interrupted_leave_nothing() {
+    interrupt_cells(TargetKind::Pod, &[("collect", 2, Output::Read), ("launch", 9, Output::Read)]);
+}
+
 // Nightly (the workflow's `interrupt` job): the whole grid on each target.
 
 #[test]
@@ -444,6 +461,12 @@ fn container_runs_interrupted_full_grid() {
 #[ignore = "nightly: the whole grid (ci/nightly.yml `interrupt`); CI runs two cells per target"]
 fn sidecar_runs_interrupted_full_grid() {
     interrupt_cells(TargetKind::Sidecar, FULL_GRID);
+}
+
+#[test]
+#[ignore = "nightly: the whole grid (ci/nightly.yml `interrupt`); CI runs two cells per target"]
+fn pod_runs_interrupted_full_grid() {
+    interrupt_cells(TargetKind::Pod, FULL_GRID);
 }
 
 /// Two runs of one scenario started together into one results folder: each gets its own folder

@@ -115,6 +115,22 @@ fn dotnet_trace_skips_in_a_debug_pod_and_our_eventpipe_client_does_not() {
     assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
 }
 
+/// An app whose diagnostics are off (`DOTNET_EnableDiagnostics=0`, common in production pods):
+/// the IPC collectors SKIP naming the variable and the fix, before anything is launched.
+#[test]
+fn ipc_collectors_skip_naming_enable_diagnostics_in_a_hardened_pod() {
+    let test = "pods::ipc_collectors_skip_naming_enable_diagnostics_in_a_hardened_pod";
+    if !prerequisites(test, &[&require_root, &crate::lttng::docker_available, &pods_available]) {
+        return;
+    }
+    let mut scenario = Scenario::find("cpu-bound-eventpipe").unwrap();
+    scenario.env.insert("DOTNET_EnableDiagnostics".into(), "0".into());
+    let (o, _r) = run_in_pod(&scenario, PodShape::Hardened);
+    assert_eq!(o.verdict, Verdict::Skip, "{}", describe(&o));
+    let reason = o.reason.clone().unwrap_or_default();
+    assert!(reason.contains("`DOTNET_EnableDiagnostics=0`") && reason.contains("eventpipe"), "{reason}");
+}
+
 /// The hardened pod (UID 1654, read-only root file system, no capabilities) and the limited one
 /// (CPU and memory limits): cpu-bound ends PASS, or INCONCLUSIVE/SKIP with a reason — never FAIL;
 /// the app really ran as 1654.
