@@ -104,6 +104,10 @@ fn make_target(
             let shape = shape.or(scenario.shape).unwrap_or_default();
             let mut options = crate::run::pod::PodOptions::new(shape, image.unwrap_or("bullseye"), caps)?;
             options.host_network = scenario.load.is_some();
+            if let Some(r) = &scenario.pod_resources {
+                options.cpu_limit = r.cpu.clone();
+                options.memory_limit = r.memory.clone();
+            }
             Ok(Box::new(crate::run::pod::PodTarget::new(options)?))
         }
         TargetKind::Host => Ok(Box::new(crate::run::HostTarget::new(dotnet.dotnet.clone()))),

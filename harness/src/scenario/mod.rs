@@ -101,6 +101,10 @@ pub struct Scenario {
     /// `sidecar`.
     #[serde(default)]
     pub shape: Option<crate::run::pod::PodShape>,
+    /// `resources.limits` of the app's container on the pod target (`cpu = "0.5"`, `memory =
+    /// "512Mi"`, Kubernetes quantities); the `limited` shape's default is 1 CPU and 1 GiB.
+    #[serde(default)]
+    pub pod_resources: Option<PodResources>,
     /// Capabilities for container targets; absent = the least set measured to work.
     #[serde(default)]
     pub capabilities: Option<Vec<String>>,
@@ -209,6 +213,31 @@ fn default_timeout() -> u64 {
 /// One collector of a scenario: the kind with its typed options, declared by the collectors.
 pub use crate::collect::{CollectorKind, CollectorSpec};
 
+/// `pod_resources`: limits of the app's container in a pod.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodResources {
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+}
+
+impl PodResources {
+    fn validate(&self) -> Result<()> {
+        // A Kubernetes quantity: a decimal with an optional SI, binary or exponent suffix.
+        let quantity = regex::Regex::new(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$").unwrap();
+        for (key, value) in [("cpu", &self.cpu), ("memory", &self.memory)] {
+            if let Some(v) = value
+                && !quantity.is_match(v)
+            {
+                return Err(at(crate::scenario_path!("pod_resources", key), anyhow!(
+                    "`pod_resources.{key}` is a Kubernetes quantity (\"0.5\", \"500m\", \"2\"; memory \"512Mi\", \"1Gi\"), got {v:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Scenario {
     /// A scenario of `workload` with every other setting at its default (scenarios built in code).
     pub fn new(name: &str, workload: WorkloadRef) -> Scenario {
@@ -229,6 +258,7 @@ impl Scenario {
             target: None,
             image: None,
             shape: None,
+            pod_resources: None,
             capabilities: None,
             timeout_s: default_timeout(),
             expect_crash: false,
@@ -343,6 +373,9 @@ impl Scenario {
         }
         if let Some(image) = &self.image {
             crate::host::image::suite(image).map_err(|e| at(path!("image"), e))?;
+        }
+        if let Some(resources) = &self.pod_resources {
+            resources.validate()?;
         }
         if self.collectors.is_empty() {
             bail!("scenario `{}` names no [[collector]]", self.name);

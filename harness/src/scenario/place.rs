@@ -148,6 +148,14 @@ pub(crate) fn explain(text: &str, origin: &Path, error: anyhow::Error) -> anyhow
                     .span()
                     .map(|s| s.start)
                     .map(|at| {
+                        // A value serde placed itself (an unknown variant of a plain key such as
+                        // `target` or `shape`) is the place; only a table's span is looked into.
+                        if let Some(rest) = message.strip_prefix("unknown variant `")
+                            && let Some(v) = rest.split('`').next()
+                            && text[at..].starts_with(&format!("\"{v}\""))
+                        {
+                            return at;
+                        }
                         named_key(&message)
                             .and_then(|(key, value)| key_after(text, at, key, value.as_deref()).or_else(|| key_after(text, at, key, None)))
                             .unwrap_or(at)
@@ -223,6 +231,10 @@ mod scenario_mistakes {
             (with("\n[[expect]]\nkind = \"resolved\"\ncollector = \"eventpipe\"\nclass = \"jit\"\nmin = 0.9\n"), "dir/x.toml:9:1", "collector `eventpipe`"),
             (format!("runs = [[\"perf-cpu\"], [\"nope\"]]\n{BASE}"), "dir/x.toml:1:23", "names collector `nope`"),
             (format!("warmup_s = 900.0\nprotocol = \"none\"\n{BASE}"), "dir/x.toml:1:1", "`warmup_s` is 0–600"),
+            (format!("target = \"pod\"\nshape = \"daemonset\"\n{BASE}"), "dir/x.toml:2:9", "unknown variant `daemonset`"),
+            (format!("target = \"vm\"\n{BASE}"), "dir/x.toml:1:10", "unknown variant `vm`"),
+            (format!("pod_resources = {{ cpu = \"half\" }}\n{BASE}"), "dir/x.toml:1:19", "`pod_resources.cpu` is a Kubernetes quantity"),
+            (format!("pod_resources = {{ cpus = \"1\" }}\n{BASE}"), "dir/x.toml:1:19", "unknown field `cpus`"),
             (format!("ready = {{ line = \"([\" }}\n{BASE}"), "dir/x.toml:1:9", "not a valid regex"),
             (BASE.replace("name = \"x\"", "name = \"../../etc\""), "dir/x.toml:1:1", "`name` is letters, digits"),
             (format!("{BASE}\n[load]\nroutes = [\"/\"]\nconnections_per_route = 5000\nseconds = 2\n"), "dir/x.toml:9:1", "`[load] connections_per_route` is 1–64"),

@@ -71,6 +71,8 @@ pub struct Cell {
     pub shape: PodShape,
     pub collector: Collector,
     pub env: Vec<(&'static str, &'static str)>,
+    /// `pod_resources.cpu` of the app (the limited shape's default: 1).
+    pub cpu: Option<&'static str>,
     /// Verdicts that keep the shape's promise (`pass`, `skip`, `inconclusive`).
     pub expected: Vec<&'static str>,
     /// A phrase the reason of a non-PASS outcome must hold.
@@ -81,7 +83,8 @@ impl Cell {
     pub fn name(&self) -> String {
         let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let env = if env.is_empty() { String::new() } else { format!(" [{}]", env.join(" ")) };
-        format!("{} / {}{env}", self.shape.as_str(), self.collector.name())
+        let cpu = self.cpu.map(|c| format!(" (cpu {c})")).unwrap_or_default();
+        format!("{}{cpu} / {}{env}", self.shape.as_str(), self.collector.name())
     }
 }
 
@@ -95,7 +98,7 @@ pub fn default_cells() -> Vec<Cell> {
                 (PodShape::Limited, _) => (vec!["pass", "inconclusive"], None),
                 _ => (vec!["pass"], None),
             };
-            cells.push(Cell { shape, collector, env: Vec::new(), expected, reason_names });
+            cells.push(Cell { shape, collector, env: Vec::new(), cpu: None, expected, reason_names });
         }
     }
     // The hardened app with its diagnostics off (a common production setting): the IPC
@@ -103,7 +106,14 @@ pub fn default_cells() -> Vec<Cell> {
     for collector in [Collector::PerfCpu, Collector::EventPipe, Collector::DotnetTrace] {
         let (expected, reason_names) =
             if collector.uses_ipc() { (vec!["skip"], Some("DOTNET_EnableDiagnostics")) } else { (vec!["pass"], None) };
-        cells.push(Cell { shape: PodShape::Hardened, collector, env: vec![("DOTNET_EnableDiagnostics", "0")], expected, reason_names });
+        cells.push(Cell { shape: PodShape::Hardened, collector, env: vec![("DOTNET_EnableDiagnostics", "0")], cpu: None, expected, reason_names });
+    }
+    // Half a core and two: the CPU-time share holds or is inconclusive naming the starved
+    // sampler (cpu-bound's two threads get half a core between them), never FAIL.
+    for cpu in ["0.5", "2"] {
+        for collector in [Collector::PerfCpu, Collector::EventPipe] {
+            cells.push(Cell { shape: PodShape::Limited, collector, env: Vec::new(), cpu: Some(cpu), expected: vec!["pass", "inconclusive"], reason_names: None });
+        }
     }
     cells
 }
@@ -113,6 +123,8 @@ pub struct Row {
     pub shape: String,
     pub collector: String,
     pub env: String,
+    /// `pod_resources.cpu`, when the cell sets it.
+    pub cpu: Option<String>,
     pub expected: String,
     pub got: String,
     /// Whether `got` keeps the shape's promise.
@@ -148,7 +160,12 @@ pub fn run(cells: &[Cell], results_root: Option<&Path>) -> Result<Report> {
             results_root: results_root.map(Path::to_path_buf),
             ..Default::default()
         };
-        let outcome = cell.collector.scenario(&cell.env).and_then(|s| engine::run(&s, &opts));
+        let outcome = cell.collector.scenario(&cell.env).and_then(|mut s| {
+            if let Some(cpu) = cell.cpu {
+                s.pod_resources = Some(harness::scenario::PodResources { cpu: Some(cpu.into()), memory: Some("1Gi".into()) });
+            }
+            engine::run(&s, &opts)
+        });
         let (got, reason, run_dir, tool_caps) = match outcome {
             Ok(o) => (o.verdict.as_str().to_string(), o.reason.clone(), Some(o.dir.clone()), o.manifest.environment.target_capabilities.clone()),
             Err(e) => ("error".to_string(), Some(format!("{e:#}")), None, Vec::new()),
@@ -161,6 +178,7 @@ pub fn run(cells: &[Cell], results_root: Option<&Path>) -> Result<Report> {
             shape: cell.shape.as_str().into(),
             collector: cell.collector.name().into(),
             env: cell.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+            cpu: cell.cpu.map(str::to_string),
             expected: cell.expected.join(" or "),
             as_expected: cell.expected.contains(&got.as_str()) && named,
             got,
@@ -174,7 +192,7 @@ pub fn run(cells: &[Cell], results_root: Option<&Path>) -> Result<Report> {
 
 pub fn markdown(report: &Report) -> String {
     let mut s = format!(
-        "# Pods matrix ({})\n\n| shape | collector | app env | expected | got | tools' capabilities | reason |\n|---|---|---|---|---|---|---|\n",
+        "# Pods matrix ({})\n\n| shape | collector | app env / limits | expected | got | tools' capabilities | reason |\n|---|---|---|---|---|---|---|\n",
         report.started_utc
     );
     for r in &report.rows {
@@ -182,7 +200,7 @@ pub fn markdown(report: &Report) -> String {
             "| {} | {} | {} | {} | {}{} | {} | {} |\n",
             r.shape,
             r.collector,
-            r.env,
+            [r.env.clone(), r.cpu.as_ref().map(|c| format!("cpu {c}")).unwrap_or_default()].iter().filter(|x| !x.is_empty()).cloned().collect::<Vec<_>>().join(", "),
             r.expected.to_uppercase(),
             r.got.to_uppercase(),
             if r.as_expected { "" } else { " ✗" },
