@@ -344,7 +344,7 @@ mod tests {
         assert!(y.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]"), "{y}");
         assert!(y.contains("kernel: [\"5.10\", \"6.1\"]"), "{y}");
         assert!(y.contains("matrix kernels --kernels ${{ matrix.kernel }} --scenario cpu-bound,gc-heavy"), "{y}");
-        assert!(y.contains("needs: [host, containers, caps, kernels, dotnet]"), "{y}");
+        assert!(y.contains("needs: [host, containers, caps, kernels, dotnet, pods]"), "{y}");
         assert!(y.contains("workflow_dispatch:") && y.contains("schedule:"), "{y}");
     }
 
@@ -388,7 +388,7 @@ mod tests {
             + y.matches("name: fuzz-").count()
             + y.matches("name: interrupt-").count()
             + y.matches("name: corpus\n").count();
-        assert_eq!(jobs, 9);
+        assert_eq!(jobs, 10);
         assert_eq!(jobs, uploads, "{y}");
     }
 

@@ -161,7 +161,7 @@ pub struct Setup {
     /// Plan for the test suite (the default).
     #[arg(long)]
     pub tests: bool,
-    /// With --scenario: host | container | sidecar.
+    /// With --scenario: host | container | sidecar | pod.
     #[arg(long, requires = "scenario")]
     pub target: Option<String>,
     /// With --scenario: base image suite for container targets.
@@ -193,8 +193,8 @@ pub struct Scenario {
     /// Base image for container targets: bullseye | bookworm | trixie.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::host::image::SUITES.iter().map(|s| s.name)))]
     pub image: Option<String>,
-    /// The pod's shape on the pod target: sidecar | debug | hardened | limited (default: the
-    /// scenario's `shape`, else sidecar).
+    /// The pod's shape on the pod target: sidecar | debug | hardened | limited | listen (default:
+    /// the scenario's `shape`, else sidecar).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(harness::run::pod::PodShape::ALL.map(|s| s.as_str())))]
     pub shape: Option<String>,
     /// Exit 0 on SKIP too (a skip is a verdict about the environment, not the tool).
@@ -416,7 +416,7 @@ pub enum MatrixAxis {
     },
     /// Pod shapes (podman kube play) × collectors: expected vs got per cell, the tools' capabilities, the reason of each SKIP.
     Pods {
-        /// Shapes (comma-separated: sidecar, debug, hardened, limited); default all.
+        /// Shapes (comma-separated: sidecar, debug, hardened, limited, listen); default all.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(harness::run::pod::PodShape::ALL.map(|s| s.as_str())))]
         shapes: Vec<String>,
         /// Print the cells without running anything.

@@ -767,6 +767,14 @@ impl ReverseListener {
         Ok((session, advertise))
     }
 
+    /// Resumes a runtime held on this port (`…,connect,suspend`, as dotnet-monitor's Listen mode
+    /// does at start): ResumeRuntime on its next reverse connection; the runtime's advertise.
+    pub fn resume_next(&self, timeout: Duration) -> IpcResult<Advertise> {
+        let (mut s, advertise) = self.accept(timeout)?;
+        resume_runtime_on(&mut s, &self.path)?;
+        Ok(advertise)
+    }
+
     /// Sends one command on the runtime's next reverse connection: ProcessInfo.
     pub fn process_info(&self, timeout: Duration) -> IpcResult<ProcessInfo> {
         let (mut s, _) = self.accept(timeout)?;

@@ -65,17 +65,19 @@ fn tools_mount_tmp(pod: &serde_json::Value) -> bool {
     tools["volumeMounts"].as_array().unwrap().iter().any(|m| m["mountPath"] == "/tmp")
 }
 
-/// The CI slice: cpu-bound in a sidecar pod and in a debug-container pod, PASS with its hot
-/// method's share within 5 pts of truth; the YAML each played fits the Pod schema; no pod is left.
+/// The CI slice: cpu-bound in a sidecar pod, a debug-container pod and a listen-mode pod, PASS
+/// with its hot method's share within 5 pts of truth; the YAML each played fits the Pod schema;
+/// in the listen pod the runtime connected out to tracelab's socket and was resumed by it; no
+/// pod is left.
 #[test]
-fn cpu_bound_passes_in_a_sidecar_pod_and_in_a_debug_pod() {
-    let test = "pods::cpu_bound_passes_in_a_sidecar_pod_and_in_a_debug_pod";
+fn cpu_bound_passes_in_a_sidecar_a_debug_and_a_listen_pod() {
+    let test = "pods::cpu_bound_passes_in_a_sidecar_a_debug_and_a_listen_pod";
     if !prerequisites(test, &[&require_root, &perf_available, &crate::lttng::docker_available, &pods_available]) {
         return;
     }
     let before = tracelab_pods();
     let scenario = Scenario::find("cpu-bound").unwrap();
-    for shape in [PodShape::Sidecar, PodShape::Debug] {
+    for shape in [PodShape::Sidecar, PodShape::Debug, PodShape::Listen] {
         let (o, _results) = crate::until_decided(&format!("{test} {shape:?}"), || run_in_pod(&scenario, shape));
         assert_eq!(o.verdict, Verdict::Pass, "{shape:?}: {}", describe(&o));
         assert_eq!(o.manifest.environment.target, "pod");
@@ -84,8 +86,14 @@ fn cpu_bound_passes_in_a_sidecar_pod_and_in_a_debug_pod() {
         assert_eq!(share.verdict, Verdict::Pass, "{shape:?}: {share:?}");
         let pod = played_pod(&o.dir);
         assert_eq!(pod["spec"]["shareProcessNamespace"], true);
-        assert_eq!(tools_mount_tmp(&pod), shape == PodShape::Sidecar, "{shape:?}: /tmp shared with the tools only in the sidecar shape");
+        assert_eq!(tools_mount_tmp(&pod), shape != PodShape::Debug, "{shape:?}: /tmp shared with the tools but in the debug shape");
         assert!(!o.dir.join("artifacts/pod-control").exists(), "the control folder is removed with the pod");
+        if shape == PodShape::Listen {
+            let seen = std::fs::read_to_string(o.dir.join("artifacts").join(harness::run::pod::LISTEN_RECORD)).unwrap_or_default();
+            assert!(seen.contains("connected to /diag/port.sock and was resumed"), "{seen}");
+            let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+            assert!(env.iter().any(|e| e["name"] == "DOTNET_DiagnosticPorts" && e["value"] == "/diag/port.sock,suspend"), "{env:?}");
+        }
     }
     assert_eq!(tracelab_pods(), before, "a pod was left behind");
 }

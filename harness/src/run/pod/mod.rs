@@ -33,6 +33,11 @@ const CONTROL_DIR: &str = "pod-control";
 const APP_EXIT_FILE: &str = "app-exit";
 /// The Pod as played, kept in the run's folder.
 pub const POD_YAML: &str = "pod.yaml";
+/// The listen shape's folder in the pod and its socket.
+const LISTEN_IN_POD: &str = "/diag";
+const LISTEN_SOCKET: &str = "port.sock";
+/// What the listen shape's monitor saw (in the run's folder).
+pub const LISTEN_RECORD: &str = "pod-listen.txt";
 
 static POD_SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -77,6 +82,8 @@ pub struct PodTarget {
     app_root: Option<std::fs::File>,
     host_paths: Vec<PathBuf>,
     logs: Option<std::process::Child>,
+    /// The listen shape's socket folder (in this process's scratch folder), removed at cleanup.
+    listen_dir: Option<PathBuf>,
 }
 
 impl PodTarget {
@@ -101,6 +108,7 @@ impl PodTarget {
             app_root: None,
             host_paths: Vec::new(),
             logs: None,
+            listen_dir: None,
         })
     }
 
@@ -245,7 +253,24 @@ impl Target for PodTarget {
         if !app.env.contains_key("DOTNET_ROOT") {
             env.push(("DOTNET_ROOT".into(), "/usr/share/dotnet".into()));
         }
-        let name = format!("tracelab-{}-{}", std::process::id(), POD_SEQ.fetch_add(1, Ordering::Relaxed));
+        let seq = POD_SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("tracelab-{}-{seq}", std::process::id());
+        // The listen shape: a monitor's socket in a folder both containers mount at /diag (short:
+        // a socket path has at most 108 bytes), bound before the app starts, as dotnet-monitor's.
+        let mut mounted_at = Vec::new();
+        let mut listener = None;
+        if self.options.shape == PodShape::Listen {
+            let dir = crate::host::owner::scratch_dir()?.join(format!("diag-{seq}"));
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+            let bound = eventpipe::ipc::ReverseListener::bind(dir.join(LISTEN_SOCKET))
+                .with_context(|| format!("cannot listen on {}", dir.join(LISTEN_SOCKET).display()))?;
+            env.push(("DOTNET_DiagnosticPorts".into(), format!("{LISTEN_IN_POD}/{LISTEN_SOCKET},suspend")));
+            mounted_at.push((dir.clone(), LISTEN_IN_POD.to_string()));
+            self.listen_dir = Some(dir);
+            listener = Some(bound);
+        }
         let mut labels = vec![("tracelab".to_string(), "1".to_string()), (podman::LABEL_OWNER.to_string(), podman::owner_label())];
         if let Some(run) = &self.options.run_label {
             labels.push(("tracelab.run".into(), run.clone()));
@@ -266,6 +291,7 @@ impl Target for PodTarget {
             app_workdir: Some(app.cwd.clone().unwrap_or_else(|| work_dir.clone()).display().to_string()),
             tool_caps: self.options.tool_caps.clone(),
             host_paths: host_paths.clone(),
+            mounted_at,
             host_network: self.options.host_network,
             cpu_limit,
             memory_limit,
@@ -279,6 +305,21 @@ impl Target for PodTarget {
         self.host_paths = host_paths.into_iter().map(|h| h.path).collect();
         crate::host::progress::note("launch", &format!("pod {name} ({}) from {}", self.options.shape.as_str(), yaml_path.display()));
         podman::play(&yaml_path, self.options.host_network).map_err(crate::host::errors::Infrastructure::wrap)?;
+        if let Some(listener) = listener {
+            // The monitor: the runtime connects, advertises itself and waits for ResumeRuntime.
+            let record = work_dir.join(LISTEN_RECORD);
+            std::thread::spawn(move || {
+                let line = match listener.resume_next(Duration::from_secs(60)) {
+                    Ok(adv) => format!(
+                        "runtime pid {} (cookie {}) connected to {LISTEN_IN_POD}/{LISTEN_SOCKET} and was resumed (ResumeRuntime)\n",
+                        adv.pid,
+                        adv.runtime_cookie.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                    ),
+                    Err(e) => format!("no runtime was resumed on {LISTEN_IN_POD}/{LISTEN_SOCKET}: {e}\n"),
+                };
+                let _ = std::fs::write(record, line);
+            });
+        }
         let app_container = self.container("app")?;
         let mut logs = podman::follow_logs(&app_container)?;
         let (tx, rx) = mpsc::channel();
@@ -397,6 +438,9 @@ impl Target for PodTarget {
         }
         if let Some(control) = self.control.take() {
             let _ = std::fs::remove_dir_all(control);
+        }
+        if let Some(dir) = self.listen_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
         removed
     }

@@ -23,10 +23,14 @@ pub enum PodShape {
     Hardened,
     /// A tools sidecar with CPU and memory limits on the app's container.
     Limited,
+    /// dotnet-monitor's Listen mode: the app connects out to a monitor listening on a socket in a
+    /// folder both containers mount (`DOTNET_DiagnosticPorts=/diag/port.sock,suspend`) and waits
+    /// until it resumes it; tools beside it as in `sidecar`.
+    Listen,
 }
 
 impl PodShape {
-    pub const ALL: [PodShape; 4] = [PodShape::Sidecar, PodShape::Debug, PodShape::Hardened, PodShape::Limited];
+    pub const ALL: [PodShape; 5] = [PodShape::Sidecar, PodShape::Debug, PodShape::Hardened, PodShape::Limited, PodShape::Listen];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -34,6 +38,7 @@ impl PodShape {
             PodShape::Debug => "debug",
             PodShape::Hardened => "hardened",
             PodShape::Limited => "limited",
+            PodShape::Listen => "listen",
         }
     }
 
@@ -60,6 +65,7 @@ impl PodShape {
             PodShape::Debug => "debug container: shareProcessNamespace, /tmp not shared (tools look through /proc/PID/root)",
             PodShape::Hardened => "hardened: app as UID 1654, readOnlyRootFilesystem, no capabilities, /tmp a shared emptyDir",
             PodShape::Limited => "limited: tools sidecar, app limited to cpu and memory (resources.limits)",
+            PodShape::Listen => "listen: the app connects out to a monitor's socket in a shared folder and waits to be resumed (DOTNET_DiagnosticPorts=…,suspend)",
         }
     }
 }
@@ -81,6 +87,8 @@ pub(crate) struct PodPlan {
     pub tool_caps: Vec<String>,
     /// Host folders at the same path inside: (path, read-only, containers: app / tools / both).
     pub host_paths: Vec<HostPath>,
+    /// A host folder mounted at another path in both containers: (host, in the pod).
+    pub mounted_at: Vec<(PathBuf, String)>,
     /// The host's network (a loopback load generator on the host); none otherwise.
     pub host_network: bool,
     /// `resources.limits` of the app container (`cpu`, `memory`), for the limited shape.
@@ -119,6 +127,12 @@ impl PodPlan {
             if hp.in_tools {
                 tool_mounts.push(mount);
             }
+        }
+        for (i, (host, at)) in self.mounted_at.iter().enumerate() {
+            let name = format!("mount-{i}");
+            volumes.push(json!({"name": name, "hostPath": {"path": host.display().to_string(), "type": "Directory"}}));
+            app_mounts.push(json!({"name": name, "mountPath": at}));
+            tool_mounts.push(json!({"name": name, "mountPath": at}));
         }
         // /tmp: an emptyDir, in both containers unless the shape keeps it the app's own.
         volumes.push(json!({"name": "tmp", "emptyDir": {}}));
@@ -219,6 +233,7 @@ mod tests {
             app_workdir: Some("/w".into()),
             tool_caps: vec!["SYS_ADMIN".into()],
             host_paths: vec![HostPath::both(Path::new("/w"), false)],
+            mounted_at: if shape == PodShape::Listen { vec![(PathBuf::from("/tmp/tracelab-diag-x"), "/diag".into())] } else { Vec::new() },
             host_network: false,
             cpu_limit: (shape == PodShape::Limited).then(|| "0.5".into()),
             memory_limit: (shape == PodShape::Limited).then(|| "512Mi".into()),
@@ -269,7 +284,7 @@ mod tests {
         for s in PodShape::ALL {
             assert_eq!(PodShape::parse(s.as_str()).unwrap(), s);
         }
-        assert!(PodShape::parse("daemonset").unwrap_err().to_string().contains("expected sidecar, debug, hardened, limited"));
+        assert!(PodShape::parse("daemonset").unwrap_err().to_string().contains("expected sidecar, debug, hardened, limited, listen"));
     }
 
     #[test]
