@@ -88,6 +88,9 @@ pub struct ImageReport {
     /// Settings in the image's environment that matter, with what they mean.
     pub settings: Vec<(String, String)>,
     pub rows: Vec<CollectorRow>,
+    /// Pod shapes where perf-cpu or EventPipe worked, with the Pod YAML that ran (`--pod`) and
+    /// the collectors that worked there.
+    pub pod_yamls: Vec<(String, PathBuf, Vec<String>)>,
 }
 
 /// Environment settings of an image that change what tracing can do.
@@ -131,8 +134,10 @@ pub fn image_files(image: &str) -> Result<ImageFiles> {
 }
 
 /// Runs every collector against the image (each in its own run, tools in a sidecar, the least
-/// capabilities of the committed table) and reads the image; `app_args` replace its cmd.
-pub fn check(image: &str, app_args: &[String], results_root: &Path) -> Result<ImageReport> {
+/// capabilities of the committed table) and reads the image; `app_args` replace its cmd. With
+/// `pod_shapes`, the EventPipe, dotnet-trace and perf-cpu collectors run against it in a real pod
+/// of each shape too.
+pub fn check(image: &str, app_args: &[String], results_root: &Path, pod_shapes: &[harness::run::pod::PodShape]) -> Result<ImageReport> {
     let docker = harness::host::docker::Docker::connect()?;
     let info = docker
         .inspect_image(image)?
@@ -185,7 +190,46 @@ pub fn check(image: &str, app_args: &[String], results_root: &Path) -> Result<Im
         };
         rows.push(CollectorRow { collector: kind.as_str().into(), target: "sidecar".into(), capabilities: caps_text, works, detail });
     }
-    Ok(ImageReport { image: image.to_string(), entrypoint: info.entrypoint, cmd: info.cmd, files, settings, rows })
+    let mut pod_yamls = Vec::new();
+    for shape in pod_shapes {
+        let mut working = Vec::new();
+        let mut yaml = None;
+        for kind in [CollectorKind::PerfCpu, CollectorKind::EventPipe, CollectorKind::DotnetTrace] {
+            harness::host::progress::note("check-image", &format!("{kind} in a pod of shape {}", shape.as_str()));
+            let mut scenario = Scenario::new(&format!("check-image-pod-{kind}"), WorkloadRef::Image { image: image.to_string() });
+            scenario.args = app_args.to_vec();
+            scenario.seconds = Some(3.0);
+            scenario.target = Some(TargetKind::Pod);
+            scenario.shape = Some(*shape);
+            scenario.collectors = vec![kind.probe_spec()];
+            let opts = harness::engine::RunOptions { results_root: Some(results_root.to_path_buf()), ..Default::default() };
+            let (works, detail, caps) = match harness::engine::run(&scenario, &opts) {
+                Ok(o) => {
+                    let caps = o.manifest.environment.target_capabilities.join("+");
+                    let played = o.dir.join("artifacts").join(harness::run::pod::POD_YAML);
+                    if played.is_file() && yaml.is_none() {
+                        yaml = Some(played);
+                    }
+                    match o.verdict {
+                        judge::Verdict::Pass => (true, "recorded".to_string(), caps),
+                        _ => (false, o.reason.unwrap_or_else(|| o.verdict.as_str().to_string()), caps),
+                    }
+                }
+                Err(e) => (false, format!("{e:#}"), String::new()),
+            };
+            if works {
+                working.push(kind.as_str().to_string());
+            }
+            let caps = if caps.is_empty() { "none".to_string() } else { caps };
+            rows.push(CollectorRow { collector: kind.as_str().into(), target: format!("pod/{}", shape.as_str()), capabilities: caps, works, detail });
+        }
+        if !working.is_empty() && let Some(yaml) = yaml {
+            let kept = results_root.join(format!("pod-{}.yaml", shape.as_str()));
+            std::fs::copy(&yaml, &kept).with_context(|| format!("cannot copy {} to {}", yaml.display(), kept.display()))?;
+            pod_yamls.push((shape.as_str().to_string(), kept, working));
+        }
+    }
+    Ok(ImageReport { image: image.to_string(), entrypoint: info.entrypoint, cmd: info.cmd, files, settings, rows, pod_yamls })
 }
 
 impl ImageReport {
@@ -232,6 +276,13 @@ impl ImageReport {
             s.push_str("# EventPipe / dotnet-trace: the diagnostics socket is /srv/trace-tmp/dotnet-diagnostic-1-*-socket on the host\n");
         }
         s.push_str("```\n");
+        for (shape, yaml, working) in &self.pod_yamls {
+            s.push_str(&format!(
+                "\nIn a pod of shape `{shape}` {} worked: the Pod it ran is {} (hostPath volumes aside, which held tracelab's run folder, it is the pod to deploy; the `tools` container's securityContext is what the tools need)\n",
+                working.join(", "),
+                yaml.display()
+            ));
+        }
         s
     }
 }

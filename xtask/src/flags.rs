@@ -75,6 +75,10 @@ pub struct CheckImage {
     /// Where the trial runs and the table go (default results/check-image-STAMP/).
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// Also run it in real pods (podman kube play) of these shapes (default with a bare --pod:
+    /// sidecar, debug, hardened): which shapes work, with which securityContext, and their YAML.
+    #[arg(long, num_args = 0.., value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(harness::run::pod::PodShape::ALL.map(|s| s.as_str())))]
+    pub pod: Option<Vec<String>>,
 }
 
 #[derive(Args, Debug)]

@@ -120,7 +120,7 @@ pub fn image_from_docker(tag: &str) -> Result<String> {
 
 /// The name podman gives a Docker image it loaded: `docker save` writes `tracelab/runtime:X`,
 /// which podman stores as `localhost/tracelab/runtime:X` (a name with a registry keeps it).
-pub(crate) fn podman_name(tag: &str) -> String {
+pub fn podman_name(tag: &str) -> String {
     let first = tag.split('/').next().unwrap_or("");
     if tag.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost") {
         tag.to_string()

@@ -319,14 +319,68 @@ fn web_api_from_a_users_own_image() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    build_app("web-api", dir.path());
+    let (tag, _remove) = users_web_api_image(dir.path());
+    let toml = dir.path().join("image.toml");
+    std::fs::write(&toml, users_image_toml(&tag)).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Sidecar);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+
+    // check-image answers for the same image: its runtime, and each collector tried against it.
+    let results = tempfile::tempdir().unwrap();
+    let report = lab::check_image::check(&tag, &[], results.path(), &[]).unwrap_or_else(|e| panic!("{e:#}"));
+    let table = report.markdown();
+    assert_eq!(report.entrypoint, ["dotnet", "/app/web-api.dll", "--urls", "http://127.0.0.1:0"], "{table}");
+    assert!(report.files.shared_runtimes.iter().any(|v| v.starts_with("10.")), "{table}");
+    let row = |c: &str| report.rows.iter().find(|r| r.collector == c).unwrap_or_else(|| panic!("no {c} row: {table}"));
+    // IPC_LOCK: perf's locked-memory budget is shared by every perf session of uid 0.
+    assert!(row("perf-cpu").works && row("perf-cpu").capabilities == "SYS_ADMIN+IPC_LOCK", "{table}");
+    assert!(row("eventpipe").works && row("eventpipe").capabilities == "none", "{table}");
+    assert!(table.contains("--pid=container:app") && table.contains("--cap-add SYS_ADMIN --cap-add IPC_LOCK"), "{table}");
+}
+
+/// The same user's image as a pod's app (its own entrypoint, tracelab's tools beside it), and
+/// `check-image --pod`: which shapes work for it, with which securityContext, and the YAML.
+#[test]
+#[ignore = "nightly: the pods job; CI runs the pod target on tracelab's own image"]
+fn web_api_from_a_users_own_image_in_pods() {
+    if !prerequisites("your_app::user_image_in_pods", &[&require_root, &docker_available, &crate::pods::pods_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (tag, _remove) = users_web_api_image(dir.path());
+    let toml = dir.path().join("image.toml");
+    std::fs::write(&toml, users_image_toml(&tag)).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Pod);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let pod = crate::pods::played_pod(&o.dir);
+    assert_eq!(pod["spec"]["containers"][0]["image"], harness::host::podman::podman_name(&tag));
+    assert!(pod["spec"]["containers"][0].get("command").is_none(), "the image keeps its entrypoint");
+
+    let results = tempfile::tempdir().unwrap();
+    use harness::run::pod::PodShape;
+    let report = lab::check_image::check(&tag, &[], results.path(), &[PodShape::Sidecar, PodShape::Debug]).unwrap_or_else(|e| panic!("{e:#}"));
+    let table = report.markdown();
+    let row = |c: &str, t: &str| report.rows.iter().find(|r| r.collector == c && r.target == t).unwrap_or_else(|| panic!("no {c} {t} row: {table}"));
+    // (dotnet-trace against this idle image app does not stop within 60 s, on the sidecar target
+    // too: not a pod matter, left to the dotnet-trace collector.)
+    for shape in ["pod/sidecar", "pod/debug"] {
+        assert!(row("perf-cpu", shape).works && row("eventpipe", shape).works, "{table}");
+    }
+    assert!(!row("dotnet-trace", "pod/debug").works && row("dotnet-trace", "pod/debug").detail.contains("dotnet/diagnostics#3480"), "{table}");
+    assert_eq!(report.pod_yamls.iter().map(|(s, ..)| s.as_str()).collect::<Vec<_>>(), ["sidecar", "debug"], "{table}");
+    assert!(report.pod_yamls.iter().all(|(_, y, _)| y.is_file()) && table.contains("pod-sidecar.yaml"), "{table}");
+}
+
+/// A user's image of the corpus web API: tracelab's runtime image as a base, the app copied in,
+/// its own ENTRYPOINT; removed with the guard.
+fn users_web_api_image(dir: &Path) -> (String, RemoveImage) {
+    build_app("web-api", dir);
     let docker = harness::host::docker::Docker::connect().unwrap();
     let dotnet = harness::host::dotnet::Dotnet::locate_or_install().unwrap();
     let base = harness::host::image::build(&docker, harness::host::image::suite("bullseye").unwrap(), &dotnet.root).unwrap().runtime.tag;
-    // The user's image: tracelab's runtime image as a base, the app copied in, its own ENTRYPOINT.
-    let context = dir.path().join("image");
+    let context = dir.join("image");
     std::fs::create_dir_all(&context).unwrap();
-    let status = std::process::Command::new("cp").arg("-r").arg(dir.path().join("bin")).arg(context.join("app")).status().unwrap();
+    let status = std::process::Command::new("cp").arg("-r").arg(dir.join("bin")).arg(context.join("app")).status().unwrap();
     assert!(status.success());
     std::fs::write(
         context.join("Dockerfile"),
@@ -336,12 +390,14 @@ fn web_api_from_a_users_own_image() {
     let tag = format!("tracelab-test/web-api:{}", std::process::id());
     let built = std::process::Command::new("docker").args(["build", "-q", "-t", &tag]).arg(&context).output().unwrap();
     assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-    let _remove = RemoveImage(tag.clone());
-    let toml = dir.path().join("image.toml");
-    std::fs::write(
-        &toml,
-        format!(
-            r#"
+    let remove = RemoveImage(tag.clone());
+    (tag, remove)
+}
+
+/// A scenario of the user's web API image: perf-cpu and EventPipe agreeing on the CPU route.
+fn users_image_toml(tag: &str) -> String {
+    format!(
+        r#"
 name = "web-api-image"
 workload = {{ image = "{tag}" }}
 
@@ -378,23 +434,7 @@ collectors = ["perf-cpu", "eventpipe"]
 tolerance_pts = 15
 min_samples = 100
 "#
-        ),
     )
-    .unwrap();
-    let (o, _results) = run(&toml, TargetKind::Sidecar);
-    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
-
-    // check-image answers for the same image: its runtime, and each collector tried against it.
-    let results = tempfile::tempdir().unwrap();
-    let report = lab::check_image::check(&tag, &[], results.path()).unwrap_or_else(|e| panic!("{e:#}"));
-    let table = report.markdown();
-    assert_eq!(report.entrypoint, ["dotnet", "/app/web-api.dll", "--urls", "http://127.0.0.1:0"], "{table}");
-    assert!(report.files.shared_runtimes.iter().any(|v| v.starts_with("10.")), "{table}");
-    let row = |c: &str| report.rows.iter().find(|r| r.collector == c).unwrap_or_else(|| panic!("no {c} row: {table}"));
-    // IPC_LOCK: perf's locked-memory budget is shared by every perf session of uid 0.
-    assert!(row("perf-cpu").works && row("perf-cpu").capabilities == "SYS_ADMIN+IPC_LOCK", "{table}");
-    assert!(row("eventpipe").works && row("eventpipe").capabilities == "none", "{table}");
-    assert!(table.contains("--pid=container:app") && table.contains("--cap-add SYS_ADMIN --cap-add IPC_LOCK"), "{table}");
 }
 
 struct RemoveImage(String);

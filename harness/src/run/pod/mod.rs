@@ -77,8 +77,11 @@ pub struct PodTarget {
     dotnet_root_host: PathBuf,
     pod: Option<String>,
     control: Option<PathBuf>,
-    /// Host pid of the app container's init shell (lives until cleanup).
+    /// Host pid of a process in the pod's pid namespace that lives until cleanup (the tools
+    /// container's).
     init_pid: u32,
+    /// The app runs from a user's image: its files are its own, not tracelab's runtime image's.
+    user_image: bool,
     app_root: Option<std::fs::File>,
     host_paths: Vec<PathBuf>,
     logs: Option<std::process::Child>,
@@ -105,6 +108,7 @@ impl PodTarget {
             pod: None,
             control: None,
             init_pid: 0,
+            user_image: false,
             app_root: None,
             host_paths: Vec::new(),
             logs: None,
@@ -217,6 +221,12 @@ impl Target for PodTarget {
             }
             Ok(())
         };
+        // A user's image keeps its entrypoint (its args, when given, replace its cmd, as
+        // Kubernetes' `args` do); the tools come from tracelab's image beside it.
+        let user_image = match &app.program {
+            Program::Image(image) => Some(podman::image_from_docker(image)?),
+            _ => None,
+        };
         let mut app_argv = match &app.program {
             Program::Dll(dll) => {
                 add_folder_of(dll, "the app dll")?;
@@ -228,9 +238,11 @@ impl Target for PodTarget {
                 }
                 argv.clone()
             }
-            Program::Image(image) => bail!("a user's image ({image}) is not run in a pod yet: use the sidecar target"),
+            Program::Image(_) => Vec::new(),
         };
-        app_argv.extend(app.args.iter().cloned());
+        if user_image.is_none() {
+            app_argv.extend(app.args.iter().cloned());
+        }
         if let Some(cwd) = &app.cwd
             && !cwd.starts_with(&work_dir)
         {
@@ -242,15 +254,18 @@ impl Target for PodTarget {
         }
         // The init shell outlives the app (tools must flush after it exits, and its /tmp stays
         // readable), and writes the app's exit code where the host reads it.
-        let mut command = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            format!("\"$@\"; echo $? > {}/{APP_EXIT_FILE}; exec sleep 86400", control.display()),
-            "sh".to_string(),
-        ];
-        command.extend(app_argv);
+        let mut command = Vec::new();
+        if user_image.is_none() {
+            command.extend([
+                "sh".to_string(),
+                "-c".to_string(),
+                format!("\"$@\"; echo $? > {}/{APP_EXIT_FILE}; exec sleep 86400", control.display()),
+                "sh".to_string(),
+            ]);
+            command.extend(app_argv);
+        }
         let mut env: Vec<(String, String)> = app.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        if !app.env.contains_key("DOTNET_ROOT") {
+        if user_image.is_none() && !app.env.contains_key("DOTNET_ROOT") {
             env.push(("DOTNET_ROOT".into(), "/usr/share/dotnet".into()));
         }
         let seq = POD_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -286,9 +301,15 @@ impl Target for PodTarget {
             name: name.clone(),
             shape: self.options.shape,
             image: self.image.clone(),
+            app_image: user_image.clone().unwrap_or_else(|| self.image.clone()),
             app_command: command,
+            app_args: if user_image.is_some() { app.args.clone() } else { Vec::new() },
             app_env: env,
-            app_workdir: Some(app.cwd.clone().unwrap_or_else(|| work_dir.clone()).display().to_string()),
+            app_workdir: match (&app.cwd, &user_image) {
+                (Some(cwd), _) => Some(cwd.display().to_string()),
+                (None, None) => Some(work_dir.display().to_string()),
+                (None, Some(_)) => None,
+            },
             tool_caps: self.options.tool_caps.clone(),
             host_paths: host_paths.clone(),
             mounted_at,
@@ -333,7 +354,11 @@ impl Target for PodTarget {
                 "the app's container {app_container} exited right after its start (exit code {code})"
             )));
         }
-        let host_pid = match child_of(init_pid, Duration::from_secs(10)) {
+        // The tools container lives until cleanup: its pid names the pod's pid namespace, and
+        // its root shows the shared /tmp after the app (and a user image's container) ended.
+        let tools_pid = podman::container_pid(&self.container("tools")?)?;
+        let found = if user_image.is_some() { Ok(init_pid) } else { child_of(init_pid, Duration::from_secs(10)) };
+        let host_pid = match found {
             Ok(pid) => pid,
             Err(e) => {
                 let code = std::fs::read_to_string(control.join(APP_EXIT_FILE)).ok().map(|c| c.trim().to_string());
@@ -351,12 +376,14 @@ impl Target for PodTarget {
         };
         let target_pid = pid_in_own_namespace(host_pid)?;
         self.app_root = std::fs::File::open(format!("/proc/{init_pid}/root")).ok();
-        self.init_pid = init_pid;
+        self.init_pid = if tools_pid != 0 { tools_pid } else { init_pid };
+        self.user_image = user_image.is_some();
+        let tmp_root = if self.options.shape.shares_tmp() && tools_pid != 0 { tools_pid } else { init_pid };
         Ok(RunningApp {
             host_pid,
             target_pid,
             // The app's /tmp (an emptyDir) through its container's init, which outlives the app.
-            tmp_dir_host: PathBuf::from(format!("/proc/{init_pid}/root/tmp")),
+            tmp_dir_host: PathBuf::from(format!("/proc/{tmp_root}/root/tmp")),
             work_dir_in_target: work_dir,
             container_id: Some(app_container),
             output: rx,
@@ -446,7 +473,9 @@ impl Target for PodTarget {
     }
 
     fn path_map(&self, path: &Path) -> Option<PathBuf> {
-        if let Ok(rest) = path.strip_prefix("/usr/share/dotnet") {
+        if !self.user_image
+            && let Ok(rest) = path.strip_prefix("/usr/share/dotnet")
+        {
             return Some(self.dotnet_root_host.join(rest));
         }
         if self.host_paths.iter().any(|p| path.starts_with(p)) {
@@ -454,7 +483,7 @@ impl Target for PodTarget {
         }
         let rel = path.strip_prefix("/").ok()?;
         let in_rootfs = crate::host::image::rootfs_dir(self.options.suite).join(rel);
-        if in_rootfs.exists() {
+        if !self.user_image && in_rootfs.exists() {
             return Some(in_rootfs);
         }
         use std::os::fd::AsRawFd;

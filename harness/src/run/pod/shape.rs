@@ -78,9 +78,14 @@ pub const APP_UID: u32 = 1654;
 pub(crate) struct PodPlan {
     pub name: String,
     pub shape: PodShape,
+    /// The tools container's image (tracelab's runtime image: perf, LTTng, the .NET runtime).
     pub image: String,
-    /// The app container's command (argv).
+    /// The app container's image: tracelab's, or a user's own.
+    pub app_image: String,
+    /// The app container's command (argv); empty: the image's entrypoint.
     pub app_command: Vec<String>,
+    /// The app container's args; empty: the image's cmd (or none after `app_command`).
+    pub app_args: Vec<String>,
     pub app_env: Vec<(String, String)>,
     pub app_workdir: Option<String>,
     /// Capabilities of the tools container (`SYS_ADMIN` …, or `privileged`).
@@ -152,15 +157,20 @@ impl PodPlan {
         }
         let mut app = json!({
             "name": "app",
-            "image": self.image,
+            "image": self.app_image,
             "imagePullPolicy": "Never",
-            "command": self.app_command,
             "env": self.app_env.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
             "volumeMounts": app_mounts,
             "securityContext": app_security,
         });
         if let Some(dir) = &self.app_workdir {
             app["workingDir"] = json!(dir);
+        }
+        if !self.app_command.is_empty() {
+            app["command"] = json!(self.app_command);
+        }
+        if !self.app_args.is_empty() {
+            app["args"] = json!(self.app_args);
         }
         let mut limits = serde_json::Map::new();
         if let Some(cpu) = &self.cpu_limit {
@@ -227,8 +237,10 @@ mod tests {
         PodPlan {
             name: "tracelab-1-0".into(),
             shape,
-            image: "docker.io/tracelab/runtime:bullseye".into(),
+            image: "localhost/tracelab/runtime:bullseye".into(),
+            app_image: "localhost/tracelab/runtime:bullseye".into(),
             app_command: vec!["dotnet".into(), "/w/app.dll".into()],
+            app_args: Vec::new(),
             app_env: vec![("DOTNET_PerfMapEnabled".into(), "1".into())],
             app_workdir: Some("/w".into()),
             tool_caps: vec!["SYS_ADMIN".into()],
