@@ -13,15 +13,16 @@
 //! first, so the harness can find its host pid and interrupt it with SIGINT.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess};
-use crate::host::proc::{host_pid_in_namespace_of, pid_in_own_namespace};
+use super::wrapped::{child_of, is_system_dir, start_tool, wait_for_exit};
+use crate::host::proc::pid_in_own_namespace;
 use crate::host::docker::{Bind, ContainerSpec, Docker};
 use crate::host::image::Suite;
 
@@ -79,26 +80,6 @@ static TOOL_SEQ: AtomicU32 = AtomicU32::new(0);
 /// Written by the container's init shell into /tmp when the app exits: its exit code.
 const APP_EXIT_FILE: &str = ".tracelab-app-exit";
 
-/// The host pid of the first child of host process `parent` (the app under the init shell).
-fn child_of(parent: u32, timeout: Duration) -> Result<u32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        for entry in std::fs::read_dir("/proc")?.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-            let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|v| v.trim().parse::<u32>().ok());
-            if ppid == Some(parent) {
-                return Ok(pid);
-            }
-        }
-        if Instant::now() >= deadline {
-            bail!("process {parent} started no child within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 impl ContainerTarget {
     /// Connects to the daemon and makes sure the suite's runtime image exists (building it on
     /// first use). `kind` is [`TargetKind::Container`] or [`TargetKind::Sidecar`].
@@ -149,48 +130,6 @@ impl ContainerTarget {
         }
     }
 
-    /// Waits for the pid file a wrapped tool writes first and returns its host pid.
-    fn tool_host_pid(&self, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(pid_file)
-                && let Ok(ns_pid) = text.trim().parse::<u32>()
-            {
-                let _ = std::fs::remove_file(pid_file);
-                // The app may have exited already: its container's init holds the namespace.
-                return match host_pid_in_namespace_of(self.init_pid, ns_pid) {
-                    Ok(pid) => Ok(pid),
-                    Err(e) => {
-                        // A short tool (a mount, a one-shot lttng command) can be done before we
-                        // look it up: that is no failure; 0 says there is nothing left to signal.
-                        // A tool that fails at once (perf without its budget) is gone too, and
-                        // `docker exec` takes a moment to say so: its own error must be the one
-                        // reported, not this lookup's.
-                        let settle = Instant::now() + Duration::from_secs(3);
-                        while Instant::now() < settle {
-                            if child.try_wait()?.is_some() {
-                                return Ok(0);
-                            }
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        Err(e)
-                    }
-                };
-            }
-            if let Some(status) = child.try_wait()? {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
-                }
-                bail!("the tool ended before it started ({status}): {}", err.trim());
-            }
-            if Instant::now() >= deadline {
-                bail!("the tool did not start within 30 s (no {})", pid_file.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 impl Target for ContainerTarget {
@@ -232,10 +171,7 @@ impl Target for ContainerTarget {
             let dir = file.parent().context("the app has no folder")?;
             // A system program (`/bin/sh`, `/usr/bin/python3`) is the image's own: binding the
             // host's folder over the image's would run host binaries against the image's libc.
-            let system = ["/bin", "/sbin", "/usr", "/lib", "/lib64", "/etc", "/opt/tracelab-dotnet"]
-                .iter()
-                .any(|sys| dir == Path::new("/") || (dir.starts_with(sys) && !dir.starts_with("/usr/local")));
-            if !dir.starts_with(&work_dir) && !system {
+            if !dir.starts_with(&work_dir) && !is_system_dir(dir) {
                 binds.push(Bind::same_path(dir, true));
             }
             Ok(())
@@ -405,7 +341,7 @@ impl Target for ContainerTarget {
         wrapped.extend(argv.iter().cloned());
         let work_dir = app.work_dir_in_target.display().to_string();
 
-        let (mut command, description) = match self.kind {
+        let (command, description) = match self.kind {
             TargetKind::Container => {
                 let mut c = Command::new("docker");
                 c.arg("exec").arg("-w").arg(&work_dir);
@@ -433,51 +369,18 @@ impl Target for ContainerTarget {
             }
             TargetKind::Host | TargetKind::Pod => unreachable!(),
         };
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run the `docker` client (needed to attach tools): is docker installed?")?;
-        let host_pid = self
-            .tool_host_pid(&pid_file, &mut child)
-            .with_context(|| format!("starting {description}"))?;
-        Ok(ToolProcess {
-            child,
-            signal_via: (host_pid != 0).then(|| vec!["kill".into(), "-INT".into(), host_pid.to_string()]),
-            description,
-        })
+        // The app may have exited already: its container's init holds the namespace.
+        start_tool(command, self.init_pid, &pid_file, description, "cannot run the `docker` client (needed to attach tools): is docker installed?")
     }
 
     fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {
         let id = app.container_id.clone().context("the app does not run in a container")?;
         let exit_file = app.tmp_dir_host.join(APP_EXIT_FILE);
-        let deadline = Instant::now() + timeout;
-        let mut next_inspect = Instant::now();
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&exit_file)
-                && let Ok(code) = text.trim().parse::<i32>()
-            {
-                app.drain_output();
-                return Ok(code);
-            }
-            if Instant::now() >= next_inspect {
-                // The whole container ended (killed, out of memory): its own exit code.
-                if self.docker.host_pid(&id)? == 0 && !exit_file.exists() {
-                    let code = self.docker.wait(&id, Duration::from_secs(10))?;
-                    app.drain_output();
-                    return Ok(code as i32);
-                }
-                next_inspect = Instant::now() + Duration::from_millis(500);
-            }
-            if Instant::now() >= deadline {
-                let _ = crate::host::proc::signal(app.host_pid, 9);
-                app.drain_output();
-                return Err(anyhow::Error::new(super::StillRunning(timeout))
-                    .context(format!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid)));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let docker = &self.docker;
+        // The whole container ended (killed, out of memory): its own exit code.
+        wait_for_exit(app, &exit_file, timeout, || {
+            Ok(if docker.host_pid(&id)? == 0 { Some(docker.wait(&id, Duration::from_secs(10))? as i32) } else { None })
+        })
     }
 
     fn cleanup(&mut self) -> Result<()> {

@@ -488,6 +488,7 @@ pub mod container;
 pub mod load;
 pub mod pod;
 pub mod ready;
+mod wrapped;
 
 #[cfg(test)]
 mod tests {

@@ -58,6 +58,15 @@ fn get(url: &str, path: &str) -> Option<u16> {
     reply.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Waits (at most a minute) until the web API at `url` serves `/cpu`.
+fn await_serving(url: &str, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while get(url, "/cpu") != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "{what} never served {url}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn attach(toml: &str, dir: &Path, pid: u32) -> (RunOutcome, tempfile::TempDir) {
     let path = dir.join("attach.toml");
     std::fs::write(&path, toml).unwrap();
@@ -189,11 +198,7 @@ fn attach_to_a_web_api_in_a_users_container_by_its_host_pid() {
         .unwrap();
     assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
     let container = UsersContainer(String::from_utf8_lossy(&out.stdout).trim().to_string());
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while get(&url, "/cpu") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "the containerised web API never served {url}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    await_serving(&url, "the containerised web API");
     let inspect = Command::new("docker").args(["inspect", "-f", "{{.State.Pid}}", &container.0]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&inspect.stdout).trim().parse().unwrap();
     assert_eq!(harness::host::proc::nspid(pid).unwrap(), vec![pid, 1], "the app is pid 1 of its own namespace");
@@ -298,11 +303,7 @@ fn attach_to_a_web_api_in_a_users_pod_by_its_host_pid() {
     let out = Command::new("podman").args(["kube", "play", "--log-driver", "k8s-file"]).arg(&yaml_path).output().unwrap();
     assert!(out.status.success(), "podman kube play: {}", String::from_utf8_lossy(&out.stderr));
     let _pod = UsersPod(name.clone());
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while get(&url, "/cpu") != Some(200) {
-        assert!(std::time::Instant::now() < deadline, "the web API in the pod never served {url}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    await_serving(&url, "the web API in the pod");
     let inspect = Command::new("podman").args(["inspect", "-f", "{{.State.Pid}}", &format!("{name}-web")]).output().unwrap();
     let pid: u32 = String::from_utf8_lossy(&inspect.stdout).trim().parse().unwrap();
     let ns = harness::host::proc::nspid(pid).unwrap();

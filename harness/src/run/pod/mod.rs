@@ -16,16 +16,17 @@ mod yaml;
 pub use shape::{APP_UID, PodShape};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use super::{AppLaunch, Program, RunningApp, Target, TargetKind, ToolProcess};
 use crate::host::podman;
-use crate::host::proc::{host_pid_in_namespace_of, pid_in_own_namespace};
+use super::wrapped::{child_of, is_system_dir, start_tool, wait_for_exit};
+use crate::host::proc::pid_in_own_namespace;
 use shape::{HostPath, PodPlan};
 
 /// The control folder's name in the run's folder (removed at cleanup).
@@ -119,59 +120,6 @@ impl PodTarget {
     fn container(&self, which: &str) -> Result<String> {
         Ok(format!("{}-{which}", self.pod.as_ref().context("no pod was played")?))
     }
-
-    /// Waits for the pid file a wrapped tool writes first and returns its host pid (0: the tool
-    /// already ended).
-    fn tool_host_pid(&self, pid_file: &Path, child: &mut std::process::Child) -> Result<u32> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(pid_file)
-                && let Ok(ns_pid) = text.trim().parse::<u32>()
-            {
-                let _ = std::fs::remove_file(pid_file);
-                return match host_pid_in_namespace_of(self.init_pid, ns_pid) {
-                    Ok(pid) => Ok(pid),
-                    Err(e) => {
-                        let settle = Instant::now() + Duration::from_secs(3);
-                        while Instant::now() < settle {
-                            if child.try_wait()?.is_some() {
-                                return Ok(0);
-                            }
-                            std::thread::sleep(Duration::from_millis(50));
-                        }
-                        Err(e)
-                    }
-                };
-            }
-            if let Some(status) = child.try_wait()? {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
-                }
-                bail!("the tool ended before it started ({status}): {}", err.trim());
-            }
-            if Instant::now() >= deadline {
-                bail!("the tool did not start within 30 s (no {})", pid_file.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// The host pid of the first child of host process `parent`.
-fn child_of(parent: u32, timeout: Duration) -> Result<u32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).unwrap_or_default();
-        if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
-            return Ok(pid);
-        }
-        if Instant::now() >= deadline {
-            bail!("process {parent} started no child within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 impl Target for PodTarget {
@@ -213,10 +161,7 @@ impl Target for PodTarget {
                 bail!("{what} {} does not exist", file.display());
             }
             let dir = file.parent().context("the app has no folder")?;
-            let system = ["/bin", "/sbin", "/usr", "/lib", "/lib64", "/etc", "/opt/tracelab-dotnet"]
-                .iter()
-                .any(|sys| dir == Path::new("/") || (dir.starts_with(sys) && !dir.starts_with("/usr/local")));
-            if !dir.starts_with(&work_dir) && !system {
+            if !dir.starts_with(&work_dir) && !is_system_dir(dir) {
                 host_paths.push(HostPath { path: dir.to_path_buf(), read_only: true, in_app: true, in_tools: true });
             }
             Ok(())
@@ -410,49 +355,17 @@ impl Target for PodTarget {
         }
         c.arg(&tools).args(["sh", "-c", &format!("echo $$ > {}; exec \"$@\"", pid_file.display()), "sh"]).args(argv);
         let description = format!("`{}` in pod container {tools}", argv[0]);
-        let mut child = c
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run `podman exec`")?;
-        let host_pid = self.tool_host_pid(&pid_file, &mut child).with_context(|| format!("starting {description}"))?;
-        Ok(ToolProcess {
-            child,
-            signal_via: (host_pid != 0).then(|| vec!["kill".into(), "-INT".into(), host_pid.to_string()]),
-            description,
-        })
+        start_tool(c, self.init_pid, &pid_file, description, "cannot run `podman exec`")
     }
 
     fn wait_app(&mut self, app: &mut RunningApp, timeout: Duration) -> Result<i32> {
         let exit_file = self.control.clone().context("no pod was played")?.join(APP_EXIT_FILE);
         let container = self.container("app")?;
-        let deadline = Instant::now() + timeout;
-        let mut next_inspect = Instant::now();
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&exit_file)
-                && let Ok(code) = text.trim().parse::<i32>()
-            {
-                app.drain_output();
-                return Ok(code);
-            }
-            if Instant::now() >= next_inspect {
-                // The whole container ended (killed, out of memory at its limit): its exit code.
-                if podman::container_pid(&container)? == 0 && !exit_file.exists() {
-                    let code = podman::exit_code(&container)?;
-                    app.drain_output();
-                    return Ok(code);
-                }
-                next_inspect = Instant::now() + Duration::from_millis(500);
-            }
-            if Instant::now() >= deadline {
-                let _ = crate::host::proc::signal(app.host_pid, 9);
-                app.drain_output();
-                return Err(anyhow::Error::new(super::StillRunning(timeout))
-                    .context(format!("the app (host pid {}) did not exit within {timeout:?}; killed", app.host_pid)));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // The whole container ended (killed, out of memory at its limit, a user image's app
+        // exited): its own exit code.
+        wait_for_exit(app, &exit_file, timeout, || {
+            Ok(if podman::container_pid(&container)? == 0 { Some(podman::exit_code(&container)?) } else { None })
+        })
     }
 
     fn cleanup(&mut self) -> Result<()> {
