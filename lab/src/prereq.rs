@@ -418,9 +418,14 @@ impl Step {
             Step::StartDocker { .. } => {
                 "docker info >/dev/null 2>&1 || (dockerd --bridge=none --iptables=false >/tmp/tracelab-dockerd.log 2>&1 &)".into()
             }
+            // One line a person can paste: the settings without the file's comment lines.
             Step::ConfigurePodman { .. } => format!(
-                "mkdir -p /etc/containers/containers.conf.d && printf '%s' '{}' > {}",
-                harness::host::podman::CONF_TEXT.replace('\'', "'\\''"),
+                "mkdir -p /etc/containers/containers.conf.d && printf '{}' > {}",
+                harness::host::podman::CONF_TEXT
+                    .lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .map(|l| format!("{}\\n", l.replace('\'', "'\\''")))
+                    .collect::<String>(),
                 harness::host::podman::CONF_DROP_IN
             ),
             Step::InstallDotnet => format!("{}", shared.join("toolchains/install-dotnet.sh").display()),
@@ -818,6 +823,18 @@ mod tests {
         // apt first (dockerd and mount come from packages), images last (they need all the rest).
         let last = plan.steps.iter().rposition(|s| matches!(s, Step::AptInstall { .. })).unwrap();
         assert_eq!(last, 1);
+    }
+
+    #[test]
+    fn the_pod_target_needs_podman_set_up_in_one_line_a_person_can_paste() {
+        let scenario = Scenario::find("cpu-bound").unwrap();
+        let needs = Needs::for_scenario(&scenario, Some(TargetKind::Pod), None);
+        let names: Vec<&str> = needs.packages.iter().map(|p| p.name.as_ref()).collect();
+        assert!(names.contains(&"podman") && names.contains(&"runc") && names.contains(&"catatonit"), "{names:?}");
+        assert!(needs.pods.is_some() && needs.docker.is_some(), "images are built in Docker first");
+        let cmd = Step::ConfigurePodman { why: String::new() }.command(Path::new("/"));
+        assert!(!cmd.contains('\n') && cmd.contains("runtime = \"runc\"") && cmd.ends_with(harness::host::podman::CONF_DROP_IN), "{cmd}");
+        assert!(!Needs::for_scenario(&scenario, Some(TargetKind::Container), None).packages.iter().any(|p| p.name == "podman"));
     }
 
     #[test]
