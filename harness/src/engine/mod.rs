@@ -91,7 +91,7 @@ fn make_target(
     dotnet: &crate::host::dotnet::Dotnet,
     scenario: &Scenario,
     image: Option<&str>,
-    shape: Option<crate::run::pod::PodShape>,
+    shape: crate::run::pod::PodShape,
 ) -> Result<Box<dyn Target>> {
     match kind {
         TargetKind::Pod => {
@@ -101,7 +101,6 @@ fn make_target(
                 Some(c) => c.clone(),
                 None => crate::collect::caps::least_working_for_on(TargetKind::Sidecar, &kinds).unwrap_or_default(),
             };
-            let shape = shape.or(scenario.shape).unwrap_or_default();
             let mut options = crate::run::pod::PodOptions::new(shape, image.unwrap_or("bullseye"), caps)?;
             options.host_network = scenario.load.is_some();
             if let Some(r) = &scenario.pod_resources {
@@ -480,7 +479,7 @@ fn execute(
             crate::host::progress::note("launch", &format!("run {} of {}: {}", i + 1, groups.len(), group.join(", ")));
         }
         let mut target: Box<dyn Target> =
-            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image, opts.shape))?;
+            timed(state, "target", |_| make_target(target_kind, &dotnet, scenario, image, pod_shape(scenario, opts)))?;
         state.environment.target_capabilities = target.capabilities();
         let first_collection = state.collections.len();
         let result = app::run_app(scenario, opts, &built, target.as_mut(), &mut members, &artifacts, state);

@@ -221,12 +221,6 @@ pub fn sweep(everything: bool) -> Result<(Vec<String>, usize)> {
     Ok((removed, kept))
 }
 
-/// Pods of this process still there (tests count leftovers).
-pub fn pods_of_run(run_label: &str) -> Result<Vec<String>> {
-    let out = podman(&["pod", "ps", "--filter", &format!("label=tracelab.run={run_label}"), "--format", "{{.Name}}"])?;
-    Ok(out.lines().map(str::to_string).collect())
-}
-
 /// The guardian's removal of this owner's pods, as shell lines, run after the owner died; empty
 /// when podman is not installed. Three rounds 3 s apart: a `podman kube play` the owner started
 /// just before it died goes on creating its pod after the first.

@@ -54,8 +54,6 @@ pub struct PodOptions {
     /// `resources.limits.cpu` of the app (the limited shape: "1" unless set).
     pub cpu_limit: Option<String>,
     pub memory_limit: Option<String>,
-    /// The `tracelab.run` label (tests count their own leftovers).
-    pub run_label: Option<String>,
 }
 
 impl PodOptions {
@@ -67,7 +65,6 @@ impl PodOptions {
             host_network: false,
             cpu_limit: None,
             memory_limit: None,
-            run_label: None,
         })
     }
 }
@@ -231,10 +228,7 @@ impl Target for PodTarget {
             self.listen_dir = Some(dir);
             listener = Some(bound);
         }
-        let mut labels = vec![("tracelab".to_string(), "1".to_string()), (podman::LABEL_OWNER.to_string(), podman::owner_label())];
-        if let Some(run) = &self.options.run_label {
-            labels.push(("tracelab.run".into(), run.clone()));
-        }
+        let labels = vec![("tracelab".to_string(), "1".to_string()), (podman::LABEL_OWNER.to_string(), podman::owner_label())];
         let (cpu_limit, memory_limit) = match self.options.shape {
             PodShape::Limited => (
                 Some(self.options.cpu_limit.clone().unwrap_or_else(|| "1".into())),
