@@ -199,6 +199,19 @@ pub struct Collection {
     /// How the samples were taken: what a share of them estimates.
     #[serde(default, skip_serializing_if = "Sampling::is_other")]
     pub sampling: Sampling,
+    /// Where the collector cuts a stack, when it has such a limit: a stack that deep may be cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth_limit: Option<DepthLimit>,
+}
+
+/// A collector's limit on stack depth, and what sets it (the truncation check names it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DepthLimit {
+    /// The most frames a stack can have, when the limit is a frame count (EventPipe's 100,
+    /// `kernel.perf_event_max_stack`); `None` when it is in bytes (a DWARF stack dump).
+    pub frames: Option<u32>,
+    /// What sets it and how to raise it, in words a stranger can act on.
+    pub cause: String,
 }
 
 /// How a collector took its samples, which decides what a share of them estimates.
@@ -238,7 +251,7 @@ impl Collection {
 }
 
 /// The frame that stands where a frame-pointer walk lost a caller to on-stack replacement (see
-/// the stacks crate's `mark_osr_lost_callers`).
+/// the stacks crate's `complete_osr_callers`, where no whole stack of the thread names it).
 pub const LOST_CALLER: &str = "[caller lost to on-stack replacement]";
 
 /// Strips the code-version suffix the runtime writes into perf maps (`[OptimizedTier1]`,

@@ -17,7 +17,7 @@ mod data;
 mod naming;
 mod offwake;
 
-pub use data::{Collection, DsoClass, Event, Frame, MethodName, Sample, Sampling, Value, frame_assembly, merge_code_version, LOST_CALLER};
+pub use data::{Collection, DepthLimit, DsoClass, Event, Frame, MethodName, Sample, Sampling, Value, frame_assembly, merge_code_version, LOST_CALLER};
 pub use naming::{
     DsoNaming, FrameKind, NO_STACK, anonymous_function, anonymous_function_start, dso_file, dso_naming, frame_label, has_symbol,
     label, label_kinds, method_label, short_label, short_labels, unnamed_dso_hints,

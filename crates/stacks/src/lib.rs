@@ -37,5 +37,5 @@ pub use unwind::names::Kallsyms;
 pub use unwind::{
     Completeness, SchedSwitch, StackEnd, StackUnwinder, ThreadSwitch, TracepointFormat, UnwindOptions, Unwound, UnwoundSample,
     completeness, completeness_of_collection, completeness_of_unwound, unwind_perf_data, unwind_perf_data_with, LOST_CALLER,
-    mark_osr_lost_callers,
+    OsrRepair, complete_osr_callers,
 };

@@ -251,7 +251,6 @@ pub(crate) fn unwind_app_recording(data: &Path, ctx: &DecodeContext, target_root
         kallsyms: Kallsyms::live(),
         ..Default::default()
     };
-    opts.max_user_frames = 256;
     let r2r = std::cell::RefCell::new(stacks::R2rResolver::new());
     let r2r_namer = |path: &Path, file_offset: u64| r2r.borrow_mut().name(path, file_offset);
     opts.r2r_namer = Some(&r2r_namer);

@@ -64,6 +64,29 @@ impl CallGraph {
         bail!("call_graph `{s}`: expected `fp`, `dwarf` or `dwarf,SIZE`")
     }
 
+    /// Where stacks recorded this way are cut: a frame-pointer callchain at `max_stack` entries
+    /// (`kernel.perf_event_max_stack` when perf started; the kernel's user and kernel frames
+    /// together), a DWARF stack at the end of its stack dump.
+    pub(crate) fn depth_limit(&self, max_stack: Option<u32>) -> model::DepthLimit {
+        match self {
+            CallGraph::FramePointer => model::DepthLimit {
+                frames: max_stack,
+                cause: format!(
+                    "perf's frame-pointer callchain holds at most `kernel.perf_event_max_stack` = {} entries; raise it as \
+                     root on the host (`sysctl -w kernel.perf_event_max_stack=1024`; a container shares the host's)",
+                    max_stack.map_or("?".into(), |n| n.to_string())
+                ),
+            },
+            CallGraph::Dwarf(n) => model::DepthLimit {
+                frames: None,
+                cause: format!(
+                    "`--call-graph dwarf,{n}` copies {n} bytes of each thread's stack, and unwinding stops where they end; \
+                     raise the size (`call_graph = \"dwarf,65528\"`, perf's maximum) or use `call_graph = \"fp\"`"
+                ),
+            },
+        }
+    }
+
     pub(crate) fn perf_args(&self) -> Vec<String> {
         match self {
             CallGraph::FramePointer => vec!["-g".into()],
@@ -88,6 +111,8 @@ pub(crate) struct PerfCpuCollector {
     perf_stderr: Option<std::thread::JoinHandle<String>>,
     /// perf's control FIFOs, removed when the recording ends.
     control: Option<super::perf_record::PerfControl>,
+    /// `kernel.perf_event_max_stack` when the recording started: the callchain's depth limit.
+    max_stack: Option<u32>,
 }
 
 /// What a container needs for perf_event_open (shared/DESIGN.md §6: PERFMON is unknown to
@@ -154,6 +179,7 @@ impl PerfCpuCollector {
             commands: Vec::new(),
             perf_stderr: None,
             control: None,
+            max_stack: None,
         })
     }
 
@@ -244,6 +270,7 @@ impl PerfCpuCollector {
         } else {
             app.work_dir_in_target.join(host_out.file_name().unwrap())
         };
+        self.max_stack = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").ok().and_then(|s| s.trim().parse().ok());
         let mut argv = vec![perf, "record".into(), "-k".into(), "1".into()];
         argv.extend(self.call_graph.perf_args());
         argv.extend([
@@ -346,9 +373,37 @@ impl PerfCpuCollector {
 
     fn decode_data(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = ctx.artifacts.join(format!("{}.data", self.name));
+        if let CallGraph::Dwarf(_) = self.call_graph {
+            return self.decode_dwarf(&path, ctx);
+        }
         let rec = PerfRecording::read_with(&path, SampleOrder::Time, |mmaps, os| stacks::prefetch_job(ctx, mmaps, os))?;
         let mut coll = decode_recording(&rec, ctx, &self.name, self.name_doublemapped)?;
         coll.metrics.insert("frequency_hz".into(), self.frequency as f64);
+        coll.depth_limit = Some(self.call_graph.depth_limit(self.max_stack));
+        Ok(coll)
+    }
+
+    /// A `--call-graph dwarf` recording: the kernel kept user registers and stack bytes, not a
+    /// user callchain (its chains hold kernel frames only), so the user stacks are unwound by
+    /// our unwinder, as the off-CPU collector's are. (Read as an fp recording, every sample
+    /// once folded to its kernel frames alone.)
+    fn decode_dwarf(&mut self, path: &Path, ctx: &DecodeContext) -> Result<Collection> {
+        let unwound = super::offcpu::unwind_app_recording(path, ctx, None, None)?;
+        let mut coll = Collection::new(&self.name);
+        let ran_out = unwound.samples.iter().filter(|s| matches!(s.end, stacks::StackEnd::Truncated(_))).count();
+        coll.samples = unwound
+            .samples
+            .into_iter()
+            .map(|s| model::Sample { pid: s.pid, tid: s.tid, time_ns: s.time_ns, weight: 1, frames: s.frames, kind: None })
+            .collect();
+        coll.sampling = model::Sampling::CpuTime;
+        coll.lost_events = unwound.lost;
+        coll.thread_names = unwound.thread_names;
+        coll.metrics.insert("samples_total".into(), coll.samples.len() as f64);
+        coll.metrics.insert("lost_events".into(), unwound.lost as f64);
+        coll.metrics.insert("frequency_hz".into(), self.frequency as f64);
+        coll.metrics.insert("unwind_stopped_early_samples".into(), ran_out as f64);
+        coll.depth_limit = Some(self.call_graph.depth_limit(self.max_stack));
         Ok(coll)
     }
 }

@@ -617,12 +617,20 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
         if collection.method_names.is_empty() {
             collection.method_names = perf_map_names.clone();
         }
-        // A frame-pointer walk out of an OSR frame loses its caller: seen, marked and counted.
-        let lost = stacks::mark_osr_lost_callers(&mut collection);
-        if lost > 0 {
+        // A frame-pointer walk out of an OSR frame loses its caller: put back from the thread's
+        // whole stacks where they show it, else marked; both counted.
+        let osr = stacks::complete_osr_callers(&mut collection);
+        if osr.recovered + osr.lost > 0 {
             crate::host::progress::note(
                 "decode",
-                &format!("{}: {lost} samples lost a caller to on-stack replacement (marked in their stacks)", c.name()),
+                &format!(
+                    "{}: {} samples lost a caller to on-stack replacement: {} put back from the thread's whole stacks, {} marked `{}`",
+                    c.name(),
+                    osr.recovered + osr.lost,
+                    osr.recovered,
+                    osr.lost,
+                    stacks::LOST_CALLER
+                ),
             );
         }
         if !collection.samples.is_empty() {

@@ -461,8 +461,24 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     }
     if !m.completeness.is_empty() {
         let _ = writeln!(s, "## Stack completeness\n");
+        let _ = writeln!(s, "| collector | stacks | reached the thread's root | deepest (user frames) | stopped early in |\n|---|---|---|---|---|");
         for (collector, rep) in &m.completeness {
-            let _ = writeln!(s, "- `{collector}`: {}", rep);
+            let Ok(c) = serde_json::from_value::<stacks::Completeness>(rep.clone()) else {
+                let _ = writeln!(s, "| `{collector}` | {rep} | | | |");
+                continue;
+            };
+            let mut stopped: Vec<(&String, &u64)> = c.stopped_in_dso.iter().collect();
+            stopped.sort_by(|a, b| b.1.cmp(a.1));
+            let stopped: Vec<String> = stopped.iter().take(3).map(|(dso, n)| format!("{dso} ×{n}")).collect();
+            let _ = writeln!(
+                s,
+                "| `{collector}` | {} | {} ({:.1} %) | {} | {} |",
+                c.stacks,
+                c.reached_root,
+                c.root_ratio() * 100.0,
+                c.max_frames,
+                if stopped.is_empty() { "—".to_string() } else { stopped.join(", ") }
+            );
         }
         s.push('\n');
     }

@@ -8,7 +8,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use judge::{FRAMEWORK_ASSEMBLIES, NameMatch, ShareMode};
-use judge::{AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, BlockedSecondsCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck, FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, WakerCheck};
+use judge::{AgreeCountCheck, AgreeFramesCheck, AgreeShareCheck, BlockedSecondsCheck, Check, EventBalanceCheck, EventCountCheck, Evidence, ExceptionsCheck, FrameCheck, Judge, MetricCheck, ResolvedCheck, ShareAtLeastCheck, ShareCheck, StackCountCheck, StackDepthCheck, WakerCheck};
 
 /// An expectation. `collector` picks which collector's data it reads (default: the first).
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +40,7 @@ pub enum CheckKind {
     AgreeShare(AgreeShareCheck),
     Waker(WakerCheck),
     StackCount(StackCountCheck),
+    StackDepth(StackDepthCheck),
     BlockedSeconds(BlockedSecondsCheck),
 }
 
@@ -60,6 +61,7 @@ impl CheckKind {
             CheckKind::AgreeShare(c) => c,
             CheckKind::Waker(c) => c,
             CheckKind::StackCount(c) => c,
+            CheckKind::StackDepth(c) => c,
             CheckKind::BlockedSeconds(c) => c,
         }
     }

@@ -588,39 +588,64 @@ fn an_idle_app_with_no_on_cpu_samples_is_inconclusive() {
     assert!(check.reason.as_deref().unwrap_or("").contains("nothing to see in an idle app"), "{check:?}");
 }
 
-/// On-stack replacement: spin-two's `Burn`, called from Tier0 `Alpha`/`Beta`, loops hot and is
+/// On-stack replacement: spin-two's `Burn`, called from `Alpha`/`Beta`, loops hot and is
 /// recompiled mid-loop; perf's frame-pointer walk out of its OSR frame returns into its own Tier0
-/// frame and skips the caller. No stack may show a method twice that way: the Tier0 twin reads
-/// `[caller lost to on-stack replacement]`, counted, and a check that reads callers cannot FAIL on
-/// such stacks (it PASSes within tolerance or is INCONCLUSIVE naming OSR).
+/// frame and skips the caller. The caller is put back from the thread's whole stacks at the same
+/// call site, so no stack shows a method twice, and perf's callers and inclusive shares agree with
+/// EventPipe's (whose walk is the runtime's own) within 2 points, on the host and in a container.
 #[test]
-fn stacks_that_lost_a_caller_to_osr_are_marked_and_never_fail_a_caller_check() {
-    let test = "corpus::stacks_that_lost_a_caller_to_osr_are_marked_and_never_fail_a_caller_check";
-    if !prerequisites(test, &[&require_root, &perf_available]) {
+fn osr_callers_are_put_back_and_agree_with_eventpipe() {
+    osr_callers_on(TargetKind::Host, "corpus::osr_callers_are_put_back_and_agree_with_eventpipe");
+}
+
+#[test]
+#[ignore = "nightly: the container cell of the OSR caller check"]
+fn osr_callers_are_put_back_and_agree_with_eventpipe_in_a_container() {
+    osr_callers_on(TargetKind::Container, "corpus::osr_callers_are_put_back_and_agree_with_eventpipe_in_a_container");
+}
+
+fn osr_callers_on(target: TargetKind, test: &str) {
+    let ready = if target == TargetKind::Host {
+        prerequisites(test, &[&require_root, &perf_available])
+    } else {
+        prerequisites(test, &[&require_root, &perf_available, &docker_available])
+    };
+    if !ready {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let agree = |name: &str, method: &str| {
+        format!(
+            "\n[[expect]]\nkind = \"agree_share\"\nname = \"{name}\"\nmethod = \"{method}\"\n\
+             among = [\"::Alpha\\\\b\", \"::Beta\\\\b\", \"::Burn\\\\b\"]\ncollectors = [\"perf-cpu\", \"eventpipe\"]\ntolerance_pts = 2\n"
+        )
+    };
     let scenario = app_scenario(
         "spin-two",
         dir.path(),
         &format!(
             "name = \"spin-osr\"\nworkload = {{ dll = \"bin/spin-two.dll\" }}\nargs = [\"spin.json\", \"4\"]\nstop = \"exit\"\n\n\
-             [sufficiency]\nattempts = 1\n\n{PERF_AND_EVENTPIPE}\n\
-             [[expect]]\nkind = \"agree_share\"\nname = \"Alpha inclusive\"\nmethod = \"::Alpha\\\\b\"\n\
-             among = [\"::Alpha\\\\b\", \"::Beta\\\\b\", \"::Burn\\\\b\"]\ncollectors = [\"perf-cpu\", \"eventpipe\"]\ntolerance_pts = 1\n"
+             [sufficiency]\nattempts = 1\n\n{PERF_AND_EVENTPIPE}{}{}\n\
+             [[expect]]\nkind = \"agree_share\"\nname = \"Run inclusive\"\nmethod = \"::Run\\\\b\"\n\
+             among = [\"::Run\\\\b\", \"::Main\\\\b\"]\ncollectors = [\"perf-cpu\", \"eventpipe\"]\ntolerance_pts = 2\n",
+            agree("Alpha inclusive", "::Alpha\\\\b"),
+            agree("Beta inclusive", "::Beta\\\\b"),
         ),
     );
-    let (o, _results) = crate::run_scenario(&scenario, TargetKind::Host);
+    let (o, _results) = crate::run_scenario(&scenario, target);
     let folded = std::fs::read_to_string(o.dir.join("stacks/perf-cpu.folded")).unwrap();
     let twins = folded.lines().filter(|l| l.contains("Spin::Burn(System.TimeSpan,float64);Spin::Burn(System.TimeSpan,float64)")).count();
     assert_eq!(twins, 0, "an OSR frame over its own Tier0 frame:\n{folded}");
-    let lost = o.manifest.metrics.get("perf-cpu.osr_lost_caller_samples").copied().unwrap_or(0.0);
+    let metric = |k: &str| o.manifest.metrics.get(&format!("perf-cpu.{k}")).copied().unwrap_or(0.0);
+    let (recovered, lost) = (metric("osr_recovered_caller_samples"), metric("osr_lost_caller_samples"));
+    eprintln!("OSR on {target:?}: {recovered} perf-cpu samples had a caller put back, {lost} marked lost");
     assert!(lost == 0.0 || folded.contains(model::LOST_CALLER), "{lost} samples counted, none marked");
-    let check = o.manifest.checks.iter().find(|c| c.name == "Alpha inclusive").unwrap();
-    match check.verdict {
-        Verdict::Pass => {}
-        Verdict::Inconclusive => assert!(check.reason.as_deref().unwrap_or("").contains("lost a caller to on-stack replacement"), "{check:?}"),
-        v => panic!("a caller check on OSR-marked stacks ended {v:?}: {check:?}\n{}", describe(&o)),
+    // Burn's Tier0 calls from Alpha and Beta are sampled whole every run: nearly every lost caller
+    // has a whole stack at its call site (0 left in 6 runs on host and container).
+    assert!(lost <= 0.1 * (recovered + lost), "{lost} lost callers left, {recovered} put back:\n{folded}");
+    for name in ["Alpha inclusive", "Beta inclusive", "Run inclusive"] {
+        let check = o.manifest.checks.iter().find(|c| c.name == name).unwrap();
+        eprintln!("{name}: {:?} {} / {} {:?}", check.verdict, check.expected, check.measured, check.reason);
+        assert_eq!(check.verdict, Verdict::Pass, "perf's callers against EventPipe's: {check:?}\n{}", describe(&o));
     }
-    eprintln!("OSR: {lost} perf-cpu samples lost a caller; the check: {:?} {:?}", check.verdict, check.reason);
 }

@@ -298,3 +298,47 @@ fn unwind_offcpu_scenario_passes_on_host() {
     assert!(m["perf-offcpu.unwind_with_managed_frame"] > 0.0, "{m:?}");
     assert!(m["perf-offcpu.perf_data_bytes"] > 0.0, "{m:?}");
 }
+
+/// Truncation: scenario `deep-stacks` (threads 50, 150 and 500 frames deep, each working at the
+/// bottom) through perf's frame-pointer callchain, perf's DWARF stack dump unwound by us, and
+/// EventPipe. Each `stack_depth` check reports the collector's deepest stack, and a cut is
+/// FAILed naming what cut it: EventPipe at 100 frames, the callchain at
+/// `kernel.perf_event_max_stack`; the 64 KiB DWARF dump keeps all 500.
+#[test]
+fn deep_stacks_are_cut_where_each_collector_cuts_them_and_the_cause_is_named() {
+    use judge::Verdict;
+    use tracelab_fixtures::{prerequisites, require_root};
+    let perf = || harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string());
+    if !prerequisites("unwind::deep_stacks_are_cut_where_each_collector_cuts_them_and_the_cause_is_named", &[&require_root, &perf]) {
+        return;
+    }
+    let max_stack: f64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").unwrap().trim().parse().unwrap();
+    let scenario = harness::scenario::Scenario::find("deep-stacks").unwrap();
+    let (o, _results) = crate::run_scenario(&scenario, harness::run::TargetKind::Host);
+    let check = |name: &str| o.manifest.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check `{name}`: {}", crate::describe(&o)));
+    for (depth, frames) in [(50.0, 50.0), (150.0, 150.0), (500.0, 500.0)] {
+        let name = format!("{depth} frames deep, perf-dwarf");
+        let c = check(&name);
+        eprintln!("{name}: {:?} {}", c.verdict, c.measured);
+        assert_eq!((c.verdict, c.values["max_method_frames"]), (Verdict::Pass, frames), "{c:?}");
+        // EventPipe keeps 100 frames of any stack.
+        let c = check(&format!("{depth} frames deep, eventpipe"));
+        eprintln!("{depth} eventpipe: {:?} {}", c.verdict, c.measured);
+        if depth < 100.0 {
+            assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+        } else {
+            assert_eq!((c.verdict, c.values["max_stack_frames"]), (Verdict::Fail, 100.0), "{c:?}");
+            assert!(c.details.iter().any(|d| d.contains("EP_MAX_STACK_DEPTH")), "{c:?}");
+        }
+        // perf's callchain holds kernel.perf_event_max_stack entries.
+        let c = check(&format!("{depth} frames deep, perf-cpu"));
+        eprintln!("{depth} perf-cpu: {:?} {}", c.verdict, c.measured);
+        if depth + 30.0 < max_stack {
+            assert_eq!(c.verdict, Verdict::Pass, "{c:?}");
+        } else if depth > max_stack {
+            assert_eq!(c.verdict, Verdict::Fail, "{c:?}");
+            assert!((max_stack - 3.0..=max_stack).contains(&c.values["max_stack_frames"]), "{c:?}");
+            assert!(c.details.iter().any(|d| d.contains("perf_event_max_stack")), "{c:?}");
+        }
+    }
+}

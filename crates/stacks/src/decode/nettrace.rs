@@ -15,7 +15,20 @@ pub fn decode_nettrace(path: &Path, collector: &str) -> Result<Collection> {
     let counters = eventpipe::counter_series(&decoded.events).with_context(|| format!("reading the counters in {}", path.display()))?;
     let mut coll = to_collection(decoded, collector);
     add_counter_metrics(&mut coll.metrics, &counters);
+    coll.depth_limit = Some(eventpipe_depth_limit());
     Ok(coll)
+}
+
+/// The runtime walks an EventPipe stack (a sample's, an event's) into a fixed array of
+/// `EP_MAX_STACK_DEPTH` = 100 frames and drops the rest: every EventPipe trace, whoever records
+/// it, stops there.
+pub fn eventpipe_depth_limit() -> model::DepthLimit {
+    model::DepthLimit {
+        frames: Some(100),
+        cause: "the runtime keeps at most 100 frames of an EventPipe stack (EP_MAX_STACK_DEPTH; \
+                dotnet/diagnostics#5954) and no setting raises it: for deeper stacks use perf-cpu with `call_graph = \"dwarf,65528\"` (or a raised `kernel.perf_event_max_stack`)"
+            .into(),
+    }
 }
 
 /// `counter.NAME.median|min|max|samples` of every counter, plus `total` and `rate` of a sum

@@ -669,7 +669,7 @@ fn fold_dwarf_file(path: &Path, ctx: &DecodeContext, pids: &[u32]) -> Result<Per
         search_dirs,
         path_map: ctx.path_map,
         kallsyms: crate::unwind::names::Kallsyms::live(),
-        max_user_frames: 256,
+        max_user_frames: crate::unwind::MAX_USER_FRAMES,
         r2r_namer: Some(&r2r_namer),
     };
     let unwound = crate::unwind::unwind_perf_data(path, opts)?;

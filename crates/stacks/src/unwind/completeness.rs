@@ -32,6 +32,9 @@ pub struct Completeness {
     pub stopped_in_dso: BTreeMap<String, u64>,
     /// The same, by DSO class.
     pub stopped_in_class: BTreeMap<String, u64>,
+    /// User frames of the deepest stack: where a collector that cuts stacks cut them.
+    #[serde(default)]
+    pub max_frames: u64,
 }
 
 impl Completeness {
@@ -42,6 +45,7 @@ impl Completeness {
     fn add(&mut self, user: &[Frame], reached_root: bool) {
         let Some(leaf) = user.first() else { return };
         self.stacks += 1;
+        self.max_frames = self.max_frames.max(user.len() as u64);
         let class = self.by_leaf_class.entry(leaf.class.as_str().to_string()).or_default();
         class.stacks += 1;
         if user.iter().any(|f| matches!(f.class, DsoClass::Jit | DsoClass::R2r)) {
@@ -64,6 +68,7 @@ impl Completeness {
         metrics.insert("unwind_reached_root".into(), self.reached_root as f64);
         metrics.insert("unwind_root_ratio".into(), self.root_ratio());
         metrics.insert("unwind_with_managed_frame".into(), self.with_managed_frame as f64);
+        metrics.insert("unwind_max_frames".into(), self.max_frames as f64);
         for (class, c) in &self.by_leaf_class {
             metrics.insert(format!("unwind_stacks_leaf_{class}"), c.stacks as f64);
             metrics.insert(format!("unwind_reached_root_leaf_{class}"), c.reached_root as f64);
@@ -85,6 +90,7 @@ impl Completeness {
             stacks: n("unwind_stacks")?,
             reached_root: n("unwind_reached_root")?,
             with_managed_frame: n("unwind_with_managed_frame").unwrap_or(0),
+            max_frames: n("unwind_max_frames").unwrap_or(0),
             ..Default::default()
         };
         for (k, v) in metrics {

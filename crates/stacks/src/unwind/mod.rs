@@ -32,11 +32,17 @@ use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use model::{DsoClass, Frame};
 use crate::symbolize::debug_file::DebugFiles;
 pub use completeness::{Completeness, completeness, completeness_of_collection, completeness_of_unwound};
-pub use osr::{LOST_CALLER, mark_osr_lost_callers};
+pub use osr::{LOST_CALLER, OsrRepair, complete_osr_callers};
 use images::{Bytes, Image, ImageFormat};
 use names::{Kallsyms, RangeNames};
 
 const PROT_EXEC: u32 = 4;
+
+/// The most user frames one walk goes: perf's largest stack dump (65,528 bytes) holds at most
+/// 4,095 frames of 16 bytes (a return address and a saved frame pointer), so the dump, not this
+/// cap, is what ends a real stack — a 500-deep recursion once stopped here at 256 — while a
+/// corrupt stack that loops still stops.
+pub const MAX_USER_FRAMES: usize = 4096;
 
 /// Names ReadyToRun code: (image as mapped, file offset) → method name.
 pub type R2rNamer<'a> = dyn Fn(&Path, u64) -> Option<String> + 'a;
@@ -54,7 +60,8 @@ pub struct UnwindOptions<'a> {
     /// Maps a path as the recorded process saw it to a readable host path (containers).
     pub path_map: &'a dyn Fn(&Path) -> Option<PathBuf>,
     pub kallsyms: Option<Kallsyms>,
-    /// Stop a stack after this many user frames (corrupt stacks must not run on).
+    /// Stop a stack after this many user frames (corrupt stacks must not run on; see
+    /// [`MAX_USER_FRAMES`]).
     pub max_user_frames: usize,
     /// Names ReadyToRun code: (image as mapped, file offset) → method name.
     pub r2r_namer: Option<&'a R2rNamer<'a>>,
@@ -72,7 +79,7 @@ impl Default for UnwindOptions<'_> {
             search_dirs: Vec::new(),
             path_map: &identity_path,
             kallsyms: None,
-            max_user_frames: 256,
+            max_user_frames: MAX_USER_FRAMES,
             r2r_namer: None,
         }
     }
