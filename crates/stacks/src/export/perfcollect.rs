@@ -325,10 +325,10 @@ mod tests {
         let re = regex::Regex::new(r"^\S.* \d+/\d+ \[\d{3}\] \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
         assert!(re.is_match(first), "{first:?}");
         assert_eq!(text.matches("cpu-clock:").count(), coll.samples.len());
-        // One label per method, as in the folded stacks (model): code versions merged,
-        // no return type or assembly.
-        assert!(text.contains(" Fixture.Phases::CpuHot(int64) ("), "{}", &text[..2000]);
-        assert!(!text.contains("CpuHot(int64)[Optimized"));
+        // One label per method, as in the folded stacks (model): no return type; the code tier
+        // PerfView shows tiers from kept after it, and the assembly as the frame's module.
+        assert!(text.contains(" Fixture.Phases::CpuHot(int64)[OptimizedTier1] (FixtureApp.dll)"), "{}", &text[..2000]);
+        assert!(!text.lines().any(|l| l.contains("::CpuHot(") && l.contains("([jit])")), "a method of the app in the [jit] pseudo-module");
     }
 
     #[test]
