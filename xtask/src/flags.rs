@@ -83,9 +83,14 @@ pub struct Test {
 pub enum Bench {
     /// perf.data → folded stacks: tracelab against `perf script | inferno-collapse-perf` and `samply import`.
     Perf {
-        /// Recorded inputs to run (default all): framework-3s, framework-30s, framework-150s, web.
+        /// Inputs to run (default all recorded ones): framework-5k, framework-60k, framework-150k,
+        /// web, or the path of any perf.data (its most-sampled process is the app).
         #[arg(long = "input", value_delimiter = ',')]
         inputs: Vec<String>,
+        /// The `tracelab` binary whose `trace fold` is timed, e.g. ~/.cargo/bin/tracelab after
+        /// `cargo install --path tracelab` (default: the checkout's release build).
+        #[arg(long)]
+        binary: Option<PathBuf>,
         /// Sampling frequency of the recordings.
         #[arg(long, default_value_t = 999)]
         frequency: u32,
