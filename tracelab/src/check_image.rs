@@ -1,5 +1,6 @@
-//! `tracelab check-image IMAGE [--app-cmd ARGS…] [--pod [SHAPES]]`: the answer for a user's own image, as a
-//! table (`lab::check_image`), printed and written as check-image.md in its results folder.
+//! `tracelab check-image IMAGE [--app-cmd ARGS…] [--pod [SHAPES]]`: the answer for a user's own
+//! image, as a table (`lab::check_image`), printed and written as check-image.md in its results
+//! folder.
 
 use anyhow::Result;
 

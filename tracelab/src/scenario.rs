@@ -1,6 +1,6 @@
-//! `tracelab scenario NAME` (and `cargo xtask scenario NAME`): run one scenario, print its verdict, and exit with the verdict's
-//! code (`judge::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
-//! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
+//! `tracelab scenario NAME` (and `cargo xtask scenario NAME`): run one scenario, print its
+//! verdict, and exit with the verdict's code (`judge::exit`: 0 pass, 1 fail, 3 inconclusive, 4
+//! skip — 0 with `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
 //! prerequisites are checked (and as root installed) first, within seconds, so nothing is missing
 //! after the workload or an image was built (`--no-setup` skips that).
 
@@ -10,6 +10,7 @@ use judge::Verdict;
 use harness::engine;
 use harness::engine::RunOptions;
 use harness::run::TargetKind;
+
 use crate::Invocation;
 use crate::flags::Scenario;
 

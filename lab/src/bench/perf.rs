@@ -639,7 +639,24 @@ fn record(perf: &Path, dir: &Path, app: &str, seconds: u32, frequency: u32) -> R
 
 #[cfg(test)]
 mod tests {
-    use super::canonical;
+    use super::{Input, canonical};
+
+    /// A recorded input by name, any existing file by its path (held to no goal), anything else
+    /// refused with the names there are.
+    #[test]
+    fn inputs_are_names_or_recordings_given_by_path() {
+        assert!(matches!(Input::parse("framework-5k").unwrap(), Input::Recorded { name: "framework-5k", seconds: 4, .. }));
+        assert!(Input::parse("framework-150k").unwrap().goals().inferno);
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("perf.data");
+        std::fs::write(&data, b"").unwrap();
+        let given = Input::parse(data.to_str().unwrap()).unwrap();
+        assert!(matches!(&given, Input::Given(p) if *p == data));
+        assert_eq!(given.data(), data);
+        assert!(!given.goals().samply && !given.goals().inferno);
+        let err = Input::parse("framework-3s").unwrap_err().to_string();
+        assert!(err.contains("framework-5k, framework-60k, framework-150k, web") && err.contains("path of a perf.data"), "{err}");
+    }
 
     /// perf's spelling of a JIT frame (the perf map's, parameters cut by inferno) and our folded
     /// label of the same method compare equal; unnamed frames of either side are `None`.
