@@ -344,6 +344,12 @@ impl<'a> Symbolizer<'a> {
         id
     }
 
+    /// Interns a frame no address names (`[caller lost to on-stack replacement]`): a new id.
+    pub fn intern_frame(&mut self, frame: Frame) -> u32 {
+        self.frames.push(frame);
+        (self.frames.len() - 1) as u32
+    }
+
     pub fn frame_by_id(&self, id: u32) -> &Frame {
         &self.frames[id as usize]
     }
