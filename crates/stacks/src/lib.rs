@@ -25,7 +25,7 @@ pub use decode::{add_counter_metrics, decode_nettrace, decode_recording, name_re
 pub use export::{firefox, perfcollect, pprof};
 pub use files::write_whole;
 pub use fold::{
-    FlameGraph, FoldedStacks, PerfFold, Resolution, ResolutionReport, fold, fold_collection, fold_interned, fold_perf_file,
+    FlameGraph, FoldedStacks, PerfFold, Resolution, ResolutionReport, complete_osr_callers_interned, fold, fold_collection, fold_interned, fold_perf_file,
     fold_recording, folded_text, resolution_report, speedscope_json, write_all, write_collection_flamegraphs, write_flamegraph,
     write_folded, write_folded_into, write_speedscope,
 };

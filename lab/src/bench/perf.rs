@@ -416,8 +416,13 @@ fn compare_outputs(tools: &Tools, data: &Path, pid: u32, ours_path: &Path, sampl
         rec.samples.iter().map(|s| rec.frames(s).map(|f| symbolizer.frame_id(s.pid, f.addr, f.in_kernel)).collect()).collect();
     let mut diffs = Vec::new();
 
-    // The fold's output is the folding of these samples, stack for stack.
-    let from_samples = stacks::fold_interned(stacks.iter().map(|s| (s.as_slice(), 1)), |id| frame_label(symbolizer.frame_by_id(id))).to_map();
+    // The fold's output is the folding of these samples, stack for stack, once OSR frames' lost
+    // callers are completed as the fold completes them (perf's samples below are compared with
+    // the stacks as recorded: perf script shows the Tier0 twin too).
+    let mut completed = stacks.clone();
+    let mut view: Vec<(u32, &mut [u32], u64)> = completed.iter_mut().zip(&rec.samples).map(|(ids, s)| (s.pid, ids.as_mut_slice(), 1)).collect();
+    stacks::complete_osr_callers_interned(&mut view, &mut symbolizer);
+    let from_samples = stacks::fold_interned(completed.iter().map(|s| (s.as_slice(), 1)), |id| frame_label(symbolizer.frame_by_id(id))).to_map();
     let folded: BTreeMap<String, u64> =
         read_folded(ours_path)?.into_iter().map(|(frames, n)| (frames.join(";"), n)).collect();
     for (stack, n) in &folded {
