@@ -463,7 +463,9 @@ fn execute(
     if state.environment.dotnet_runtimes.is_empty() {
         state.environment.dotnet_runtimes = crate::host::environment::dotnet_runtimes(&dotnet.dotnet);
     }
-    let built = timed(state, "build", |_| crate::workload::prepare(&scenario.workload))?;
+    // An app that cannot be built says nothing about the pipeline: an ERROR (exit 5) naming the
+    // compiler's last lines, never a FAIL.
+    let built = timed(state, "build", |_| crate::workload::prepare(&scenario.workload).map_err(crate::host::errors::Infrastructure::wrap))?;
     state.workload = Some(built.name.clone());
 
     for (i, group) in groups.iter().enumerate() {
