@@ -304,6 +304,11 @@ pub(crate) fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
         }
         let mut stack = vec![(input.clone(), 0)];
         while let Some((dir, depth)) = stack.pop() {
+            // A report written here before (`results/report`, the default): its run pages keep
+            // copies of each run's manifest, which are not runs of their own.
+            if dir.join("history.html").is_file() && dir.join("runs").is_dir() {
+                continue;
+            }
             if dir.join("manifest.json").is_file() {
                 let canon = dir.canonicalize().unwrap_or(dir.clone());
                 if seen.insert(canon) {
@@ -1001,6 +1006,11 @@ mod tests {
         r.write(&d.path().join("out")).unwrap();
         let junit = std::fs::read_to_string(d.path().join("out/junit.xml")).unwrap();
         assert!(junit.contains("<testsuites name=\"tracelab\" tests=\"1\""), "{junit}");
+        // A report written inside the folders it reads (`results/report`, the default) is not
+        // read back as runs: its pages' copies of each manifest are not runs.
+        assert!(d.path().join("out/runs/a/manifest.json").is_file(), "the run's manifest is copied beside its page");
+        let again = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        assert_eq!(again.runs, 1);
     }
 
     /// The merged junit.xml counts what the report counts (issue 38: four runs of one cell made

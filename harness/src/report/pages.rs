@@ -5,9 +5,10 @@
 //! error, resolved ratio and duration, and a plot of them).
 //!
 //! Every link stays inside the report folder, so `report/` uploaded alone (CI's artifact) still
-//! opens: a run's files that people open (flame graphs, viewer files, summary, manifest, folded
-//! stacks, the .nettrace) are copied beside its page (`runs/<run>/…`) up to [`COPY_MAX_BYTES`]
-//! each; recordings and larger files are listed by their path in the results folder, not linked.
+//! opens: the files people open of each run the matrix shows (flame graphs, viewer files,
+//! summary, manifest, folded stacks, the .nettrace) are copied beside its page (`runs/<run>/…`)
+//! up to [`COPY_MAX_BYTES`] each; recordings, larger files and older runs' files are listed by
+//! their path in the results folder, not linked.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -452,9 +453,12 @@ pub(crate) fn write(report: &MergedReport, out: &Path) -> Result<()> {
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
     let pages = page_names(&report.run_list);
+    // Only the runs the matrix shows (the newest of each cell) bring their files: a history of
+    // many runs would otherwise copy every one's (about 10 MB each for on-vs-off-cpu).
+    let shown: std::collections::BTreeSet<&Path> = report.cells.values().map(|c| c.run_dir.as_path()).collect();
     for run in &report.run_list {
         let page = &pages[&run.dir];
-        let copies = copy_files(run, &runs_dir, page.trim_end_matches(".html"))?;
+        let copies = if shown.contains(run.dir.as_path()) { copy_files(run, &runs_dir, page.trim_end_matches(".html"))? } else { BTreeMap::new() };
         let path = runs_dir.join(page);
         std::fs::write(&path, run_page(run, &copies)).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -112,7 +112,14 @@ pub fn viewer_list(dir: &Path, viewer_files: &BTreeMap<String, Vec<String>>) -> 
             paths.push(file.clone());
         }
     }
-    paths.extend(names_in("artifacts").into_iter().filter(|n| n.ends_with(".nettrace")).map(|n| format!("artifacts/{n}")));
+    // A scenario of several launches keeps each launch's recordings in artifacts/run-N/.
+    let mut launches: Vec<String> = std::fs::read_dir(dir.join("artifacts"))
+        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| format!("artifacts/{}", e.file_name().to_string_lossy())).collect())
+        .unwrap_or_default();
+    launches.sort();
+    for sub in std::iter::once("artifacts".to_string()).chain(launches) {
+        paths.extend(names_in(&sub).into_iter().filter(|n| n.ends_with(".nettrace")).map(|n| format!("{sub}/{n}")));
+    }
     paths.into_iter().filter_map(|path| Some(ViewerFile { how: how_to_open(&path)?, path })).collect()
 }
 
@@ -183,9 +190,11 @@ mod tests {
         c.metrics.insert("frequency_hz".into(), 100.0);
         let files = write_stacks(&dir, &scenario(""), &[c]);
         std::fs::write(dir.artifacts().join("eventpipe.nettrace"), "Nettrace").unwrap();
+        std::fs::create_dir_all(dir.artifacts().join("run-2")).unwrap();
+        std::fs::write(dir.artifacts().join("run-2/dotnet-trace.nettrace"), "Nettrace").unwrap();
         let list = viewer_list(dir.path(), &files);
         let paths: Vec<&str> = list.iter().map(|v| v.path.as_str()).collect();
-        for f in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip", "artifacts/eventpipe.nettrace"] {
+        for f in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip", "artifacts/eventpipe.nettrace", "artifacts/run-2/dotnet-trace.nettrace"] {
             assert_eq!(paths.iter().filter(|p| **p == f).count(), 1, "{f}: {paths:?}");
         }
         let how = |f: &str| list.iter().find(|v| v.path == f).unwrap().how;
