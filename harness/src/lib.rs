@@ -28,12 +28,47 @@ pub mod collect;
 pub mod report;
 pub mod engine;
 
-/// The project root (the folder holding the workspace Cargo.toml).
+/// The variable naming the tracelab checkout to use instead of the one a binary was built from.
+pub const HOME_VAR: &str = "TRACELAB_HOME";
+
+/// The tracelab checkout whose built-in scenarios and workloads a run uses and whose `.build/`
+/// holds its caches: `$TRACELAB_HOME`, else the checkout this binary was built from — an installed
+/// `tracelab` keeps reading the folder `cargo install --path` was given (see [`checkout`]).
 pub fn project_root() -> std::path::PathBuf {
+    match std::env::var_os(HOME_VAR).filter(|h| !h.is_empty()) {
+        Some(home) => home.into(),
+        None => built_from(),
+    }
+}
+
+/// The checkout this binary was compiled in (the folder holding the workspace Cargo.toml).
+pub fn built_from() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// `../shared` beside the project root (read-only: fixtures, reference, toolchains).
+/// [`project_root`] when it holds the built-in scenarios and workloads; else an error naming the
+/// folder and what to set. An installed binary outlives its checkout (moved, deleted, a build
+/// folder cleaned): that is said once, before anything runs, not as a missing scenario.
+pub fn checkout() -> anyhow::Result<std::path::PathBuf> {
+    let root = project_root();
+    if root.join("scenarios").is_dir() && root.join("workloads").is_dir() {
+        return Ok(root);
+    }
+    let whence = if std::env::var_os(HOME_VAR).is_some_and(|h| !h.is_empty()) {
+        format!("${HOME_VAR}")
+    } else {
+        "the checkout this binary was built from".to_string()
+    };
+    anyhow::bail!(
+        "tracelab's built-in scenarios and workloads are read from {whence}, {}, which has no scenarios/ and workloads/: \
+         set {HOME_VAR} to a tracelab checkout (or reinstall: `cargo install --path tracelab` in one); \
+         your own scenario files (a path to a .toml) need no checkout but for their workload's build",
+        root.display()
+    )
+}
+
+/// `../shared` beside the project root (read-only: fixtures, reference, toolchains), or
+/// `$TRACELAB_SHARED`.
 pub fn shared_dir() -> std::path::PathBuf {
     if let Ok(dir) = std::env::var("TRACELAB_SHARED") {
         return dir.into();

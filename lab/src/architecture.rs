@@ -47,7 +47,7 @@ struct Arrow {
 }
 
 fn workspace_crates(root: &Path) -> Vec<Crate> {
-    let mut dirs: Vec<PathBuf> = ["harness", "lab", "xtask"].iter().map(|d| root.join(d)).collect();
+    let mut dirs: Vec<PathBuf> = ["harness", "lab", "tracelab", "xtask"].iter().map(|d| root.join(d)).collect();
     let mut under: Vec<PathBuf> = std::fs::read_dir(root.join("crates")).unwrap().flatten().map(|e| e.path()).collect();
     under.sort();
     dirs.extend(under);

@@ -169,6 +169,18 @@ pub fn generate(axes: &Axes) -> String {
         "matrix pods --shapes ${{ matrix.shape }}",
         "results-pods-${{ matrix.shape }}",
     );
+    // The installed binary for real: `cargo install --path tracelab` (a release build of the
+    // workspace, minutes: CI runs a copy of the test build instead), then a built-in scenario from
+    // a scratch folder (tracelab/tests/installed.rs).
+    job(
+        &mut y,
+        "install",
+        "cargo install --path tracelab · a scenario from a scratch folder",
+        &[],
+        60,
+        "test -- -p tracelab --test installed --run-ignored all --success-output immediate -E 'test(=a_real_install_runs_a_scenario)'",
+        "results-install",
+    );
     // The flake budget: 30 runs of every scenario, idle and beside a CPU hog on every core. Its
     // artifacts are named soak-* so the merged report (results-*) is not flooded with hundreds of
     // repeats, and the merge job does not wait hours for it: soak.md is the soak's own table.
@@ -344,7 +356,7 @@ mod tests {
         assert!(y.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]"), "{y}");
         assert!(y.contains("kernel: [\"5.10\", \"6.1\"]"), "{y}");
         assert!(y.contains("matrix kernels --kernels ${{ matrix.kernel }} --scenario cpu-bound,gc-heavy"), "{y}");
-        assert!(y.contains("needs: [host, containers, caps, kernels, dotnet, pods]"), "{y}");
+        assert!(y.contains("needs: [host, containers, caps, kernels, dotnet, pods, install]"), "{y}");
         assert!(y.contains("workflow_dispatch:") && y.contains("schedule:"), "{y}");
     }
 
@@ -388,7 +400,7 @@ mod tests {
             + y.matches("name: fuzz-").count()
             + y.matches("name: interrupt-").count()
             + y.matches("name: corpus\n").count();
-        assert_eq!(jobs, 10);
+        assert_eq!(jobs, 11);
         assert_eq!(jobs, uploads, "{y}");
     }
 

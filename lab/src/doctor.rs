@@ -318,6 +318,7 @@ fn dotnet_rows(dotnet_root: Option<&Path>, lttng_ust: &[String]) -> Vec<DoctorRo
             let sdks = probe(dotnet.to_str().unwrap_or("dotnet"), &["--list-sdks"], Duration::from_secs(20)).unwrap_or_default();
             rows.push(row(".NET SDKs", sdks.lines().map(|l| l.split(" [").next().unwrap_or(l)).collect::<Vec<_>>().join(", "), Status::Ok, "builds the workloads"));
             rows.push(row(".NET runtimes", dotnet_runtimes(&dotnet).join(", "), Status::Ok, "runs the workloads"));
+            rows.push(jit_naming_row(&dotnet));
             match trace_provider_library(root) {
                 Some(lib) => {
                     let needed = elf_needed(&lib).map(|n| n.into_iter().filter(|n| n.contains("lttng")).collect::<Vec<_>>());
@@ -354,6 +355,49 @@ fn dotnet_rows(dotnet_root: Option<&Path>, lttng_ust: &[String]) -> Vec<DoctorRo
         ),
     }
     rows
+}
+
+/// Which way of naming JIT code works on this machine's runtime: `dotnet --info` (the SDK's own
+/// managed code, JIT-compiled by the runtime the workloads use) run once with
+/// `DOTNET_PerfMapEnabled=1` into a scratch folder, its perf map's lines against its jitdump's
+/// code loads. Both are counted files, so the row gives one answer on every call.
+fn jit_naming_row(dotnet: &Path) -> DoctorRow {
+    let meaning = "perf collectors name JIT frames from the perf map; `perf inject --jit` and samply read the jitdump";
+    let measured = (|| -> anyhow::Result<(u64, stacks::JitDumpCensus)> {
+        let scratch = tempfile::Builder::new().prefix("tracelab-doctor-jit-").tempdir()?;
+        let status = std::process::Command::new(dotnet)
+            .arg("--info")
+            .env("DOTNET_PerfMapEnabled", "1")
+            .env("DOTNET_PerfMapJitDumpPath", scratch.path())
+            .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+            .env("DOTNET_NOLOGO", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "`dotnet --info` ended {status}");
+        let file = |prefix: &str| {
+            std::fs::read_dir(scratch.path()).ok()?.flatten().map(|e| e.path()).find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix)))
+        };
+        let map = file("perf-").ok_or_else(|| anyhow::anyhow!("the runtime wrote no perf map"))?;
+        let entries = std::fs::read_to_string(&map)?.lines().count() as u64;
+        let census = match file("jit-") {
+            Some(dump) => stacks::jitdump_census(&dump)?,
+            None => stacks::JitDumpCensus::default(),
+        };
+        Ok((entries, census))
+    })();
+    match measured {
+        Ok((entries, census)) => {
+            let value = format!("perf map {entries} methods, jitdump {} code loads", census.code_loads);
+            match stacks::jit_naming_finding(entries, &census) {
+                None => row("JIT naming", value, Status::Ok, format!("{meaning}: both work on this runtime")),
+                Some(finding) => row("JIT naming", value, Status::Warn, format!("perf map works; jitdump broken: {finding}"))
+                    .fix("nothing to do for tracelab (it reads the perf map); for perf inject --jit or samply, a .NET 10 patch newer than 10.0.12, or name frames from the perf map (DOTNET_PerfMapEnabled=3)"),
+            }
+        }
+        Err(e) => row("JIT naming", format!("{e:#}"), Status::Warn, "cannot tell which JIT-naming path works")
+            .fix("run `dotnet --info` by hand; reinstall the SDK with ../shared/toolchains/install-dotnet.sh if it fails"),
+    }
 }
 
 /// The default scenario: `cargo xtask doctor` exits 4 when its set-up is incomplete.

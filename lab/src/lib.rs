@@ -6,8 +6,8 @@
 //! recording in `lttng_provider`), the nightly workflow (`ci`) and the .NET apps benches and tests
 //! build (`apps`).
 //!
-//! Invariant: nothing imports this crate but the binaries (xtask) and its own tests, benches and
-//! examples. It calls the harness to run scenarios; the harness never calls it.
+//! Invariant: nothing imports this crate but the binaries (tracelab, xtask) and its own tests,
+//! benches and examples. It calls the harness to run scenarios; the harness never calls it.
 
 pub mod apps;
 #[cfg(test)]

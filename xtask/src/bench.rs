@@ -10,7 +10,9 @@ use crate::flags::{Bench, R2r, R2rStream};
 
 pub fn run(_sh: &Shell, what: Bench) -> Result<()> {
     match what {
-        Bench::Perf { inputs, frequency, runs, record } => bench::perf::run(&bench::perf::Options { inputs, frequency, runs, rerecord: record }),
+        Bench::Perf { inputs, binary, frequency, runs, record } => {
+            bench::perf::run(&bench::perf::Options { inputs, frequency, runs, rerecord: record, binary })
+        }
         Bench::Nettrace { trace, sizes, runs, record } => bench::nettrace::run(&bench::nettrace::Options { trace, sizes, runs, record }),
         Bench::Ctf { trace, runs, record, record_runs, scales } => bench::ctf::run(&bench::ctf::Options { trace, runs, record, record_runs, scales }),
         Bench::Unwind { runs } => bench::unwind::run(&bench::unwind::Options { runs }),

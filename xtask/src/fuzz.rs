@@ -40,7 +40,7 @@ pub fn run(args: Fuzz) -> Result<ExitCode> {
     if chosen.is_empty() {
         bail!("no fuzz target `{wanted}`: expected one of {} or all", TARGETS.iter().map(|t| t.0).collect::<Vec<_>>().join(", "));
     }
-    if let Some(code) = crate::setup::prepare(&lab::prereq::Plan::for_fuzzing(), false) {
+    if let Some(code) = tracelab::prepare(&lab::prereq::Plan::for_fuzzing(), false) {
         return Ok(code);
     }
     let mut crashed = false;

@@ -11,7 +11,7 @@ use crate::flags::Test;
 
 pub fn run(sh: &Shell, args: Test) -> anyhow::Result<ExitCode> {
     if !args.no_setup {
-        if let Some(code) = crate::setup::prepare(&Plan::for_tests(), false) {
+        if let Some(code) = tracelab::prepare(&Plan::for_tests(), false) {
             return Ok(code);
         }
     }

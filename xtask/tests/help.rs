@@ -3,10 +3,10 @@
 //! `error:` prefix. The tree is walked from the help output itself, so a command added to
 //! flags.rs is covered without touching this test.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().expect("the xtask binary runs")
+    assert_cmd::Command::cargo_bin("xtask").expect("the xtask binary is built").args(args).output().expect("the xtask binary runs")
 }
 
 /// The subcommand names listed under `Commands:` in a help text (clap's own `help` left out).
@@ -43,6 +43,25 @@ fn every_command_prints_its_help_and_exits_0() {
     }
     // 10 tasks, 6 benches, 4 matrix axes, 2 trace and 2 ci commands, and the root.
     assert!(seen >= 25, "walked only {seen} commands");
+}
+
+#[test]
+fn version_exits_0_and_names_the_program() {
+    let out = assert_cmd::Command::cargo_bin("xtask").unwrap().arg("--version").assert().success().get_output().stdout.clone();
+    assert_eq!(String::from_utf8_lossy(&out).trim(), format!("cargo xtask {}", env!("CARGO_PKG_VERSION")));
+}
+
+/// The user's commands are `tracelab`'s, flattened in: the same names beside the maintenance tasks.
+#[test]
+fn the_users_commands_sit_beside_the_maintenance_tasks() {
+    let help = String::from_utf8_lossy(&xtask(&["--help"]).stdout).into_owned();
+    let listed = subcommands(&help);
+    for c in ["scenario", "list", "doctor", "setup", "sweep", "trace", "report", "open", "soak", "init", "check-image"] {
+        assert!(listed.iter().any(|l| l == c), "user command `{c}` missing:\n{help}");
+    }
+    for c in ["test", "bench", "matrix", "images", "codegen", "ci", "fuzz"] {
+        assert!(listed.iter().any(|l| l == c), "maintenance task `{c}` missing:\n{help}");
+    }
 }
 
 #[test]

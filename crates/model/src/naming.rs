@@ -167,11 +167,19 @@ fn params(p: &str) -> String {
     static ASSEMBLY_REF: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[[A-Za-z0-9_.\-]+\]([A-Za-z_])").unwrap());
     static KEYWORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b(?:value class|valuetype|class) ").unwrap());
     static UNSIGNED: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"\b(?:native unsigned int|unsigned int(8|16|32|64)?|native int)\b").unwrap());
+        LazyLock::new(|| Regex::new(r"\b(?:native unsigned int|native uint|unsigned int(8|16|32|64)?|native int)\b").unwrap());
+    // A multi-dimensional array: perf maps write each rank's lower bound (`int32[0...,0...]`),
+    // EventPipe only the commas (`int32[,]`).
+    static BOUNDS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[0\.\.\.(?:,0\.\.\.)+\]").unwrap());
     // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
     // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
     let p = ASSEMBLY_REF.replace_all(p.trim(), "$1");
     let p = KEYWORD.replace_all(&p, "");
+    let p = if p.contains("0...") {
+        Cow::Owned(BOUNDS.replace_all(&p, |c: &regex::Captures| format!("[{}]", ",".repeat(c[0].matches("0...").count() - 1))).into_owned())
+    } else {
+        p
+    };
     let p = UNSIGNED.replace_all(&p, |c: &regex::Captures| match (&c[0], c.get(1)) {
         (_, Some(bits)) => format!("uint{}", bits.as_str()),
         ("native int", None) => "nint".to_string(),
@@ -448,6 +456,12 @@ mod tests {
             (
                 "int32 [System.Private.CoreLib] System.Number::Parse(valuetype System.Number/NumberBuffer&,native int,uint8&)",
                 "System.Number::Parse(value class System.Number+NumberBuffer&,int,unsigned int8&)",
+            ),
+            // One method in both spellings of a rank-3 array and a native uint (perf map: bounds and
+            // `native uint`; EventPipe: commas and `nuint`).
+            (
+                "int64 [generic-pipeline] Pipeline.Grid::Sum(int32[0...,0...,0...],native uint)[OptimizedTier1]",
+                "Pipeline.Grid::Sum(int32[,,],nuint)",
             ),
             (
                 "instance void [System.Private.CoreLib] System.Collections.Generic.Dictionary`2[System.__Canon,System.__Canon] /* MT: 0x00007F2A1B2C3D40 */::Add(!0,!1)[OptimizedTier1]",

@@ -21,7 +21,7 @@ mod perf_script_names;
 
 // The public surface, by stage. Exporters stay one module per format (each has its
 // `file_name`, `write` …), as inferno keeps one module per collapser.
-pub use decode::{add_counter_metrics, decode_nettrace, decode_recording, preload_samples, samples_to_model, to_collection};
+pub use decode::{add_counter_metrics, decode_nettrace, decode_recording, name_ready_to_run_frames, preload_samples, samples_to_model, to_collection};
 pub use export::{firefox, perfcollect, pprof};
 pub use files::write_whole;
 pub use fold::{
@@ -30,7 +30,7 @@ pub use fold::{
     write_folded, write_folded_into, write_speedscope,
 };
 pub use perf_script::{ScriptFrame, ScriptReader, ScriptSample};
-pub use symbolize::jit::parse_perf_map;
+pub use symbolize::jit::{JitDumpCensus, jit_naming_finding, jitdump_census, parse_perf_map};
 pub use symbolize::r2r::R2rResolver;
 pub use symbolize::{DecodeContext, Symbolizer, map_file, prefetch_job};
 pub use unwind::names::Kallsyms;

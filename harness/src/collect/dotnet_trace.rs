@@ -58,6 +58,9 @@ pub(crate) struct DotnetTrace {
     output: Arc<Mutex<Vec<u8>>>,
     trace_path: Option<PathBuf>,
     commands: Vec<String>,
+    /// The app's memory map while dotnet-trace ran (names ReadyToRun frames the trace leaves bare).
+    maps: super::process_maps::ProcessMaps,
+    host_pid: u32,
 }
 
 /// dotnet-trace runs on the host and finds the app's socket through /proc/PID/root/tmp: the
@@ -150,6 +153,8 @@ impl DotnetTrace {
             output: Arc::new(Mutex::new(Vec::new())),
             trace_path: None,
             commands: Vec::new(),
+            maps: Default::default(),
+            host_pid: 0,
         })
     }
 
@@ -255,11 +260,17 @@ impl Collector for DotnetTrace {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.child = Some(child);
+        self.host_pid = app.host_pid;
+        self.maps.snapshot(app.host_pid);
         Ok(())
     }
 
     fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };
+        self.maps.snapshot(self.host_pid);
+        if let Some(trace) = &self.trace_path {
+            self.maps.write(&trace.with_extension("maps"))?;
+        }
         // dotnet-trace ends by itself when the traced process exits; if the app is still alive
         // (a run cut short, an app stopped after its collectors), Enter makes it stop the
         // session and finish the file.
@@ -294,7 +305,9 @@ impl Collector for DotnetTrace {
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
-        decode_nettrace(&path, &self.name)
+        let mut c = decode_nettrace(&path, &self.name)?;
+        super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
+        Ok(c)
     }
 
     fn commands(&self) -> Vec<String> {

@@ -137,6 +137,8 @@ pub(crate) struct EventPipeCollector {
     trace_path: Option<PathBuf>,
     host_pid: u32,
     commands: Vec<String>,
+    /// The app's memory map while the session ran (names ReadyToRun frames the trace leaves bare).
+    maps: super::process_maps::ProcessMaps,
 }
 
 /// The capability probe: GC events, which the gc-heavy probe app raises at once.
@@ -195,6 +197,7 @@ impl EventPipeCollector {
             trace_path: None,
             host_pid: 0,
             commands: Vec::new(),
+            maps: Default::default(),
         })
     }
 
@@ -290,11 +293,16 @@ impl Collector for EventPipeCollector {
         ));
         self.drain = Some(session.drain_to(std::io::BufWriter::new(file)));
         self.stream_path = Some(trace_path);
+        self.maps.snapshot(app.host_pid);
         Ok(())
     }
 
     fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
         let Some(mut drain) = self.drain.take() else { return Ok(()) };
+        self.maps.snapshot(self.host_pid);
+        if let Some(trace) = &self.trace_path {
+            self.maps.write(&trace.with_extension("maps"))?;
+        }
         // After the app's exit the stream ends by itself; give it a moment before asking. A
         // live app (stopped after its collectors) is asked at once.
         let deadline = std::time::Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 3 });
@@ -322,7 +330,9 @@ impl Collector for EventPipeCollector {
 
     fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
         let path = self.trace_path.clone().unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
-        decode_nettrace(&path, &self.name)
+        let mut c = decode_nettrace(&path, &self.name)?;
+        super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
+        Ok(c)
     }
 
     fn commands(&self) -> Vec<String> {

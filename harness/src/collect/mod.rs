@@ -9,6 +9,7 @@
 
 pub mod perf;
 pub mod offcpu;
+mod process_maps;
 pub mod offwake;
 pub mod syscalls;
 mod perf_record;

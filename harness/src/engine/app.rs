@@ -608,19 +608,30 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
     // The perf map the runtime wrote in this run (a perf collector copies it into the artifacts)
     // lists every method the JIT compiled, sampled or not: the ground truth of JIT names.
     let perf_map = artifacts.join(format!("perf-{}.map", app.target_pid));
+    let mut map_entries = 0u64;
     let perf_map_names = if perf_map.is_file() {
         let bytes = std::fs::read(&perf_map).with_context(|| format!("cannot read {}", perf_map.display()))?;
         let table = stacks::parse_perf_map(&bytes, &perf_map)?;
+        map_entries = table.names().count() as u64;
         table.names().map(|n| model::merge_code_version(n).to_string()).collect()
     } else {
         std::collections::BTreeSet::new()
     };
+    // The runtime wrote the same methods into a jitdump too (DOTNET_PerfMapEnabled=1): whether it
+    // holds them is whether jitdump readers (`perf inject --jit`, samply) can name this runtime's
+    // JIT code — counted for each perf collection, said in the findings when it cannot.
+    let jitdump = artifacts.join(format!("jit-{}.dump", app.target_pid));
+    let census = if map_entries > 0 && jitdump.is_file() { stacks::jitdump_census(&jitdump).ok() } else { None };
     for c in collectors.iter_mut() {
         let decoding = crate::host::progress::step("decode", c.name());
         let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
         decoding.done(&format!("{} samples, {} events", collection.samples.len(), collection.events.len()));
         if collection.method_names.is_empty() {
             collection.method_names = perf_map_names.clone();
+        }
+        if let (Some(census), true) = (census, collection.collector.starts_with("perf")) {
+            collection.metrics.insert("jit_perf_map_entries".into(), map_entries as f64);
+            collection.metrics.insert("jitdump_code_loads".into(), census.code_loads as f64);
         }
         // A frame-pointer walk out of an OSR frame loses its caller: put back from the thread's
         // whole stacks where they show it, else marked; both counted.

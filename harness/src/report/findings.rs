@@ -27,6 +27,12 @@ pub(crate) fn resolution_json(c: &Collection) -> serde_json::Value {
 /// Diagnoses of known pitfalls, from the data itself.
 pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
     let mut out = Vec::new();
+    // One run's perf map and jitdump, counted into each perf collection: said once.
+    let jit_paths = collections.iter().find_map(|c| Some((c.metrics.get("jit_perf_map_entries")?, c.metrics.get("jitdump_code_loads")?)));
+    if let Some((map, loads)) = jit_paths {
+        let census = stacks::JitDumpCensus { code_loads: *loads as u64, ..Default::default() };
+        out.extend(stacks::jit_naming_finding(*map as u64, &census));
+    }
     for c in collections {
         out.extend(model::unnamed_dso_hints(c));
         let leaves = c.samples.iter().filter_map(|s| s.frames.first());

@@ -326,7 +326,7 @@ impl Scenario {
         if name_or_path.ends_with(".toml") || as_path.is_file() {
             return Scenario::load(as_path);
         }
-        let path = crate::project_root().join("scenarios").join(format!("{name_or_path}.toml"));
+        let path = crate::checkout()?.join("scenarios").join(format!("{name_or_path}.toml"));
         if !path.is_file() {
             let known = list_names().unwrap_or_default().join(", ");
             bail!("no scenario `{name_or_path}` ({} does not exist); known: {known}", path.display());
@@ -690,7 +690,7 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
 
 /// Names of the scenarios under `scenarios/`.
 pub fn list_names() -> Result<Vec<String>> {
-    let dir = crate::project_root().join("scenarios");
+    let dir = crate::checkout()?.join("scenarios");
     let mut names = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let path = entry?.path();

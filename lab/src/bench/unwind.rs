@@ -205,11 +205,11 @@ fn bench(opts: &Options, perf: &Path, data: &Path, symfs: &Path) -> Result<()> {
     for t in ours_managed.difference(&perf_managed) {
         let stop = perf_stops.get(t).map_or("?", String::as_str);
         let (ours, peer) = stacks(t);
-        diffs.push(Difference::new(&format!("only we reach managed code; perf stops in {stop}"), format!("sample at {t} µs"), ours, peer));
+        diffs.push(Difference::coverage(&format!("only we reach managed code; perf stops in {stop}"), format!("sample at {t} µs"), ours, peer));
     }
     for t in perf_managed.difference(&ours_managed) {
         let (ours, peer) = stacks(t);
-        diffs.push(Difference::new("only perf reaches managed code", format!("sample at {t} µs"), ours, peer));
+        diffs.push(Difference::coverage("only perf reaches managed code", format!("sample at {t} µs"), ours, peer));
     }
     let _ = std::fs::remove_file(&script_out);
     report_differences("unwind", &format!("{perf_app} samples of the app, by time"), &diffs)

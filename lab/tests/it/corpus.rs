@@ -643,9 +643,20 @@ fn osr_callers_on(target: TargetKind, test: &str) {
     // Burn's Tier0 calls from Alpha and Beta are sampled whole every run: nearly every lost caller
     // has a whole stack at its call site (0 left in 6 runs on host and container).
     assert!(lost <= 0.1 * (recovered + lost), "{lost} lost callers left, {recovered} put back:\n{folded}");
+    // `trace fold` of the same recording, as a user would fold it: the same callers put back.
+    let artifacts = o.dir.join("artifacts");
+    let identity = |p: &Path| Some(p.to_path_buf());
+    let ctx = stacks::DecodeContext { artifacts: &artifacts, app_tmp_dir: Path::new("/nonexistent"), host_pid: 0, target_pid: 0, path_map: &identity, symbol_dirs: &[] };
+    let fold = stacks::fold_perf_file(&artifacts.join("perf-cpu.data"), &ctx).unwrap();
+    let text = fold.folded.text();
+    assert!(!text.contains("Spin::Burn(System.TimeSpan,float64);Spin::Burn(System.TimeSpan,float64)"), "trace fold kept OSR twins:\n{text}");
+    assert!(text.contains("Spin::Alpha(System.TimeSpan);Spin::Burn(System.TimeSpan,float64)"), "trace fold lost Alpha:\n{text}");
     for name in ["Alpha inclusive", "Beta inclusive", "Run inclusive"] {
         let check = o.manifest.checks.iter().find(|c| c.name == name).unwrap();
         eprintln!("{name}: {:?} {} / {} {:?}", check.verdict, check.expected, check.measured, check.reason);
-        assert_eq!(check.verdict, Verdict::Pass, "perf's callers against EventPipe's: {check:?}\n{}", describe(&o));
+        // A busy machine parts a CPU-time sampler from a wall-clock one: that, and only that, may
+        // leave the comparison undecided.
+        let busy = check.verdict == Verdict::Inconclusive && check.reason.as_deref().is_some_and(|r| r.contains("other processes kept"));
+        assert!(check.verdict == Verdict::Pass || busy, "perf's callers against EventPipe's: {check:?}\n{}", describe(&o));
     }
 }

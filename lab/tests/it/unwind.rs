@@ -316,6 +316,27 @@ fn deep_stacks_are_cut_where_each_collector_cuts_them_and_the_cause_is_named() {
     let scenario = harness::scenario::Scenario::find("deep-stacks").unwrap();
     let (o, _results) = crate::run_scenario(&scenario, harness::run::TargetKind::Host);
     let check = |name: &str| o.manifest.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check `{name}`: {}", crate::describe(&o)));
+    // Against the peer, stack by stack: the 50-deep thread's managed stack, as each collector's
+    // most frequent one through DescendShallow, is the same list of methods in all three.
+    let managed_stack = |collector: &str| -> Vec<String> {
+        let folded = std::fs::read_to_string(o.dir.join(format!("stacks/{collector}.folded"))).unwrap();
+        let mut by_stack: std::collections::BTreeMap<Vec<String>, u64> = Default::default();
+        for line in folded.lines().filter(|l| l.contains("::DescendShallow(")) {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            // Managed labels are `Type::Method(…)`; native ones `file!fn` or bare symbols.
+            let managed: Vec<String> = stack.split(';').filter(|f| f.contains("::") && !f.contains(".so!")).map(String::from).collect();
+            *by_stack.entry(managed).or_default() += n.parse::<u64>().unwrap();
+        }
+        by_stack.into_iter().max_by_key(|(_, n)| *n).map(|(s, _)| s).unwrap_or_default()
+    };
+    let eventpipe = managed_stack("eventpipe");
+    assert_eq!(eventpipe.iter().filter(|f| f.contains("::DescendShallow(")).count(), 50, "{eventpipe:?}");
+    for collector in ["perf-cpu", "perf-dwarf"] {
+        let ours = managed_stack(collector);
+        let only_ours: Vec<&String> = ours.iter().filter(|f| !eventpipe.contains(f)).collect();
+        let only_eventpipe: Vec<&String> = eventpipe.iter().filter(|f| !ours.contains(f)).collect();
+        assert_eq!(ours, eventpipe, "{collector} vs eventpipe: only in {collector} {only_ours:?}, only in eventpipe {only_eventpipe:?}");
+    }
     for (depth, frames) in [(50.0, 50.0), (150.0, 150.0), (500.0, 500.0)] {
         let name = format!("{depth} frames deep, perf-dwarf");
         let c = check(&name);

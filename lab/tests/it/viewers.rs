@@ -19,8 +19,20 @@ fn method_key(label: &str) -> String {
     parts
         .into_iter()
         .chain([label])
-        .find_map(|p| MethodName::parse(merge_code_version(p.trim())).map(|m| m.spelling_free_key()))
+        .find_map(|p| MethodName::parse(merge_code_version(without_tier_prefix(p.trim()))).map(|m| m.spelling_free_key()))
         .unwrap_or_else(|| label.to_string())
+}
+
+/// TraceEvent moves a JIT method's code tier from the end of its name to the front
+/// (`[OptimizedTier1]Ns.Type::M(…)`), which is how PerfView shows tiers.
+fn tier_prefix(symbol: &str) -> Option<(&str, &str)> {
+    let rest = symbol.strip_prefix('[')?;
+    let (tag, name) = rest.split_once(']')?;
+    (!tag.is_empty() && tag.chars().all(|c| c.is_ascii_alphanumeric())).then_some((tag, name))
+}
+
+fn without_tier_prefix(symbol: &str) -> &str {
+    tier_prefix(symbol).map_or(symbol, |(_, name)| name)
 }
 
 /// TraceEvent 4.0.0's perf-script parser drops the last sample of `perf.data.txt` (a three-sample
@@ -128,6 +140,8 @@ fn build_reader() -> Result<PathBuf, String> {
 struct TraceEventView {
     samples: u64,
     leaves: BTreeMap<String, u64>,
+    /// The leaf frames' names as TraceEvent wrote them (`module!symbol`).
+    raw_leaves: BTreeMap<String, u64>,
     counts: BTreeMap<String, u64>,
 }
 
@@ -138,12 +152,13 @@ fn read_with_traceevent(reader: &Path, zip: &Path) -> TraceEventView {
     assert!(out.status.success(), "TraceEvent could not open {}:\n{}{}", zip.display(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&out_json);
-    let mut leaves = BTreeMap::new();
+    let (mut leaves, mut raw_leaves) = (BTreeMap::new(), BTreeMap::new());
     for row in j["top_leaf"].as_array().unwrap() {
         *leaves.entry(method_key(row[0].as_str().unwrap())).or_default() += row[1].as_u64().unwrap();
+        *raw_leaves.entry(row[0].as_str().unwrap().to_string()).or_default() += row[1].as_u64().unwrap();
     }
     let counts = j["counts"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect();
-    TraceEventView { samples: j["samples"].as_u64().unwrap(), leaves, counts }
+    TraceEventView { samples: j["samples"].as_u64().unwrap(), leaves, raw_leaves, counts }
 }
 
 /// Our top-5 managed leaf methods (by the folded stacks) and TraceEvent's agree, count for count.
@@ -234,6 +249,29 @@ fn trace_zip_of_recorded_perf_and_lttng_opens_in_traceevent() {
     assert_eq!(theirs.samples + LAST_SAMPLE_DROPPED, perf.samples.len() as u64, "TraceEvent's sample count");
     assert_same_top_methods(&folded_leaves(&stacks::fold_collection(&perf).text()), &theirs);
     assert_same_event_counts(&lttng, &theirs);
+    assert_modules_and_tiers(&theirs);
+}
+
+/// PerfView's view of JIT frames: each in its assembly's module (not one `jit` module for all),
+/// the module written once, and the code tiers kept — a method that tiered up shows as two or
+/// more of TraceEvent's frame names.
+fn assert_modules_and_tiers(theirs: &TraceEventView) {
+    let managed: Vec<&String> = theirs.raw_leaves.keys().filter(|k| k.contains("::")).collect();
+    assert!(!managed.is_empty(), "no managed leaf: {:?}", theirs.raw_leaves);
+    eprintln!("TraceEvent's managed leaves: {:?}", managed.iter().take(4).collect::<Vec<_>>());
+    for name in &managed {
+        let module = name.split_once('!').map(|(m, _)| m).unwrap_or("");
+        assert!(!module.is_empty() && module != "jit" && !module.starts_with("perf-"), "a JIT frame in module `{module}`: {name}");
+        assert_eq!(name.matches('!').count(), 1, "the module twice: {name}");
+    }
+    let mut tiers: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    for name in &managed {
+        let symbol = name.split_once('!').map(|(_, s)| s).unwrap_or(name);
+        if let Some((tier, method)) = tier_prefix(symbol) {
+            tiers.entry(method.to_string()).or_default().insert(tier.to_string());
+        }
+    }
+    assert!(tiers.values().any(|t| t.len() >= 2), "no method shows two code tiers: {tiers:?}");
 }
 
 /// A finished run's trace.zip (runs with perf cpu-clock write one) opens in TraceEvent, which
@@ -252,6 +290,7 @@ pub fn assert_trace_zip_opens(run: &Path) {
     let leaves = folded_leaves(&folded);
     assert_eq!(theirs.samples + LAST_SAMPLE_DROPPED, leaves.values().sum::<u64>(), "TraceEvent's sample count of {}", zip.display());
     assert_same_top_methods(&leaves, &theirs);
+    assert_modules_and_tiers(&theirs);
 }
 
 /// `cargo xtask open`'s server: the URL it prints serves the profile's bytes over loopback.

@@ -4,5 +4,5 @@
 mod nettrace;
 mod perf;
 
-pub use nettrace::{add_counter_metrics, decode_nettrace, to_collection};
+pub use nettrace::{add_counter_metrics, decode_nettrace, name_ready_to_run_frames, to_collection};
 pub use perf::{decode_recording, preload_samples, samples_to_model};

@@ -47,6 +47,58 @@ pub fn add_counter_metrics(m: &mut std::collections::BTreeMap<String, f64>, coun
     }
 }
 
+/// Names the frames an EventPipe trace left unnamed that ran in a ReadyToRun image, from the
+/// app's memory map (`maps`: /proc/PID/maps text, as the collector saw it while the app ran) and
+/// the image's own method table — the reader perf's stacks use. The runtime reports no load
+/// event for some precompiled code (a P/Invoke's marshalling method, `Interop+Sys::…`), so its
+/// frames read `[unknown]` in EventPipe where perf names them. `path_map` turns a path as the app
+/// saw it into one readable here (a container's). Returns the frames named.
+pub fn name_ready_to_run_frames(c: &mut Collection, maps: &str, path_map: &dyn Fn(&Path) -> Option<std::path::PathBuf>) -> u64 {
+    // (start, end, file offset, path) of every file-backed .dll mapping.
+    let mut images: Vec<(u64, u64, u64, &str)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, _perms, offset) = (f.next()?, f.next()?, f.next()?);
+            let path = f.nth(2)?;
+            if !path.ends_with(".dll") {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?, u64::from_str_radix(offset, 16).ok()?, path))
+        })
+        .collect();
+    images.sort_unstable();
+    images.dedup();
+    if images.is_empty() {
+        return 0;
+    }
+    let mut r2r = crate::symbolize::r2r::R2rResolver::new();
+    let mut named_at: std::collections::HashMap<u64, Option<(String, String)>> = Default::default();
+    let mut named = 0u64;
+    let frames = c.samples.iter_mut().flat_map(|s| s.frames.iter_mut()).chain(c.events.iter_mut().flat_map(|e| e.frames.iter_mut()));
+    for f in frames.filter(|f| f.name.is_none()) {
+        let found = named_at.entry(f.addr).or_insert_with(|| {
+            let at = images.partition_point(|m| m.0 <= f.addr).checked_sub(1)?;
+            let (start, end, offset, path) = images[at];
+            if f.addr >= end {
+                return None;
+            }
+            let host = path_map(Path::new(path)).unwrap_or_else(|| Path::new(path).to_path_buf());
+            let name = r2r.name(&host, f.addr - start + offset)?;
+            Some((name, path.to_string()))
+        });
+        if let Some((name, path)) = found {
+            f.name = Some(name.clone());
+            f.dso = Some(path.clone());
+            f.class = DsoClass::R2r;
+            named += 1;
+        }
+    }
+    c.metrics.insert("r2r_frames_named_from_maps".into(), named as f64);
+    named
+}
+
 /// A stack's frames in the model, leaf first: managed frames named by the trace's method ranges.
 fn model_frames(d: &eventpipe::Decoded, stack: u32) -> Vec<Frame> {
     d.frames(stack)
@@ -126,6 +178,33 @@ fn model_value(v: eventpipe::Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame EventPipe left bare in the runtime's own precompiled CoreLib is named from the
+    /// app's map and the image: the method the image lists at that file offset, class R2R.
+    #[test]
+    fn bare_frames_in_a_ready_to_run_image_are_named_from_the_map() {
+        let runtime = match tracelab_fixtures::recorded_runtime_dir() {
+            Ok(r) => r,
+            Err(why) => return tracelab_fixtures::skip("nettrace::bare_frames_in_a_ready_to_run_image_are_named_from_the_map", why),
+        };
+        let corelib = runtime.join("System.Private.CoreLib.dll");
+        let mut r2r = crate::symbolize::r2r::R2rResolver::new();
+        let (offset, name) = (0x10_000u64..).step_by(0x1000).take(4096).find_map(|o| Some((o, r2r.name(&corelib, o)?))).expect("a method in CoreLib");
+        let base = 0x7f00_0000_0000u64;
+        let maps = format!(
+            "{base:x}-{:x} r-xp 00000000 08:01 1234 {}\n7f1000000000-7f1000001000 r--p 00000000 08:01 99 /usr/lib/libc.so.6\n",
+            base + 0x1000_0000,
+            corelib.display()
+        );
+        let mut c = Collection::new("eventpipe");
+        let bare = |addr| Frame { name: None, dso: None, class: DsoClass::Unknown, addr };
+        c.samples.push(Sample { pid: 1, tid: 1, time_ns: 0, weight: 1, frames: vec![bare(base + offset), bare(0x7f10_0000_0010)], kind: None });
+        let identity = |p: &Path| Some(p.to_path_buf());
+        assert_eq!(name_ready_to_run_frames(&mut c, &maps, &identity), 1);
+        let f = &c.samples[0].frames[0];
+        assert_eq!((f.name.as_deref(), f.class), (Some(name.as_str()), DsoClass::R2r), "{f:?}");
+        assert!(c.samples[0].frames[1].name.is_none(), "a frame outside every .dll stays bare");
+    }
 
     /// The model view of a recorded trace: names without version suffix, decoded fields, frames.
     #[test]

@@ -56,8 +56,20 @@ pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
         let weight = period * s.weight.max(1);
         out.push_str(&format!("{} {}/{} [000] {secs}.{micros:06}: {weight} cpu-clock: \n", comm(s.tid, s.pid), s.pid, s.tid));
         for f in &s.frames {
-            let dso = f.dso.as_deref().unwrap_or("[unknown]");
+            let mut dso = f.dso.as_deref().unwrap_or("[unknown]").to_string();
             let mut sym = if f.name.is_some() { frame_label(f) } else { "[unknown]".to_string() };
+            if f.class == model::DsoClass::Jit {
+                // PerfView groups by module: a JIT method's is its assembly (the perf map names it,
+                // `[cpu-bound]`), not the `[jit]` pseudo-file every JIT frame shares; and it shows
+                // code tiers from the name's `[OptimizedTier1]`-style suffix, which the label merged.
+                if let Some(assembly) = model::frame_assembly(f) {
+                    dso = format!("{assembly}.dll");
+                }
+                if let Some(tier) = f.name.as_deref().and_then(code_version_tag) {
+                    sym.push_str(tier);
+                }
+            }
+            let dso = dso.as_str();
             // A function known by its start is labelled `FILE!fn@0x…` elsewhere; perf script
             // prints the symbol alone beside its module, and TraceEvent puts `FILE!` in front
             // itself (it read `libcoreclr.so!libcoreclr.so!fn@0x…`).
@@ -70,6 +82,14 @@ pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The code-version suffix of a JIT method's name as the runtime wrote it (`[OptimizedTier1]`,
+/// `[QuickJitted]`, `[OptimizedTier1OSR]` …), if it has one.
+fn code_version_tag(name: &str) -> Option<&str> {
+    let merged = model::merge_code_version(name);
+    let tag = name.trim_end()[merged.len()..].trim_start();
+    (!tag.is_empty()).then_some(tag)
 }
 
 /// Writes `<run_dir>/<name>.trace.zip`; returns its path. Nothing is written when the run has
@@ -305,10 +325,10 @@ mod tests {
         let re = regex::Regex::new(r"^\S.* \d+/\d+ \[\d{3}\] \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
         assert!(re.is_match(first), "{first:?}");
         assert_eq!(text.matches("cpu-clock:").count(), coll.samples.len());
-        // One label per method, as in the folded stacks (model): code versions merged,
-        // no return type or assembly.
-        assert!(text.contains(" Fixture.Phases::CpuHot(int64) ("), "{}", &text[..2000]);
-        assert!(!text.contains("CpuHot(int64)[Optimized"));
+        // One label per method, as in the folded stacks (model): no return type; the code tier
+        // PerfView shows tiers from kept after it, and the assembly as the frame's module.
+        assert!(text.contains(" Fixture.Phases::CpuHot(int64)[OptimizedTier1] (FixtureApp.dll)"), "{}", &text[..2000]);
+        assert!(!text.lines().any(|l| l.contains("::CpuHot(") && l.contains("([jit])")), "a method of the app in the [jit] pseudo-module");
     }
 
     #[test]

@@ -646,7 +646,24 @@ pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
     symbolizer.set_name_doublemapped(true);
     let samples = chains.iter().map(|c| c.count).sum();
     let distinct_callchains = chains.len();
-    let stacks = name_chains(chains.iter().map(|c| (c.pid, c.in_kernel, counts.chain(c), c.count)), &mut symbolizer);
+    let mut stacks = name_chains(chains.iter().map(|c| (c.pid, c.in_kernel, counts.chain(c), c.count)), &mut symbolizer);
+    let (recovered, lost) = stacks.complete_osr_callers(&mut symbolizer);
+    if lost > 0 {
+        symbolizer.warnings.push(format!(
+            "{lost} samples lost a caller to on-stack replacement that no whole stack at the same call site names: their \
+             stacks read `{}` where the caller was (perf's frame-pointer walk out of an OSR frame skips it; \
+             DOTNET_TC_OnStackReplacement=0 keeps loops out of OSR)",
+            crate::unwind::LOST_CALLER
+        ));
+    }
+    if recovered + lost > 0 {
+        symbolizer.sources.push(format!(
+            "on-stack replacement: {} samples lost a caller to a frame-pointer walk out of an OSR frame; {recovered} put back from \
+             the process's whole stacks at the same call site, {lost} marked `{}`",
+            recovered + lost,
+            crate::unwind::LOST_CALLER
+        ));
+    }
     if let Some(w) = unnamed_jit_warning(&stacks, &symbolizer) {
         symbolizer.warnings.push(w);
     }
@@ -747,9 +764,83 @@ pub fn fold_recording(rec: &PerfRecording, symbolizer: &mut Symbolizer) -> Folde
 struct NamedStacks {
     ids: Vec<u32>,
     stacks: Vec<(std::ops::Range<u32>, u64)>,
+    /// The process of each of `stacks`.
+    pids: Vec<u32>,
 }
 
 impl NamedStacks {
+    /// As the model's `complete_osr_callers` (crate::unwind::osr), on interned stacks: a lost
+    /// caller is put back from a whole stack of the same process (a recording's distinct stacks
+    /// keep no thread) whose walk passed the same call site, when exactly one method stood
+    /// there; else the Tier0 twin becomes [`crate::unwind::LOST_CALLER`]. Returns (samples put
+    /// back, samples marked).
+    fn complete_osr_callers(&mut self, symbolizer: &mut Symbolizer) -> (u64, u64) {
+        use crate::unwind::osr::{is_osr_over_twin, is_whole_method_frame};
+        let frame = |id: u32| symbolizer.frame_by_id(id);
+        let merged = |id: u32| model::merge_code_version(frame(id).name.as_deref().unwrap_or("")).to_string();
+        // The lost callers' keys: (pid, method, return address above the twin).
+        let mut wanted: std::collections::HashSet<(u32, String, u64)> = Default::default();
+        for (k, (range, _)) in self.stacks.iter().enumerate() {
+            let ids = &self.ids[range.start as usize..range.end as usize];
+            for j in 0..ids.len().saturating_sub(2) {
+                if is_osr_over_twin(frame(ids[j]), frame(ids[j + 1])) {
+                    wanted.insert((self.pids[k], merged(ids[j]), frame(ids[j + 2]).addr));
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return (0, 0);
+        }
+        let addrs: std::collections::HashSet<u64> = wanted.iter().map(|w| w.2).collect();
+        let mut callers: HashMap<(u32, String, u64), Vec<u32>> = HashMap::new();
+        for (k, (range, _)) in self.stacks.iter().enumerate() {
+            let ids = &self.ids[range.start as usize..range.end as usize];
+            for j in 0..ids.len().saturating_sub(2) {
+                let (method, caller, above) = (frame(ids[j]), frame(ids[j + 1]), frame(ids[j + 2]));
+                if !addrs.contains(&above.addr) || !is_whole_method_frame(method) || caller.name.is_none() {
+                    continue;
+                }
+                if caller.name.as_deref() == Some(crate::unwind::LOST_CALLER) || (j > 0 && is_osr_over_twin(frame(ids[j - 1]), method)) {
+                    continue;
+                }
+                let key = (self.pids[k], merged(ids[j]), above.addr);
+                if !wanted.contains(&key) {
+                    continue;
+                }
+                let seen = callers.entry(key).or_default();
+                let caller_method = merged(ids[j + 1]);
+                if !seen.iter().any(|&c| merged(c) == caller_method) {
+                    seen.push(ids[j + 1]);
+                }
+            }
+        }
+        let lost_id = symbolizer.intern_frame(Frame { name: Some(crate::unwind::LOST_CALLER.to_string()), dso: None, class: DsoClass::Unknown, addr: 0 });
+        let (mut recovered, mut lost) = (0u64, 0u64);
+        for (k, (range, count)) in self.stacks.iter().enumerate() {
+            let (start, end) = (range.start as usize, range.end as usize);
+            let (mut put_back, mut marked) = (false, false);
+            for j in start..end.saturating_sub(2) {
+                let (a, b) = (symbolizer.frame_by_id(self.ids[j]), symbolizer.frame_by_id(self.ids[j + 1]));
+                if !is_osr_over_twin(a, b) {
+                    continue;
+                }
+                let key = (self.pids[k], model::merge_code_version(a.name.as_deref().unwrap_or("")).to_string(), symbolizer.frame_by_id(self.ids[j + 2]).addr);
+                match callers.get(&key).map(Vec::as_slice) {
+                    Some([caller]) => {
+                        self.ids[j + 1] = *caller;
+                        put_back = true;
+                    }
+                    _ => {
+                        self.ids[j + 1] = lost_id;
+                        marked = true;
+                    }
+                }
+            }
+            lost += if marked { *count } else { 0 };
+            recovered += if put_back && !marked { *count } else { 0 };
+        }
+        (recovered, lost)
+    }
     /// Labels each distinct frame once and folds.
     fn fold(&self, symbolizer: &Symbolizer) -> FoldedStacks {
         let stacks = self.stacks.iter().map(|(range, count)| (&self.ids[range.start as usize..range.end as usize], *count));
@@ -764,11 +855,16 @@ fn name_chains<'c>(chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>, sy
     symbolizer.preload(
         chains.iter().flat_map(|&(pid, in_kernel, chain, _)| chain_frames(chain, in_kernel).map(move |f| (pid, f.addr, f.in_kernel))),
     );
-    let mut named = NamedStacks { ids: Vec::with_capacity(chains.iter().map(|c| c.2.len()).sum()), stacks: Vec::with_capacity(chains.len()) };
+    let mut named = NamedStacks {
+        ids: Vec::with_capacity(chains.iter().map(|c| c.2.len()).sum()),
+        stacks: Vec::with_capacity(chains.len()),
+        pids: Vec::with_capacity(chains.len()),
+    };
     for &(pid, in_kernel, chain, count) in &chains {
         let start = named.ids.len() as u32;
         named.ids.extend(chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)));
         named.stacks.push((start..named.ids.len() as u32, count));
+        named.pids.push(pid);
     }
     named
 }

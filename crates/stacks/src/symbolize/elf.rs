@@ -20,6 +20,22 @@ pub struct ElfSymbols {
     pub full_symtab: bool,
 }
 
+/// This process's vDSO as an ELF image: its `[vdso]` range from /proc/self/maps, its bytes from
+/// /proc/self/mem (the image in memory is the whole file).
+pub fn running_vdso() -> Result<ElfSymbols> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").context("cannot read /proc/self/maps")?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]")).context("this process has no [vdso] mapping")?;
+    let range = line.split_whitespace().next().unwrap_or("");
+    let (start, end) = range.split_once('-').context("a /proc/self/maps line without a range")?;
+    let (start, end) = (u64::from_str_radix(start, 16)?, u64::from_str_radix(end, 16)?);
+    let mut mem = std::fs::File::open("/proc/self/mem").context("cannot open /proc/self/mem")?;
+    mem.seek(SeekFrom::Start(start))?;
+    let mut image = vec![0u8; usize::try_from(end.saturating_sub(start))?];
+    mem.read_exact(&mut image).context("cannot read the vDSO from /proc/self/mem")?;
+    ElfSymbols::parse(&image, Path::new("[vdso]"))
+}
+
 impl ElfSymbols {
     pub fn read(path: &Path) -> Result<ElfSymbols> {
         let data = super::map_file(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -293,5 +309,16 @@ mod tests {
         assert_eq!(demangle("_ZN7CorUnix12InternalFreeEPv"), "CorUnix::InternalFree");
         assert_eq!(demangle("__libc_start_main"), "__libc_start_main");
         assert_eq!(demangle("_Znot-a-name"), "_Znot-a-name");
+    }
+}
+
+#[cfg(test)]
+mod vdso_tests {
+    /// The running kernel's vDSO names its clock functions (what `[vdso]` frames run).
+    #[test]
+    fn the_running_vdso_names_its_functions() {
+        let v = super::running_vdso().unwrap();
+        let names: Vec<&str> = v.table.names().collect();
+        assert!(names.iter().any(|n| n.contains("clock_gettime")), "{names:?}");
     }
 }

@@ -87,6 +87,67 @@ pub fn read_jitdump(path: &Path) -> Result<SymbolTable> {
     Ok(table)
 }
 
+/// What a jitdump holds, read as far as it goes: a file a runtime failed to write (.NET 10.0.12's
+/// holds 2 code loads then a record whose size runs past the end: a `writev` of an uncommitted
+/// stub block failed with EFAULT, dotnet/runtime#132935) is counted, not refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JitDumpCensus {
+    /// Whole `JIT_CODE_LOAD` records: one per method version the runtime reported.
+    pub code_loads: u64,
+    /// All whole records.
+    pub records: u64,
+    /// The byte offset of the first record that could not be read (`None`: read to its end).
+    pub cut_at: Option<u64>,
+}
+
+/// Counts a jitdump's records (see [`JitDumpCensus`]).
+pub fn jitdump_census(path: &Path) -> Result<JitDumpCensus> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut reader = JitDumpReader::new(std::io::BufReader::new(file))
+        .map_err(|e| anyhow::anyhow!("{}: not a jitdump file (header at byte offset 0): {e}", path.display()))?;
+    let mut census = JitDumpCensus::default();
+    loop {
+        let offset = reader.next_record_offset();
+        match reader.next_record() {
+            Ok(Some(record)) => {
+                census.records += 1;
+                if matches!(record.parse(), Ok(JitDumpRecord::CodeLoad(_))) {
+                    census.code_loads += 1;
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                census.cut_at = Some(offset);
+                break;
+            }
+        }
+    }
+    // A record that claims more bytes than are left ends the reader without an error.
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if census.cut_at.is_none() && reader.next_record_offset() < len {
+        census.cut_at = Some(reader.next_record_offset());
+    }
+    Ok(census)
+}
+
+/// Which way of naming JIT code works for a run that wrote both a perf map (`map_entries` lines)
+/// and a jitdump: `None` when the jitdump holds about as many methods as the map (both work),
+/// else what a user of `perf inject --jit` or samply (which read the jitdump) would lose, and
+/// what works instead.
+pub fn jit_naming_finding(map_entries: u64, jitdump: &JitDumpCensus) -> Option<String> {
+    if map_entries == 0 || jitdump.code_loads * 10 >= map_entries * 9 {
+        return None;
+    }
+    let cut = jitdump.cut_at.map(|at| format!(", cut at byte offset {at}")).unwrap_or_default();
+    Some(format!(
+        "the runtime's jitdump holds {} code loads against {map_entries} methods in its perf map{cut}: tools that name JIT \
+         frames from the jitdump (`perf inject --jit`, samply) name almost none on this runtime, which fails to write it \
+         (as .NET 10.0.12 does: dotnet/runtime#132935, fixed in a later 10.0 patch). The perf map works (tracelab names JIT frames \
+         from it; `DOTNET_PerfMapEnabled=3` writes the map alone)",
+        jitdump.code_loads
+    ))
+}
+
 /// The pid of `host_pid` inside its own (innermost) pid namespace, from `NSpid:` in
 /// /proc/PID/status. `Ok(None)` when the process is gone or the kernel predates NSpid (4.1).
 pub fn ns_pid(host_pid: u32) -> Result<Option<u32>> {
@@ -173,5 +234,23 @@ mod tests {
         let me = std::process::id();
         // In a pid namespace of our own the innermost pid differs; it always exists.
         assert!(ns_pid(me).unwrap().is_some());
+    }
+}
+
+#[cfg(test)]
+mod jitdump_tests {
+    use super::*;
+
+    /// The jitdump .NET 10.0.12 wrote beside a 1,949-line perf map (fixtures/jitdump, README).
+    #[test]
+    fn a_jitdump_the_runtime_failed_to_write_is_counted_and_named_as_broken() {
+        let dump = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jitdump/jit-10.0.12.dump");
+        let census = jitdump_census(&dump).unwrap();
+        assert_eq!(census.code_loads, 1, "{census:?}");
+        assert!(census.cut_at.is_some_and(|at| at < 33281), "{census:?}");
+        let finding = jit_naming_finding(1949, &census).unwrap();
+        assert!(finding.contains("1 code loads against 1949 methods") && finding.contains("dotnet/runtime#132935"), "{finding}");
+        // A jitdump that holds what the map holds is no finding.
+        assert_eq!(jit_naming_finding(10, &JitDumpCensus { code_loads: 10, records: 10, cut_at: None }), None);
     }
 }

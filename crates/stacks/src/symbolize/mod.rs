@@ -344,6 +344,12 @@ impl<'a> Symbolizer<'a> {
         id
     }
 
+    /// Interns a frame no address names (`[caller lost to on-stack replacement]`): a new id.
+    pub fn intern_frame(&mut self, frame: Frame) -> u32 {
+        self.frames.push(frame);
+        (self.frames.len() - 1) as u32
+    }
+
     pub fn frame_by_id(&self, id: u32) -> &Frame {
         &self.frames[id as usize]
     }
@@ -501,6 +507,9 @@ struct LoadedElf {
 /// file itself at `host` (where the path map found it). A file whose build id differs from the
 /// recording's is refused: its names would be wrong.
 fn load_elf(m: &Mapping, host: Option<PathBuf>, debug_files: &DebugFiles) -> LoadedElf {
+    if m.path == "[vdso]" && !host.as_deref().is_some_and(Path::is_file) {
+        return load_vdso(m);
+    }
     let mut warning = None;
     let want = m.build_id.as_deref().map(elf::hex);
     let binary = host.and_then(|p| match ElfSymbols::read(&p) {
@@ -533,6 +542,19 @@ fn load_elf(m: &Mapping, host: Option<PathBuf>, debug_files: &DebugFiles) -> Loa
         format!("{}: {} symbols from {}", m.path, if b.full_symtab { ".symtab" } else { ".dynsym" }, b.path.display())
     });
     LoadedElf { symbols: binary, source, warning }
+}
+
+/// The vDSO is no file: the kernel maps one image into every process, so this process's own
+/// copy names a recorded process's `[vdso]` frames (`__vdso_clock_gettime` …) — on the kernel
+/// that recorded it, which a build id in the recording confirms (another kernel's is refused).
+fn load_vdso(m: &Mapping) -> LoadedElf {
+    match elf::running_vdso() {
+        Ok(v) if m.build_id.is_none() || m.build_id == v.build_id => {
+            LoadedElf { source: Some(format!("[vdso]: {} symbols from this kernel's vDSO", v.table.len())), symbols: Some(v), warning: None }
+        }
+        Ok(_) => LoadedElf { symbols: None, source: None, warning: Some("[vdso]: recorded on another kernel (build id differs): its frames stay unnamed".into()) },
+        Err(e) => LoadedElf { symbols: None, source: None, warning: Some(format!("[vdso]: {e:#}: its frames stay unnamed")) },
+    }
 }
 
 fn mapping_of(m: &PerfMmap) -> Mapping {

@@ -12,7 +12,7 @@
 pub mod completeness;
 pub mod images;
 pub mod names;
-mod osr;
+pub(crate) mod osr;
 #[cfg(test)]
 mod malformed;
 

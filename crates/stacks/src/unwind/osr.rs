@@ -42,11 +42,22 @@ pub struct OsrRepair {
 /// Whether `frames[i]` is an OSR frame directly on its own Tier0 twin `frames[i + 1]`.
 fn osr_over_twin(frames: &[Frame], i: usize) -> bool {
     let (Some(osr), Some(twin)) = (frames.get(i), frames.get(i + 1)) else { return false };
+    is_osr_over_twin(osr, twin)
+}
+
+/// Whether `osr` is a method's OSR version and `twin` (the frame the walk went to next) the
+/// same method's Tier0 frame: the signature of a lost caller.
+pub(crate) fn is_osr_over_twin(osr: &Frame, twin: &Frame) -> bool {
     let (Some(osr_name), Some(twin_name)) = (osr.name.as_deref(), twin.name.as_deref()) else { return false };
     osr.class == DsoClass::Jit
         && osr_name.ends_with(OSR_TAG)
         && !twin_name.ends_with(OSR_TAG)
         && merge_code_version(osr_name) == merge_code_version(twin_name)
+}
+
+/// Whether `f` may stand as a whole stack's method frame (JIT code, not an OSR version).
+pub(crate) fn is_whole_method_frame(f: &Frame) -> bool {
+    f.class == DsoClass::Jit && f.name.as_deref().is_some_and(|n| !n.ends_with(OSR_TAG))
 }
 
 /// A lost caller's key: thread, the method (code versions merged), and the return address the

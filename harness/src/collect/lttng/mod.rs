@@ -79,6 +79,13 @@ const KW_COMPILATION: u64 = 0x10_0000_0000;
 const KW_GC_HEAP_SURVIVAL_AND_MOVEMENT: u64 = 0x40_0000;
 /// GCPrivateKeyword of the private provider.
 const KW_PRIVATE_GC: u64 = 0x1;
+/// Managed EventSource events the runtime forwards (ArrayPool, TPL, System.Runtime …).
+const KW_EVENTSOURCE: u64 = 0x8_0000_0000;
+/// The private provider's binding and multicore JIT keywords (in perfcollect's default).
+const KW_PRIVATE_BINDING: u64 = 0x2;
+const KW_PRIVATE_MULTICORE_JIT: u64 = 0x2_0000;
+/// perfcollect's "GC collect only" list of the private provider.
+const PRIVATE_GC_COLLECT_ONLY: &[&str] = &["GCDecision", "GCSettings", "GCPerHeapHistory", "GCGlobalHeapHistory", "PrvGCMarkStackRoots", "PrvGCMarkFinalizeQueueRoots", "PrvGCMarkHandles", "PrvGCMarkCards"];
 /// Loader and JIT rundown keywords of the rundown provider.
 const KW_RUNDOWN_LOADER_JIT: u64 = 0x8 | 0x10;
 
@@ -117,9 +124,17 @@ pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
             (Profile::GcOnly, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0,
             (Profile::GcWithHeap, "DotNETRuntime") => kw & (KW_GC | KW_GC_HEAP_SURVIVAL_AND_MOVEMENT) != 0,
             (Profile::GcWithHeap, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0,
+            // perfcollect's default: the keyword groups below, the events of no keyword
+            // (RuntimeInformationStart, the unversioned ExceptionThrown and Contention) and the
+            // managed EventSource events — 10,128 of them in one web run, once missing here.
             (Profile::Default, "DotNETRuntime") => {
-                kw & (KW_THREADING | KW_EXCEPTION | KW_CONTENTION | KW_JIT | KW_NGEN | KW_LOADER | KW_COMPILATION) != 0
+                *kw == 0
+                    || kw & (KW_THREADING | KW_EXCEPTION | KW_CONTENTION | KW_JIT | KW_NGEN | KW_LOADER | KW_COMPILATION | KW_EVENTSOURCE) != 0
                     || (kw & KW_GC != 0 && collect_only(sym))
+            }
+            (Profile::Default, "DotNETRuntimePrivate") => {
+                kw & (KW_PRIVATE_BINDING | KW_PRIVATE_MULTICORE_JIT) != 0
+                    || (kw & KW_PRIVATE_GC != 0 && PRIVATE_GC_COLLECT_ONLY.contains(&base_name(sym)))
             }
             (Profile::Default, "DotNETRuntimeRundown") => kw & KW_RUNDOWN_LOADER_JIT != 0,
             _ => false,
@@ -448,6 +463,16 @@ mod tests {
             assert!(default.contains(&t.to_string()), "{t}");
         }
         assert!(!default.iter().any(|t| t.contains("GCAllocationTick")));
+        // perfcollect's NoKeyword, EventSource and private binding / multicore JIT groups.
+        for t in [
+            "DotNETRuntime:EventSource",
+            "DotNETRuntime:RuntimeInformationStart",
+            "DotNETRuntimePrivate:BindingPolicyPhaseStart",
+            "DotNETRuntimePrivate:MulticoreJit",
+            "DotNETRuntimePrivate:GCDecision_V1",
+        ] {
+            assert!(default.contains(&t.to_string()), "{t}");
+        }
         // Every version the provider declares, the ones .NET 10 fires included (enabling an older
         // name alone records nothing).
         for t in [

@@ -1,12 +1,13 @@
-//! `cargo xtask init mine.toml --dll app.dll [--web]`: writes a starter scenario for a user's app
+//! `tracelab init mine.toml --dll app.dll [--web]`: writes a starter scenario for a user's app
 //! (`harness::scenario::starter`); paths are taken as given from the caller's folder.
 
 use anyhow::{Result, bail};
 use harness::scenario::starter::{StarterApp, starter_toml};
 
+use crate::Invocation;
 use crate::flags::Init;
 
-pub fn run(f: Init) -> Result<()> {
+pub fn run(f: Init, at: &Invocation) -> Result<()> {
     if f.toml.exists() {
         bail!("{} exists: tracelab does not overwrite it; give another file name", f.toml.display());
     }
@@ -18,6 +19,6 @@ pub fn run(f: Init) -> Result<()> {
     };
     let text = starter_toml(&f.toml, app, f.web)?;
     std::fs::write(&f.toml, text)?;
-    println!("wrote {}; run it with: cargo xtask scenario {}", f.toml.display(), f.toml.display());
+    println!("wrote {}; run it with: {} scenario {}", f.toml.display(), at.program, f.toml.display());
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask soak SCENARIO… --runs N [--hog]`: repeat scenarios and print the verdict table
+//! `tracelab soak SCENARIO… --runs N [--hog]`: repeat scenarios and print the verdict table
 //! (lab::soak); exit 1 when any run FAILed, else 0.
 
 use std::process::ExitCode;
@@ -7,11 +7,10 @@ use harness::engine::RunOptions;
 use harness::run::TargetKind;
 use lab::soak;
 use lab::soak::SoakOptions;
-use xshell::Shell;
-
+use crate::Invocation;
 use crate::flags::Soak;
 
-pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
+pub fn run(args: Soak, at: &Invocation) -> anyhow::Result<ExitCode> {
     // A missing hog is a missing prerequisite (exit 4), said before any run starts.
     if args.hog && let Err(why) = soak::hog_available() {
         eprintln!("error: {why}");
@@ -24,7 +23,7 @@ pub fn run(_sh: &Shell, args: Soak) -> anyhow::Result<ExitCode> {
         run: RunOptions {
             target: args.target.as_deref().map(TargetKind::parse).transpose()?,
             image: args.image,
-            results_root: args.results,
+            results_root: Some(args.results.unwrap_or_else(|| at.results.clone())),
             symbol_dirs: Vec::new(),
             attach: None,
             shape: None,

@@ -1,12 +1,14 @@
-//! `cargo xtask check-image IMAGE [--app-cmd ARGS…] [--pod [SHAPES]]`: the answer for a user's own image, as a
-//! table (`lab::check_image`), printed and written as check-image.md in its results folder.
+//! `tracelab check-image IMAGE [--app-cmd ARGS…] [--pod [SHAPES]]`: the answer for a user's own
+//! image, as a table (`lab::check_image`), printed and written as check-image.md in its results
+//! folder.
 
 use anyhow::Result;
 
+use crate::Invocation;
 use crate::flags::CheckImage;
 
-pub fn run(f: CheckImage) -> Result<()> {
-    let root = lab::check_image::results_root(f.results);
+pub fn run(f: CheckImage, at: &Invocation) -> Result<()> {
+    let root = lab::check_image::results_root(Some(f.results.unwrap_or_else(|| at.results.clone())));
     std::fs::create_dir_all(&root)?;
     let shapes = match f.pod {
         None => Vec::new(),

@@ -1,10 +1,9 @@
-//! `cargo xtask list`: the scenarios, what they run and what they check.
+//! `tracelab list`: the scenarios, what they run and what they check.
 
 use anyhow::Result;
 use harness::scenario::{Scenario, list_names};
-use xshell::Shell;
 
-pub fn run(_sh: &Shell) -> Result<()> {
+pub fn run() -> Result<()> {
     for name in list_names()? {
         let s = Scenario::find(&name)?;
         let collectors: Vec<&str> = s.collectors.iter().map(|c| c.name()).collect();

@@ -1,13 +1,13 @@
-//! `cargo xtask sweep`: removes what runs that are gone (killed with SIGKILL, crashed) left —
-//! exactly the list in its `--help` (xtask/src/flags.rs), done by `harness::host::sweep::sweep_dead`,
+//! `tracelab sweep`: removes what runs that are gone (killed with SIGKILL, crashed) left —
+//! exactly the list in its `--help` (flags.rs), done by `harness::host::sweep::sweep_dead`,
 //! which every run also calls when it starts. Anything of a run that is still alive is kept.
 
 use anyhow::Result;
-use xshell::Shell;
 
-pub fn run(_sh: &Shell) -> Result<()> {
-    let root = harness::project_root().join("results");
-    let swept = harness::host::sweep::sweep_dead(&root, true)?;
+use crate::Invocation;
+
+pub fn run(at: &Invocation) -> Result<()> {
+    let swept = harness::host::sweep::sweep_dead(&at.results, true)?;
     for line in swept.lines() {
         println!("removed {line}");
     }

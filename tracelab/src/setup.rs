@@ -1,5 +1,5 @@
-//! `cargo xtask setup [--scenario X | --tests] [--dry-run]`: print (and as root carry out) what a
-//! scenario or the test suite needs from this machine (lab::prereq). `scenario` and `test` call
+//! `tracelab setup [--scenario X | --tests] [--dry-run]`: print (and as root carry out) what a
+//! scenario or the test suite needs from this machine (lab::prereq). `scenario` and xtask's `test` call
 //! [`prepare`] first, so a missing prerequisite shows within seconds, before any build.
 
 use std::process::ExitCode;
@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use lab::prereq;
 use lab::prereq::{Outcome, Plan};
 use harness::run::TargetKind;
-use xshell::Shell;
 
 use crate::flags::Setup;
 
@@ -24,7 +23,7 @@ pub fn prepare(plan: &Plan, dry_run: bool) -> Option<ExitCode> {
     }
 }
 
-pub fn run(_sh: &Shell, args: Setup) -> anyhow::Result<ExitCode> {
+pub fn run(args: Setup) -> anyhow::Result<ExitCode> {
     let plan = match &args.scenario {
         Some(name) => {
             let scenario = harness::scenario::Scenario::find(name)?;

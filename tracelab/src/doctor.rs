@@ -1,4 +1,4 @@
-//! `cargo xtask doctor [--json] [--symbols DIR]`: what this machine can trace, what each fact means
+//! `tracelab doctor [--json] [--symbols DIR]`: what this machine can trace, what each fact means
 //! for which collector, and the command that fixes each row that is not ok. Exit 4 when a
 //! prerequisite of the default scenario is missing (the exit-code table: skip, environment).
 
@@ -6,11 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use lab::doctor::{Status, default_scenario_row, doctor, rows_json};
-use xshell::Shell;
 
 use crate::flags::Doctor;
 
-pub fn run(_sh: &Shell, args: Doctor) -> Result<ExitCode> {
+pub fn run(args: Doctor) -> Result<ExitCode> {
     let dotnet = harness::host::dotnet::Dotnet::locate_or_install().ok();
     let mut rows = doctor(dotnet.as_ref().map(|d| d.root.as_path()), &args.symbols);
     rows.push(default_scenario_row());

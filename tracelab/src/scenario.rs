@@ -1,6 +1,6 @@
-//! `cargo xtask scenario NAME`: run one scenario, print its verdict, and exit with the verdict's
-//! code (`judge::exit`: 0 pass, 1 fail, 3 inconclusive, 4 skip — 0 with
-//! `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
+//! `tracelab scenario NAME` (and `cargo xtask scenario NAME`): run one scenario, print its
+//! verdict, and exit with the verdict's code (`judge::exit`: 0 pass, 1 fail, 3 inconclusive, 4
+//! skip — 0 with `--allow-skip` —, 5 infrastructure error; a bad scenario file or flag exits 2). Its
 //! prerequisites are checked (and as root installed) first, within seconds, so nothing is missing
 //! after the workload or an image was built (`--no-setup` skips that).
 
@@ -10,11 +10,11 @@ use judge::Verdict;
 use harness::engine;
 use harness::engine::RunOptions;
 use harness::run::TargetKind;
-use xshell::Shell;
 
+use crate::Invocation;
 use crate::flags::Scenario;
 
-pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
+pub fn run(args: Scenario, at: &Invocation) -> anyhow::Result<ExitCode> {
     let scenario = harness::scenario::Scenario::find(&args.name)?;
     let target = args.target.as_deref().map(TargetKind::parse).transpose()?;
     if let Some(image) = &args.image {
@@ -29,7 +29,7 @@ pub fn run(_sh: &Shell, args: Scenario) -> anyhow::Result<ExitCode> {
     let opts = RunOptions {
         target,
         image: args.image,
-        results_root: args.results,
+        results_root: Some(args.results.unwrap_or_else(|| at.results.clone())),
         symbol_dirs: args.symbols,
         attach: args.attach,
         shape: args.shape.as_deref().map(harness::run::pod::PodShape::parse).transpose()?,
