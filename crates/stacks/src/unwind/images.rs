@@ -262,3 +262,21 @@ impl framehop::ModuleSectionInfo<Bytes> for SectionInfo {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recorded stripped libc (fixtures/perf/dsos): `__libc_start_call_main` at 0x2724a has no
+    /// symbol, yet its `.eh_frame` entry gives its start, so the unwinder's views name it
+    /// `fn@0x…` as the symbolizer's do (not `[unknown] (libc.so.6)`).
+    #[test]
+    fn code_no_symbol_covers_has_its_function_start() {
+        let libc = tracelab_fixtures::fixture("perf/dsos/libc.so.6");
+        // No debug files: this machine's /usr/lib/debug may hold libc's, which names it.
+        let image = Image::load(&libc, &libc, &DebugFiles::with_system_dirs(Vec::new(), &[])).unwrap();
+        assert_eq!(image.symbol(0x2724a), None);
+        let start = image.function_start(0x2724a).expect("an FDE covers __libc_start_call_main");
+        assert!(start <= 0x2724a && start > 0x271c0, "{start:#x}");
+    }
+}
