@@ -226,16 +226,22 @@ pub fn doctor_rows(env: &Environment, tools: &Tools) -> Vec<DoctorRow> {
 fn idle_wakeups_row(found: Option<&Result<crate::idle_wakeups::IdleWakeups, String>>) -> DoctorRow {
     const ITEM: &str = "timer wake-ups on idle CPUs";
     match found {
+        // Each value opens with the answer, the same on every call for one kernel, then this
+        // probe's sample (sleeps seen, how many onto an idle CPU), which varies with the load:
+        // three calls once gave three bare answers ("16 of 16 recorded", "no CPU idled", "5 of
+        // 16 unrecorded").
         Some(Ok(w)) if w.sleeps > 0 && w.unrecorded == 0 && w.into_idle > 0 => {
-            row(ITEM, format!("{} of {} recorded", w.sleeps, w.sleeps), Status::Ok, w.meaning())
+            row(ITEM, format!("all recorded: {} of {} this probe ({} onto an idle CPU)", w.sleeps, w.sleeps, w.into_idle), Status::Ok, w.meaning())
         }
-        Some(Ok(w)) if w.sleeps > 0 && w.unrecorded == 0 => row(ITEM, "no CPU idled", Status::Warn, w.meaning())
-            .fix("run `cargo xtask doctor` again when the machine is less busy: the gap shows only when a sleeper's CPU goes idle"),
-        Some(Ok(w)) if w.sleeps > 0 => row(ITEM, format!("{} of {} unrecorded", w.unrecorded, w.sleeps), Status::Warn, w.meaning()).fix(
+        Some(Ok(w)) if w.sleeps > 0 && w.unrecorded == 0 => {
+            row(ITEM, format!("cannot tell: {} of {} recorded this probe, none onto an idle CPU", w.sleeps, w.sleeps), Status::Warn, w.meaning())
+                .fix("run `cargo xtask doctor` again when the machine is less busy: the gap shows only when a sleeper's CPU goes idle")
+        }
+        Some(Ok(w)) if w.sleeps > 0 => row(ITEM, format!("some unrecorded: {} of {} this probe ({} onto an idle CPU)", w.unrecorded, w.sleeps, w.into_idle), Status::Warn, w.meaning()).fix(
             "no fix on this kernel: it traces no sched_waking when a timer wakes a thread on an idle CPU. perf-offwake's \
              waker checks leave such intervals out and print how many (`left out: N intervals`); the other checks are unaffected",
         ),
-        Some(Ok(w)) => row(ITEM, "no timer sleep seen", Status::Warn, w.meaning())
+        Some(Ok(w)) => row(ITEM, format!("no timer sleep seen (of {} run)", crate::idle_wakeups::SLEEPS), Status::Warn, w.meaning())
             .fix("run `cargo xtask doctor` again: the probe's `sleep` processes left no switch-out in the recording"),
         Some(Err(e)) => row(ITEM, "cannot tell", Status::Warn, format!("the probe failed: {e}"))
             .fix("run doctor as root with tracefs mounted (mount -t tracefs nodev /sys/kernel/tracing)"),
@@ -450,10 +456,11 @@ mod tests {
         ] {
             rows.push(idle_wakeups_row(Some(&found)));
         }
-        let gap = rows.iter().find(|r| r.value == "5 of 16 unrecorded").expect("the idle wake-up row");
+        let gap = rows.iter().find(|r| r.value == "some unrecorded: 5 of 16 this probe (7 onto an idle CPU)").expect("the idle wake-up row");
         assert_eq!(gap.status, Status::Warn);
         assert!(gap.meaning.starts_with("5 of 16 timer wake-ups unrecorded: waker checks leave them out"), "{gap:?}");
-        assert!(rows.iter().any(|r| r.value == "16 of 16 recorded" && r.status == Status::Ok));
+        assert!(rows.iter().any(|r| r.value == "all recorded: 16 of 16 this probe (3 onto an idle CPU)" && r.status == Status::Ok));
+        assert!(rows.iter().any(|r| r.value == "cannot tell: 16 of 16 recorded this probe, none onto an idle CPU" && r.status == Status::Warn));
         let bad: Vec<_> = rows.iter().filter(|r| r.status != Status::Ok).collect();
         assert!(bad.len() >= 15, "{} rows not ok", bad.len());
         for r in &bad {

@@ -46,6 +46,8 @@ pub fn run(args: Scenario, at: &Invocation) -> anyhow::Result<ExitCode> {
     }
     println!("\n{} {}{}", scenario.name, outcome.verdict.upper(), outcome.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default());
     println!("results: {}", outcome.dir.display());
+    // The last line says what to open next, not only where the folder is.
+    println!("{}", harness::report::open_next(&outcome.dir, &m.viewer_files));
     Ok(match outcome.verdict {
         Verdict::Skip if args.allow_skip => ExitCode::SUCCESS,
         v => ExitCode::from(v.exit_code()),

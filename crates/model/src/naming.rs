@@ -246,6 +246,19 @@ impl FrameKind {
     }
 
     /// Fill colour in flame graphs (RGB).
+    /// The colour's name, as legends say it (the flame graphs' subtitle, the Firefox Profiler's
+    /// categories): one word per kind, so every view has one legend.
+    pub fn colour(self) -> &'static str {
+        match self {
+            FrameKind::Jit => "green",
+            FrameKind::ReadyToRun => "blue",
+            FrameKind::Runtime => "orange",
+            FrameKind::Native => "red",
+            FrameKind::Kernel => "yellow",
+            FrameKind::Unknown => "grey",
+        }
+    }
+
     pub fn rgb(self) -> (u8, u8, u8) {
         match self {
             FrameKind::Jit => (92, 184, 92),

@@ -76,6 +76,7 @@ pub(super) fn attach_app(
     let mut gone = false;
     if start_error.is_none() {
         let spinner = crate::host::progress::timed_step("collect", format!("pid {pid}"), Duration::from_secs_f64(seconds));
+        spinner.watch(artifacts);
         match &scenario.load {
             // A load goes where the scenario says: nothing of an attached app's output is seen.
             Some(load) => {
@@ -398,10 +399,14 @@ fn collect(
             state.window.from_ns = Some(crate::host::proc::monotonic_ns());
         }
         let what = format!("app `{}`", built.name);
-        spinner = Some(match expected_collect_s(scenario) {
+        let step = match expected_collect_s(scenario) {
             Some(s) => crate::host::progress::timed_step("collect", what, Duration::from_secs_f64(s)),
             None => crate::host::progress::step("collect", what),
-        });
+        };
+        // The recordings growing (perf.data, a .nettrace, an LTTng trace), as dotnet-trace shows
+        // its file's size: a collection that records nothing shows it before the verdict.
+        step.watch(artifacts);
+        spinner = Some(step);
         // An app that is not held measures what comes after its collectors: the load, or the
         // window of `seconds` (an app awaited to exit by itself measures from ready + warm-up,
         // which its collectors may have missed).

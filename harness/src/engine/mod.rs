@@ -213,7 +213,8 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         crate::host::progress::note("report", &format!("could not remove {left}"));
     }
     crate::host::owner::remove_scratch_dir();
-    let report_step = crate::host::progress::step("report", "checks, stacks, flame graphs, summary");
+    let report_step = crate::host::progress::step("report", "verdict and files");
+    report_step.sub_step("judging the checks");
     let undecided = matches!(&outcome, Err(e) if crate::host::errors::undecided_reason(e).is_some());
     let (verdict, reason, mut checks) = match outcome {
         Ok(()) => judge(scenario, &state),
@@ -241,7 +242,9 @@ fn run_attempt(scenario: &Scenario, opts: &RunOptions, earlier: &[crate::report:
         }
     }
     let t_report = Instant::now();
+    report_step.sub_step("folded stacks, flame graphs and viewer files");
     let viewer_files = crate::report::write_stacks(&dir, scenario, &state.collections);
+    report_step.sub_step("resolution, findings, summary");
     let mut findings = warnings;
     findings.extend(crate::report::diagnose(&state.collections));
     let resolution = state

@@ -113,11 +113,11 @@ static OUTPUT_CLOSED: AtomicBool = AtomicBool::new(false);
 /// aborts). A closed stderr (`… 2>&1 | head -2`) ends the run as a closed stdout does: see
 /// [`output_closed`].
 pub fn say(text: &str) {
-    let mut err = std::io::stderr().lock();
-    if let Err(e) = writeln!(err, "{text}")
+    // Above a running spinner: written through it, the line was erased by its next frame.
+    let written = super::progress::above_spinner(|| writeln!(std::io::stderr().lock(), "{text}"));
+    if let Err(e) = written
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
-        drop(err);
         output_closed();
     }
 }

@@ -10,6 +10,7 @@
 //! classname is scenario.target[.image].kernel, so the host, container and kernel cells of one
 //! scenario get distinct test ids.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -34,20 +35,46 @@ impl Counts {
     }
 }
 
-/// One run's junit.xml: a `<testsuite>` document.
+/// One run's junit.xml: a `<testsuite>` document, one testcase per check.
 pub fn document(manifest: &Value) -> String {
-    let (suite, _) = testsuite(manifest, "");
+    let (suite, _) = testsuite(manifest, &classname(manifest), &check_cases(manifest), "");
     format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{suite}")
 }
 
-/// Many runs' junit.xml: one `<testsuites>` holding every run's `<testsuite>`.
-pub(crate) fn merged<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> String {
+/// One testcase before it is written.
+#[derive(Clone, Debug)]
+pub(crate) struct Case {
+    pub name: String,
+    /// As manifest.json spells verdicts (`pass`, `fail` …), or `unchecked`.
+    pub verdict: String,
+    pub message: String,
+    pub body: String,
+}
+
+/// One `<testsuite>` of the merged file: the run it reports (its properties, timestamp and
+/// duration) and the cases it holds.
+pub(crate) struct Suite<'a> {
+    pub manifest: &'a Value,
+    pub cases: Vec<Case>,
+}
+
+/// The merged report's junit.xml: one `<testsuites>` holding one `<testsuite>` per column
+/// (scenario × environment) and one testcase per cell of the report, so its counts are the
+/// report's (issue 38: four runs of one cell once made `failures="3"` beside a report saying
+/// "1 fail", under four suites of one name). Suite names are made distinct where two columns
+/// would share a class name.
+pub(crate) fn merged(suites: &[Suite]) -> String {
     let mut total = Counts::default();
     let mut body = String::new();
-    for m in manifests {
-        let (suite, counts) = testsuite(m, "  ");
+    let mut used: BTreeMap<String, usize> = BTreeMap::new();
+    for suite in suites {
+        let base = classname(suite.manifest);
+        let n = used.entry(base.clone()).or_default();
+        *n += 1;
+        let name = if *n == 1 { base } else { format!("{base}-{n}") };
+        let (text, counts) = testsuite(suite.manifest, &name, &suite.cases, "  ");
         total.add(counts);
-        body.push_str(&suite);
+        body.push_str(&text);
     }
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"tracelab\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\">\n{body}</testsuites>\n",
@@ -91,25 +118,69 @@ fn time(s: f64) -> String {
     format!("{:.3}", if s.is_finite() && s > 0.0 { s } else { 0.0 })
 }
 
-fn testsuite(m: &Value, indent: &str) -> (String, Counts) {
-    let class = classname(m);
+/// One testcase per check, or one `run` testcase when the run ended before its checks.
+fn check_cases(m: &Value) -> Vec<Case> {
     let checks: Vec<&Value> = m["checks"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    if checks.is_empty() {
+        // The run ended before it could be judged (a skip, an infrastructure error, a failure).
+        let reason = m["reason"].as_str().unwrap_or("").to_string();
+        let verdict = m["verdict"].as_str().unwrap_or("error").to_string();
+        return vec![Case { name: "run".into(), verdict, message: reason.clone(), body: reason }];
+    }
+    checks
+        .iter()
+        .map(|c| Case {
+            name: c["name"].as_str().unwrap_or("check").to_string(),
+            verdict: c["verdict"].as_str().unwrap_or("error").to_string(),
+            message: check_message(c),
+            body: check_body(c),
+        })
+        .collect()
+}
+
+/// `expected …; measured …`, after the reason an inconclusive check could not decide.
+pub(crate) fn check_message(c: &Value) -> String {
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+    let message = format!("expected {}; measured {}", s("expected"), s("measured"));
+    match c["reason"].as_str() {
+        Some(why) => format!("{why} ({message})"),
+        None => message,
+    }
+}
+
+/// A check's expected, measured, collector and details, one per line.
+pub(crate) fn check_body(c: &Value) -> String {
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+    let mut body = format!("expected: {}\nmeasured: {}\n", s("expected"), s("measured"));
+    if let Some(col) = c["collector"].as_str() {
+        let _ = writeln!(body, "collector: {col}");
+    }
+    for line in c["details"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        let _ = writeln!(body, "{line}");
+    }
+    body
+}
+
+fn testsuite(m: &Value, name: &str, cases: &[Case], indent: &str) -> (String, Counts) {
+    let class = name.to_string();
     let run_verdict = m["verdict"].as_str().unwrap_or("error");
     let mut counts = Counts { time_s: duration_s(m), ..Counts::default() };
-    let mut cases = String::new();
-    let mut case = |name: &str, verdict: &str, message: &str, body: &str, time_s: Option<f64>| {
+    // Every testcase has a `time` (CI tools show a case without one as 0 s or drop the suite's
+    // total): the checks of a run are judged on one collection, so each carries an equal share
+    // of the run's duration and the cases add up to the suite's time.
+    let each_s = duration_s(m) / cases.len().max(1) as f64;
+    let mut text = String::new();
+    for case in cases {
         counts.tests += 1;
-        let _ = write!(cases, "{indent}  <testcase classname=\"{}\" name=\"{}\"", attr(&class), attr(name));
-        if let Some(t) = time_s {
-            let _ = write!(cases, " time=\"{}\"", time(t));
-        }
-        cases.push('>');
-        let (element, kind) = match verdict {
+        let _ = write!(text, "{indent}  <testcase classname=\"{}\" name=\"{}\" time=\"{}\">", attr(&class), attr(&case.name), time(each_s));
+        let (element, kind) = match case.verdict.as_str() {
             "pass" => ("system-out", ""),
             "fail" => ("failure", "fail"),
             "skip" => ("skipped", "skip"),
             "inconclusive" => ("skipped", "inconclusive"),
-            // "error" and anything a newer version may add: CI must look at it.
+            "unchecked" => ("skipped", "unchecked"),
+            // "error" (an infrastructure error, exit 5) and anything a newer version may add:
+            // CI must look at it.
             _ => ("error", "infrastructure"),
         };
         match element {
@@ -119,35 +190,17 @@ fn testsuite(m: &Value, indent: &str) -> (String, Counts) {
             _ => {}
         }
         if element == "system-out" {
-            let _ = write!(cases, "<system-out>{}</system-out>", text(message));
+            let _ = write!(text, "<system-out>{}</system-out>", self::text(&case.message));
         } else {
-            let message = if kind == "inconclusive" { format!("inconclusive: {message}") } else { message.to_string() };
-            let _ = write!(cases, "<{element} message=\"{}\" type=\"{kind}\">{}</{element}>", attr(&message), text(body));
+            let message = match kind {
+                "inconclusive" | "unchecked" => format!("{kind}: {}", case.message),
+                _ => case.message.clone(),
+            };
+            let _ = write!(text, "<{element} message=\"{}\" type=\"{kind}\">{}</{element}>", attr(&message), self::text(&case.body));
         }
-        cases.push_str("</testcase>\n");
-    };
-    if checks.is_empty() {
-        // The run ended before it could be judged (a skip, an infrastructure error, a failure).
-        let reason = m["reason"].as_str().unwrap_or("");
-        case("run", run_verdict, reason, reason, Some(duration_s(m)));
+        text.push_str("</testcase>\n");
     }
-    for c in &checks {
-        let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
-        let mut message = format!("expected {}; measured {}", s("expected"), s("measured"));
-        // An inconclusive check says why it could not decide (its floor or bound) first.
-        if let Some(why) = c["reason"].as_str() {
-            message = format!("{why} ({message})");
-        }
-        let mut body = format!("expected: {}\nmeasured: {}\n", s("expected"), s("measured"));
-        if let Some(col) = c["collector"].as_str() {
-            let _ = writeln!(body, "collector: {col}");
-        }
-        for line in c["details"].as_array().into_iter().flatten().filter_map(Value::as_str) {
-            let _ = writeln!(body, "{line}");
-        }
-        let verdict = c["verdict"].as_str().unwrap_or("error");
-        case(c["name"].as_str().unwrap_or("check"), verdict, &message, &body, None);
-    }
+    let cases = text;
     let env = &m["environment"];
     let hostname = env["hostname"].as_str().filter(|h| !h.is_empty()).unwrap_or("unknown");
     let mut s = String::new();
@@ -342,12 +395,31 @@ mod tests {
         assert!(x.contains("name=\"run\" time=\"11.750\"><error message=\"the run ended error\""), "{x}");
     }
 
+    fn suites(ms: &[Value]) -> Vec<Suite<'_>> {
+        ms.iter().map(|m| Suite { manifest: m, cases: check_cases(m) }).collect()
+    }
+
+    /// Every suite is summed, and suites of one class name (four runs of one cell) get distinct
+    /// names.
     #[test]
-    fn merged_sums_every_suite() {
+    fn merged_sums_every_suite_under_distinct_names() {
         let ms: Vec<Value> = every_verdict().iter().map(|(_, m)| value(m)).collect();
-        let x = merged(&ms);
+        let x = merged(&suites(&ms));
         assert_eq!(x.matches("<testsuite ").count(), ms.len());
         assert!(x.starts_with("<?xml") && x.contains("<testsuites name=\"tracelab\" tests=\"19\" failures=\"3\" errors=\"3\""), "{x}");
+        let names: std::collections::BTreeSet<&str> =
+            x.lines().filter_map(|l| l.trim_start().strip_prefix("<testsuite name=\"")).map(|l| &l[..l.find('"').unwrap()]).collect();
+        assert_eq!(names.len(), ms.len(), "{names:?}");
+    }
+
+    /// Every testcase says how long it took, and a run's cases add up to its suite's time.
+    #[test]
+    fn every_testcase_has_a_time() {
+        let mixed = every_verdict().into_iter().find(|(n, _)| n == "mixed").unwrap().1;
+        let x = crate::report::junit_xml(&mixed);
+        let cases: Vec<&str> = x.lines().filter(|l| l.contains("<testcase ")).collect();
+        assert_eq!(cases.len(), 5);
+        assert!(cases.iter().all(|l| l.contains(" time=\"2.350\"")), "{x}");
     }
 
     /// The real writer's output for every verdict kind, and the merged file, against the strict
@@ -369,7 +441,7 @@ mod tests {
             files.push(f);
         }
         let f = d.path().join("merged.xml");
-        std::fs::write(&f, merged(&kinds.iter().map(|(_, m)| value(m)).collect::<Vec<_>>())).unwrap();
+        std::fs::write(&f, merged(&suites(&kinds.iter().map(|(_, m)| value(m)).collect::<Vec<_>>()))).unwrap();
         files.push(f);
         for f in files {
             if let Err(why) = validate(&f).unwrap() {

@@ -261,7 +261,8 @@ pub struct MergedReport {
     /// Share tables of the newest run per (scenario, environment), each row beside the truth of
     /// the run its collector observed.
     pub shares: Vec<Shares>,
-    /// Every run's testsuite under one `<testsuites>` (junit.xml beside the report).
+    /// One `<testsuite>` per column and one testcase per cell, under one `<testsuites>`
+    /// (junit.xml beside the report): its counts are the report's.
     pub junit: String,
     /// Every run, oldest first, with its column label (the run and history pages).
     pub run_list: Vec<Run>,
@@ -303,6 +304,11 @@ pub(crate) fn find_runs(inputs: &[PathBuf]) -> Result<Vec<Run>> {
         }
         let mut stack = vec![(input.clone(), 0)];
         while let Some((dir, depth)) = stack.pop() {
+            // A report written here before (`results/report`, the default): its run pages keep
+            // copies of each run's manifest, which are not runs of their own.
+            if dir.join("history.html").is_file() && dir.join("runs").is_dir() {
+                continue;
+            }
             if dir.join("manifest.json").is_file() {
                 let canon = dir.canonicalize().unwrap_or(dir.clone());
                 if seen.insert(canon) {
@@ -408,9 +414,10 @@ pub fn merge(inputs: &[PathBuf], baseline: Option<&[PathBuf]>, thresholds: Thres
         baseline: baseline.map(<[PathBuf]>::to_vec),
         runtimes: runtimes(&runs),
         shares: shares(&runs),
-        junit: junit::merged(runs.iter().map(|r| &r.manifest)),
+        junit: String::new(),
         run_list: relabel(&runs),
     };
+    report.junit = junit::merged(&report.junit_suites());
     if let Some(base) = baseline {
         let base_runs = find_runs(base)?;
         if base_runs.is_empty() {
@@ -594,6 +601,60 @@ fn flame_name(cell: &Cell, svg: &Path) -> String {
 }
 
 impl MergedReport {
+    /// The cells as JUnit suites: per (scenario, environment), the newest run's properties and
+    /// one case per collector row (the scenario-wide row too), with the cell's verdict and its
+    /// run's checks for that row.
+    fn junit_suites(&self) -> Vec<junit::Suite<'_>> {
+        let mut columns: BTreeMap<(&str, &str), Vec<(&str, &Cell)>> = BTreeMap::new();
+        for (s, col) in &self.rows {
+            for env in &self.columns {
+                if let Some(cell) = self.cells.get(&(s.clone(), col.clone(), env.clone())) {
+                    columns.entry((s.as_str(), env.as_str())).or_default().push((col.as_str(), cell));
+                }
+            }
+        }
+        let run_of = |dir: &Path| self.run_list.iter().find(|r| r.dir == dir);
+        let mut suites = Vec::new();
+        for (_, cells) in columns {
+            // The newest run among the column's cells stands for the suite.
+            let Some(newest) = cells.iter().filter_map(|(_, c)| run_of(&c.run_dir)).max_by(|a, b| (&a.started, &a.dir).cmp(&(&b.started, &b.dir)))
+            else {
+                continue;
+            };
+            let cases = cells
+                .iter()
+                .map(|(collector, cell)| {
+                    let checks: Vec<&Value> = run_of(&cell.run_dir)
+                        .and_then(|r| r.manifest["checks"].as_array())
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| check_owner(c) == *collector)
+                        .collect();
+                    let mut body = String::new();
+                    for c in &checks {
+                        let _ = writeln!(body, "{}: {}", c["name"].as_str().unwrap_or("check"), c["verdict"].as_str().unwrap_or("?").to_uppercase());
+                        body.push_str(&junit::check_body(c));
+                    }
+                    if cell.runs > 1 {
+                        let _ = writeln!(body, "the newest of {} runs of this cell", cell.runs);
+                    }
+                    let message = match (&cell.reason, cell.verdict.as_str()) {
+                        (Some(r), _) => r.clone(),
+                        (None, UNCHECKED) => format!("no check judged `{collector}`"),
+                        (None, _) => checks.iter().map(|c| junit::check_message(c)).collect::<Vec<_>>().join("; "),
+                    };
+                    if body.is_empty() {
+                        body = message.clone();
+                    }
+                    let name = if *collector == SCENARIO_WIDE { "scenario-wide".to_string() } else { collector.to_string() };
+                    junit::Case { name, verdict: cell.verdict.clone(), message, body }
+                })
+                .collect();
+            suites.push(junit::Suite { manifest: &newest.manifest, cases });
+        }
+        suites
+    }
+
     fn counts(&self) -> BTreeMap<&str, usize> {
         let mut c = BTreeMap::new();
         for cell in self.cells.values() {
@@ -945,6 +1006,65 @@ mod tests {
         r.write(&d.path().join("out")).unwrap();
         let junit = std::fs::read_to_string(d.path().join("out/junit.xml")).unwrap();
         assert!(junit.contains("<testsuites name=\"tracelab\" tests=\"1\""), "{junit}");
+        // A report written inside the folders it reads (`results/report`, the default) is not
+        // read back as runs: its pages' copies of each manifest are not runs.
+        assert!(d.path().join("out/runs/a/manifest.json").is_file(), "the run's manifest is copied beside its page");
+        let again = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        assert_eq!(again.runs, 1);
+    }
+
+    /// The merged junit.xml counts what the report counts (issue 38: four runs of one cell made
+    /// `failures="3"` beside "1 fail"): one testcase per cell, the newest run's; an infrastructure
+    /// error is an `<error>`; every testcase has a time.
+    #[test]
+    fn merged_junit_counts_are_the_reports_counts() {
+        let d = tempfile::tempdir().unwrap();
+        let check = |name: &str, collector: Option<&str>, verdict: &str| {
+            json!({"name": name, "verdict": verdict, "expected": "≥ 90.0 %", "measured": "80.0 %", "collector": collector})
+        };
+        for (i, verdict) in ["fail", "fail", "fail", "pass"].iter().enumerate() {
+            let mut m = manifest("on-vs-off-cpu", if i == 3 { "fail" } else { verdict }, "host", "6.18.0", 0.99);
+            m["collectors"] = json!(["perf-cpu", "perf-offcpu", "eventpipe", "lttng"]);
+            m["started_utc"] = json!(format!("2026-11-2{i}T09:00:00Z"));
+            m["durations_s"] = json!({"run": 8.0});
+            m["checks"] = json!([
+                check("perf-cpu share", Some("perf-cpu"), verdict),
+                check("perf-offcpu share", Some("perf-offcpu"), "fail"),
+                check("eventpipe share", Some("eventpipe"), "inconclusive"),
+                check("counts agree", None, "pass"),
+            ]);
+            write_run(d.path(), &format!("run-{i}"), m);
+        }
+        let mut broken = manifest("cpu-bound", "error", "container", "6.18.0", 0.0);
+        broken["checks"] = json!([]);
+        broken["reason"] = json!("infrastructure: docker run failed");
+        write_run(d.path(), "broken", broken);
+        let r = merge(&[d.path().to_path_buf()], None, Thresholds::default()).unwrap();
+        let counts = r.counts();
+        let n = |v: &str| counts.get(v).copied().unwrap_or(0);
+        let attr = |name: &str| -> usize {
+            let head = r.junit.lines().find(|l| l.starts_with("<testsuites ")).unwrap();
+            let re = regex::Regex::new(&format!(r#" {name}="(\d+)""#)).unwrap();
+            re.captures(head).map(|c| c[1].parse().unwrap()).unwrap_or(0)
+        };
+        let skipped: usize = regex::Regex::new(r#"<testsuite [^>]* skipped="(\d+)""#)
+            .unwrap()
+            .captures_iter(&r.junit)
+            .map(|c| c[1].parse::<usize>().unwrap())
+            .sum();
+        assert_eq!(attr("tests"), r.cells.len(), "{}", r.junit);
+        assert_eq!(attr("failures"), n("fail"), "{}\n{}", r.counts_line(), r.junit);
+        assert_eq!(attr("errors"), n("error"), "{}", r.junit);
+        assert_eq!(skipped, n("skip") + n("inconclusive") + n(UNCHECKED), "{}", r.junit);
+        assert_eq!((n("fail"), n("error"), n(UNCHECKED)), (1, 1, 1), "{}", r.counts_line());
+        // The broken run is an `<error>`, every case has a time, suite names are distinct.
+        assert!(r.junit.contains("<error message=\"infrastructure: docker run failed\" type=\"infrastructure\">"), "{}", r.junit);
+        let cases: Vec<&str> = r.junit.lines().filter(|l| l.contains("<testcase ")).collect();
+        assert_eq!(cases.len(), r.cells.len());
+        assert!(cases.iter().all(|c| regex::Regex::new(r#" time="\d+\.\d{3}""#).unwrap().is_match(c)), "{}", r.junit);
+        assert!(r.junit.contains("the newest of 4 runs of this cell"), "{}", r.junit);
+        let suites: Vec<&str> = r.junit.lines().filter(|l| l.trim_start().starts_with("<testsuite ")).collect();
+        assert_eq!(suites.len(), 2, "one suite per column: {}", r.junit);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod viewers;
 pub(crate) use findings::{diagnose, resolution_json};
 pub(crate) use tables::share_tables;
 pub(crate) use viewers::write_stacks;
+pub use viewers::{ViewerFile, open_next, viewer_list};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -418,6 +419,14 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
             s.push_str("```\n\n");
         }
     }
+    let viewers = viewer_list(dir, &m.viewer_files);
+    if !viewers.is_empty() {
+        let _ = writeln!(s, "## Open\n\n| file | how to open it |\n|---|---|");
+        for v in &viewers {
+            let _ = writeln!(s, "| [{}]({}) | {} |", escape_md(&v.path), v.path.replace(' ', "%20"), escape_md(v.how));
+        }
+        s.push('\n');
+    }
     window_markdown(&mut s, &m.windows);
     if let Some(enabled) = m.metrics.get("attach.perf_map_enabled_by_tracelab") {
         let _ = writeln!(
@@ -464,7 +473,8 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
         let _ = writeln!(s, "| collector | stacks | reached the thread's root | deepest (user frames) | stopped early in |\n|---|---|---|---|---|");
         for (collector, rep) in &m.completeness {
             let Ok(c) = serde_json::from_value::<stacks::Completeness>(rep.clone()) else {
-                let _ = writeln!(s, "| `{collector}` | {rep} | | | |");
+                // Never raw JSON in a page people read: the figures stay in manifest.json.
+                let _ = writeln!(s, "| `{collector}` | in manifest.json `completeness` | | | |");
                 continue;
             };
             let mut stopped: Vec<(&String, &u64)> = c.stopped_in_dso.iter().collect();
@@ -482,9 +492,18 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
         }
         s.push('\n');
     }
-    let _ = writeln!(s, "## Metrics\n\n| metric | value |\n|---|---|");
-    for (k, v) in &m.metrics {
-        let _ = writeln!(s, "| {k} | {} |", fmt_num(*v));
+    // Every figure is in manifest.json `metrics`; here they stay folded (70–207 rows of slugs
+    // once pushed the environment and commands off the first screens).
+    if !m.metrics.is_empty() {
+        let _ = writeln!(
+            s,
+            "<details><summary>All {} metrics (also in manifest.json <code>metrics</code>)</summary>\n\n| metric | value |\n|---|---|",
+            m.metrics.len()
+        );
+        for (k, v) in &m.metrics {
+            let _ = writeln!(s, "| {} | {} |", escape_md(k), fmt_num(*v));
+        }
+        let _ = writeln!(s, "\n</details>");
     }
     let _ = writeln!(s, "\n## Environment\n");
     let e = &m.environment;
@@ -501,15 +520,6 @@ pub(crate) fn summary_markdown(m: &Manifest, dir: &Path) -> String {
     let _ = writeln!(s, "\n## Durations (s)\n");
     for (k, v) in &m.durations_s {
         let _ = writeln!(s, "- {k}: {v:.2}");
-    }
-    let flames: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".svg")).collect())
-        .unwrap_or_default();
-    if !flames.is_empty() {
-        let _ = writeln!(s, "\n## Flame graphs\n");
-        for f in flames {
-            let _ = writeln!(s, "- [{f}]({f})");
-        }
     }
     for n in &m.notes {
         let _ = writeln!(s, "\n> {n}");
@@ -638,6 +648,36 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = ResultsDir::create(&file.join("results"), "x").err().unwrap();
         assert!(crate::host::errors::is_infrastructure(&e) && format!("{e:#}").contains(&format!("cannot create {}", file.join("results").display())), "{e:#}");
+    }
+
+    /// summary.md as a person reads it: each viewer file with how to open it (an event-only
+    /// run's .nettrace too), the metrics folded away, no raw JSON.
+    #[test]
+    fn summary_lists_viewer_files_and_folds_the_metrics() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("artifacts")).unwrap();
+        for f in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip", "artifacts/eventpipe.nettrace"] {
+            std::fs::write(dir.path().join(f), "x").unwrap();
+        }
+        let mut m = manifest("r");
+        m.viewer_files = [("perf-cpu".to_string(), vec!["perf-cpu.speedscope.json".into(), "perf-cpu.firefox.json.gz".into(), "perf-cpu.pb.gz".into(), "s.trace.zip".into()])].into();
+        m.completeness = [("perf-cpu".to_string(), serde_json::json!({"odd": [1, 2]}))].into();
+        assert!(m.metrics.len() > 20, "the fixture has metrics to fold");
+        let text = summary_markdown(&m, dir.path());
+        let open = text.split("## Open").nth(1).unwrap_or_else(|| panic!("no Open section:\n{text}"));
+        for (file, how) in [
+            ("flamegraph-perf-cpu.svg", "browser"),
+            ("perf-cpu.speedscope.json", "speedscope.app"),
+            ("perf-cpu.firefox.json.gz", "cargo xtask open"),
+            ("perf-cpu.pb.gz", "go tool pprof"),
+            ("s.trace.zip", "PerfView"),
+            ("artifacts/eventpipe.nettrace", "trace inspect"),
+        ] {
+            let row = open.lines().find(|l| l.starts_with(&format!("| [{file}]"))).unwrap_or_else(|| panic!("{file} not listed:\n{open}"));
+            assert!(row.contains(how), "{row}");
+        }
+        assert!(text.contains(&format!("<details><summary>All {} metrics", m.metrics.len())) && !text.contains("## Metrics"), "{text}");
+        assert!(!text.contains("{\"") && !text.contains("[1, 2]") && !text.contains("[1,2]"), "raw JSON in:\n{text}");
     }
 
     #[test]

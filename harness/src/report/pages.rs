@@ -4,8 +4,11 @@
 //! (`history.html`: per scenario × environment, every run over time with its verdicts, share
 //! error, resolved ratio and duration, and a plot of them).
 //!
-//! Links to a run's files are relative to the page, so the report folder and the results folders
-//! can move together; a file that cannot be reached relatively is linked by its absolute path.
+//! Every link stays inside the report folder, so `report/` uploaded alone (CI's artifact) still
+//! opens: the files people open of each run the matrix shows (flame graphs, viewer files,
+//! summary, manifest, folded stacks, the .nettrace) are copied beside its page (`runs/<run>/…`)
+//! up to [`COPY_MAX_BYTES`] each; recordings, larger files and older runs' files are listed by
+//! their path in the results folder, not linked.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -144,7 +147,7 @@ fn pct(v: Option<f64>) -> String {
 }
 
 /// One run's page.
-pub(crate) fn run_page(run: &Run, page_dir: &Path) -> String {
+pub(crate) fn run_page(run: &Run, copies: &BTreeMap<PathBuf, String>) -> String {
     let m = &run.manifest;
     let mut h = page_head(&format!("{} — {}", run.scenario, run.verdict.to_uppercase()), "../");
     let _ = writeln!(h, "<h1>{} — {}</h1>", esc(&run.scenario), verdict_span(&run.verdict));
@@ -153,11 +156,10 @@ pub(crate) fn run_page(run: &Run, page_dir: &Path) -> String {
     }
     let _ = writeln!(
         h,
-        "<p class=\"small\">{} · started {} · workload <code>{}</code> · folder <a href=\"{}\">{}</a></p>",
+        "<p class=\"small\">{} · started {} · workload <code>{}</code> · results folder <code>{}</code></p>",
         esc(&run.environment),
         esc(&run.started),
         esc(m["workload"].as_str().unwrap_or("?")),
-        esc(&link(page_dir, &run.dir)),
         esc(&run.dir.display().to_string()),
     );
 
@@ -257,11 +259,14 @@ pub(crate) fn run_page(run: &Run, page_dir: &Path) -> String {
 
     h.push_str("<h2>Files</h2>\n<table id=\"files\"><thead><tr><th>file</th><th>size</th><th>what</th></tr></thead><tbody>\n");
     for (rel, size) in files_of(&run.dir) {
+        let shown = esc(&rel.display().to_string());
+        let file = match copies.get(&rel) {
+            Some(href) => format!("<a href=\"{}\">{shown}</a>", esc(href)),
+            None => format!("<code>{shown}</code> <span class=\"small\">(not in the report: in the results folder)</span>"),
+        };
         let _ = writeln!(
             h,
-            "<tr><td><a href=\"{}\">{}</a></td><td class=\"num\">{}</td><td class=\"small\">{}</td></tr>",
-            esc(&link(page_dir, &run.dir.join(&rel))),
-            esc(&rel.display().to_string()),
+            "<tr><td>{file}</td><td class=\"num\">{}</td><td class=\"small\">{}</td></tr>",
             fmt_size(size),
             describe_file(&rel)
         );
@@ -405,14 +410,57 @@ fn plot(points: &[Point]) -> String {
     s
 }
 
-/// Writes `runs/<run>.html` for every run and `history.html` into `out`.
+/// A file larger than this stays in the results folder: a report over a CI matrix holds dozens
+/// of runs, and perf.data or an LTTng trace can be hundreds of MB.
+const COPY_MAX_BYTES: u64 = 16 << 20;
+
+/// Whether a run's file is one people open from the report: anything at the top of the run
+/// folder or in stacks/, and of the recordings only the .nettrace (PerfView opens it) and the
+/// app's truth.
+fn worth_copying(rel: &Path, size: u64) -> bool {
+    if size > COPY_MAX_BYTES {
+        return false;
+    }
+    let name = rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match rel.components().count() {
+        1 => true,
+        _ if rel.starts_with("stacks") => true,
+        _ => name.ends_with(".nettrace") || name == "truth.json",
+    }
+}
+
+/// Copies a run's files worth opening into `runs_dir/<stem>/`; returns each copied file's link
+/// from a page in `runs_dir`, by its path in the run folder.
+fn copy_files(run: &Run, runs_dir: &Path, stem: &str) -> Result<BTreeMap<PathBuf, String>> {
+    let mut out = BTreeMap::new();
+    for (rel, size) in files_of(&run.dir) {
+        if !worth_copying(&rel, size) {
+            continue;
+        }
+        let dest = runs_dir.join(stem).join(&rel);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::copy(run.dir.join(&rel), &dest).with_context(|| format!("cannot copy {} to {}", run.dir.join(&rel).display(), dest.display()))?;
+        out.insert(rel, link(runs_dir, &dest));
+    }
+    Ok(out)
+}
+
+/// Writes `runs/<run>.html` for every run (and its files worth opening beside it) and
+/// `history.html` into `out`.
 pub(crate) fn write(report: &MergedReport, out: &Path) -> Result<()> {
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).with_context(|| format!("cannot create {}", runs_dir.display()))?;
     let pages = page_names(&report.run_list);
+    // Only the runs the matrix shows (the newest of each cell) bring their files: a history of
+    // many runs would otherwise copy every one's (about 10 MB each for on-vs-off-cpu).
+    let shown: std::collections::BTreeSet<&Path> = report.cells.values().map(|c| c.run_dir.as_path()).collect();
     for run in &report.run_list {
-        let path = runs_dir.join(&pages[&run.dir]);
-        std::fs::write(&path, run_page(run, &runs_dir)).with_context(|| format!("cannot write {}", path.display()))?;
+        let page = &pages[&run.dir];
+        let copies = if shown.contains(run.dir.as_path()) { copy_files(run, &runs_dir, page.trim_end_matches(".html"))? } else { BTreeMap::new() };
+        let path = runs_dir.join(page);
+        std::fs::write(&path, run_page(run, &copies)).with_context(|| format!("cannot write {}", path.display()))?;
     }
     let path = out.join("history.html");
     std::fs::write(&path, history_page(report, &pages)).with_context(|| format!("cannot write {}", path.display()))?;

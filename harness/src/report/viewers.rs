@@ -1,8 +1,10 @@
 //! The files people open, written for each collection with samples: folded stacks and flame
 //! graphs, speedscope, Firefox Profiler, pprof, and one perfcollect-style trace.zip per run for
-//! PerfView.
+//! PerfView; and, for summary.md and the last line a run prints, each such file with one line on
+//! how to open it (a list of file names alone left a new user guessing which tool reads which).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use model::Collection;
 
@@ -67,6 +69,77 @@ pub(crate) fn write_stacks(dir: &ResultsDir, scenario: &Scenario, collections: &
     viewer_files
 }
 
+/// A file of a run folder that a viewer opens, and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ViewerFile {
+    /// Relative to the run folder.
+    pub path: String,
+    /// How to open it, in one line.
+    pub how: &'static str,
+}
+
+/// How to open a viewer file, by its name.
+fn how_to_open(file: &str) -> Option<&'static str> {
+    Some(match () {
+        _ if file.ends_with(".svg") => "a flame graph: open it in a browser (click a frame to zoom, Ctrl-F to search)",
+        _ if file.ends_with(".firefox.json.gz") => {
+            "Firefox Profiler: `cargo xtask open <this folder>/FILE` serves it to profiler.firefox.com (or load it there from file)"
+        }
+        _ if file.ends_with(".speedscope.json") => "speedscope: drag it onto https://www.speedscope.app (it stays in the browser), or `speedscope FILE`",
+        _ if file.ends_with(".pb.gz") => "pprof: `go tool pprof -top -symbolize=none FILE` (or `-http=:8080` for its web view)",
+        _ if file.ends_with(".trace.zip") => "PerfView (Windows): File → Open; perf's on-CPU samples (and LTTng's events, when the run had LTTng) as perfcollect writes them",
+        _ if file.ends_with(".nettrace") => "EventPipe trace: PerfView, or `cargo xtask trace inspect FILE` (summary, folded stacks, speedscope)",
+        _ => return None,
+    })
+}
+
+/// Every file of the run folder `dir` a viewer opens, with how: the flame graphs, the files
+/// listed in `viewer_files` (per collector, once each) and the EventPipe traces in artifacts/ (an
+/// event-only scenario's only viewer file).
+pub fn viewer_list(dir: &Path, viewer_files: &BTreeMap<String, Vec<String>>) -> Vec<ViewerFile> {
+    let names_in = |sub: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(sub))
+            .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file())).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let mut paths: Vec<String> = names_in("").into_iter().filter(|n| n.starts_with("flamegraph") && n.ends_with(".svg")).collect();
+    // A collector's flame graph before its by-leaf view.
+    paths.sort_by_key(|n| (n.replace(".leaves.svg", ".svg"), n.ends_with(".leaves.svg")));
+    for file in viewer_files.values().flatten() {
+        if !paths.contains(file) && dir.join(file).is_file() {
+            paths.push(file.clone());
+        }
+    }
+    // A scenario of several launches keeps each launch's recordings in artifacts/run-N/.
+    let mut launches: Vec<String> = std::fs::read_dir(dir.join("artifacts"))
+        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| format!("artifacts/{}", e.file_name().to_string_lossy())).collect())
+        .unwrap_or_default();
+    launches.sort();
+    for sub in std::iter::once("artifacts".to_string()).chain(launches) {
+        paths.extend(names_in(&sub).into_iter().filter(|n| n.ends_with(".nettrace")).map(|n| format!("{sub}/{n}")));
+    }
+    paths.into_iter().filter_map(|path| Some(ViewerFile { how: how_to_open(&path)?, path })).collect()
+}
+
+/// The line a finished run prints last: the first thing to open (a flame graph, else the first
+/// viewer file), where the rest are listed, in the run folder `dir`.
+pub fn open_next(dir: &Path, viewer_files: &BTreeMap<String, Vec<String>>) -> String {
+    let list = viewer_list(dir, viewer_files);
+    let summary = dir.join("summary.md");
+    let first = list.iter().find(|v| v.path.ends_with(".svg") && !v.path.ends_with(".leaves.svg")).or(list.first());
+    match first {
+        Some(v) => format!(
+            "open next: {} ({}); all {} viewer files and how to open each: {}",
+            dir.join(&v.path).display(),
+            v.how.split(':').next().unwrap_or(v.how),
+            list.len(),
+            summary.display()
+        ),
+        None => format!("open next: {} (no viewer files: no collector recorded samples or a trace)", summary.display()),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -105,5 +178,34 @@ mod tests {
             assert!(dir.path().join(f).is_file(), "{f} not written");
         }
         assert!(!dir.path().join(".s.trace.zip.partial").exists());
+    }
+
+    /// Each viewer file is listed once with how to open it, the .nettrace of an event-only
+    /// scenario too; the last line names a flame graph and the summary.
+    #[test]
+    fn viewer_list_says_how_to_open_each_file() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = ResultsDir::create(root.path(), "s").unwrap();
+        let mut c = collection();
+        c.metrics.insert("frequency_hz".into(), 100.0);
+        let files = write_stacks(&dir, &scenario(""), &[c]);
+        std::fs::write(dir.artifacts().join("eventpipe.nettrace"), "Nettrace").unwrap();
+        std::fs::create_dir_all(dir.artifacts().join("run-2")).unwrap();
+        std::fs::write(dir.artifacts().join("run-2/dotnet-trace.nettrace"), "Nettrace").unwrap();
+        let list = viewer_list(dir.path(), &files);
+        let paths: Vec<&str> = list.iter().map(|v| v.path.as_str()).collect();
+        for f in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip", "artifacts/eventpipe.nettrace", "artifacts/run-2/dotnet-trace.nettrace"] {
+            assert_eq!(paths.iter().filter(|p| **p == f).count(), 1, "{f}: {paths:?}");
+        }
+        let how = |f: &str| list.iter().find(|v| v.path == f).unwrap().how;
+        assert!(how("perf-cpu.speedscope.json").contains("speedscope.app"));
+        assert!(how("perf-cpu.firefox.json.gz").contains("cargo xtask open"));
+        assert!(how("perf-cpu.pb.gz").contains("go tool pprof"));
+        assert!(how("s.trace.zip").contains("PerfView"));
+        assert!(how("artifacts/eventpipe.nettrace").contains("PerfView") && how("artifacts/eventpipe.nettrace").contains("trace inspect"));
+        assert!(how("flamegraph-perf-cpu.svg").contains("browser"));
+        let line = open_next(dir.path(), &files);
+        assert!(line.starts_with(&format!("open next: {} (a flame graph)", dir.path().join("flamegraph-perf-cpu.svg").display())), "{line}");
+        assert!(line.ends_with("summary.md"), "{line}");
     }
 }

@@ -1,6 +1,7 @@
 //! Progress without a terminal: `cargo xtask scenario cpu-bound --target host` with stderr piped
 //! (as in CI) must print a timestamped line for every phase, in pipeline order, and the collect
-//! phase must report its real elapsed time (it once said 1.3 s for a ~10 s collection).
+//! phase must report its real elapsed time (it once said 1.3 s for a ~10 s collection), and no
+//! phase may stay silent for more than 15 s.
 
 use std::process::{Command, Stdio};
 
@@ -54,5 +55,14 @@ fn piped_stderr_gets_a_timestamped_line_for_every_phase() {
         .filter_map(|(_, m)| elapsed.captures(m).map(|c| c[1].parse().unwrap()))
         .collect();
     assert!(finished.iter().any(|s| *s >= 5.0), "the collect phase did not report ≥ 5 s of a 6 s run: {finished:?}\n{stderr}");
+    // A heartbeat at least every 15 s in every phase (a CI log that stays silent longer cannot
+    // tell a slow step from a hung one): no two lines further apart.
+    let stamp = regex::Regex::new(r"^\[(\d\d):(\d\d):(\d\d)\]").unwrap();
+    let secs: Vec<i64> = stderr
+        .lines()
+        .filter_map(|l| stamp.captures(l).map(|c| c[1].parse::<i64>().unwrap() * 3600 + c[2].parse::<i64>().unwrap() * 60 + c[3].parse::<i64>().unwrap()))
+        .collect();
+    let longest = secs.windows(2).map(|w| (w[1] - w[0]).rem_euclid(86_400)).max().unwrap_or(0);
+    assert!(longest <= 15, "{longest} s between two progress lines:\n{stderr}");
     assert!(matches!(out.status.code(), Some(0 | 1 | 3)), "exit {:?}:\n{stderr}", out.status);
 }

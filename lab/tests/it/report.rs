@@ -151,6 +151,11 @@ fn history_results(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// The file named `name` under `dir` (top level or stacks/).
+fn walkdir_find(dir: &Path, name: &str) -> PathBuf {
+    [dir.join(name), dir.join("stacks").join(name)].into_iter().find(|p| p.is_file()).unwrap_or_else(|| panic!("no {name} under {}", dir.display()))
+}
+
 /// Every `href` of a DOM, resolved against the page's folder (fragments and queries dropped).
 fn hrefs(dom: &str, page: &Path) -> Vec<(String, PathBuf)> {
     let re = regex::Regex::new(r##"href="([^"#?]+)"##).unwrap();
@@ -197,6 +202,7 @@ fn report_pages_in_chromium_show_verdicts_and_link_existing_files() {
     };
     for (raw, target) in hrefs(&index_dom, &index) {
         assert!(target.exists(), "index links {raw}, which does not exist ({})", target.display());
+        assert!(target.canonicalize().unwrap().starts_with(out.path().canonicalize().unwrap()), "index links {raw}, outside the report folder");
     }
     let run_pages: Vec<String> = hrefs(&index_dom, &index).into_iter().filter(|(r, _)| r.starts_with("runs/")).map(|(r, _)| r).collect();
     assert!(!run_pages.is_empty() && index_dom.contains("href=\"history.html\""), "{index_dom}");
@@ -215,11 +221,16 @@ fn report_pages_in_chromium_show_verdicts_and_link_existing_files() {
     for (raw, target) in &links {
         assert!(target.exists(), "run page links {raw}, which does not exist ({})", target.display());
     }
+    // Every link stays inside the report folder (CI uploads `report/` alone), and the newest
+    // run's files people open are copied there byte for byte.
+    let inside = out.path().canonicalize().unwrap();
+    for (raw, target) in &links {
+        assert!(target.canonicalize().unwrap().starts_with(&inside), "run page links {raw}, outside the report folder");
+    }
     for file in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.folded", "summary.md", "manifest.json", "junit.xml"] {
-        assert!(
-            links.iter().any(|(_, t)| t.ends_with(file) && t.canonicalize().unwrap().starts_with(dirs[2].canonicalize().unwrap())),
-            "the run page links no {file}: {links:?}"
-        );
+        let copy = links.iter().find(|(_, t)| t.ends_with(file)).unwrap_or_else(|| panic!("the run page links no {file}: {links:?}"));
+        let original = walkdir_find(&dirs[2], file);
+        assert_eq!(std::fs::read(&copy.1).unwrap(), std::fs::read(original).unwrap(), "{file}");
     }
 
     let history = out.path().join("history.html");

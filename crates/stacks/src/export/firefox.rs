@@ -20,7 +20,7 @@ use fxprof_processed_profile::{
 };
 
 use crate::fold::frame_label;
-use model::{Collection, DsoClass, Event, Value};
+use model::{Collection, DsoClass, Event, FrameKind, Value};
 
 /// The file a collection's profile goes to, beside its speedscope file.
 pub fn file_name(collector: &str) -> String {
@@ -42,12 +42,13 @@ struct Categories {
 
 impl Categories {
     fn new(profile: &mut Profile) -> Categories {
-        let jit = profile.add_category("JIT", CategoryColor::Green);
-        let r2r = profile.add_category("ReadyToRun", CategoryColor::LightGreen);
-        let runtime = profile.add_category("Runtime native", CategoryColor::Orange);
-        let native = profile.add_category("Native", CategoryColor::Yellow);
-        let kernel = profile.add_category("Kernel", CategoryColor::Red);
-        let gc = profile.add_category("GC", CategoryColor::Blue);
+        let jit = profile.add_category("JIT", colour(FrameKind::Jit));
+        let r2r = profile.add_category("ReadyToRun", colour(FrameKind::ReadyToRun));
+        let runtime = profile.add_category("Runtime native", colour(FrameKind::Runtime));
+        let native = profile.add_category("Native", colour(FrameKind::Native));
+        let kernel = profile.add_category("Kernel", colour(FrameKind::Kernel));
+        // Marker categories take colours no frame kind has.
+        let gc = profile.add_category("GC", CategoryColor::Purple);
         let exception = profile.add_category("Exception", CategoryColor::Magenta);
         Categories {
             jit: jit.into(),
@@ -72,6 +73,19 @@ impl Categories {
             DsoClass::Kernel => self.kernel,
             DsoClass::Unknown => self.unknown,
         }
+    }
+}
+
+/// A frame kind's category colour: the flame graphs' colour word for it ([`FrameKind::colour`]),
+/// so both views have one legend (issue 38: native was red in one and yellow in the other).
+fn colour(kind: FrameKind) -> CategoryColor {
+    match kind.colour() {
+        "green" => CategoryColor::Green,
+        "blue" => CategoryColor::Blue,
+        "orange" => CategoryColor::Orange,
+        "red" => CategoryColor::Red,
+        "yellow" => CategoryColor::Yellow,
+        _ => CategoryColor::Gray,
     }
 }
 
@@ -143,15 +157,41 @@ impl StaticSchemaMarker for ExceptionMarker {
     }
 }
 
-/// A thread's name: the collector's own, else any other collector's of the run (EventPipe names
-/// no threads; perf in the same run does, from its COMM records).
+/// The CLOCK_MONOTONIC nanoseconds a collection's samples and events span.
+fn span(c: &Collection) -> Option<(u64, u64)> {
+    let times = c.samples.iter().map(|s| s.time_ns).chain(c.events.iter().map(|e| e.time_ns));
+    times.fold(None, |acc, t| Some(match acc {
+        None => (t, t),
+        Some((a, b)) => (a.min(t), b.max(t)),
+    }))
+}
+
+/// Whether `other` watched the same launch of the app as `coll`: their recordings overlap in
+/// time. A scenario's launches follow one another (on-vs-off-cpu runs the app twice) and every
+/// collector stamps CLOCK_MONOTONIC, so time tells launches apart where ids cannot: a
+/// container's app has the same pid in every launch, and its thread ids repeat (issue 38: a
+/// profile's threads were named, and its markers placed, from the other launch). A collection
+/// with neither samples nor events has nothing to lend.
+pub(crate) fn same_launch(coll: &Collection, other: &Collection) -> bool {
+    match (span(coll), span(other)) {
+        (Some((a0, a1)), Some((b0, b1))) => a0 <= b1 && b0 <= a1,
+        (None, _) => true,
+        (_, None) => false,
+    }
+}
+
+/// A thread's name: the collector's own, else that of another collector of the same launch
+/// (EventPipe names no threads; perf does, from its COMM records).
 pub(crate) fn thread_name<'a>(coll: &'a Collection, run: &'a [Collection], tid: u32) -> Option<&'a str> {
-    coll.thread_names.get(&tid).or_else(|| run.iter().find_map(|c| c.thread_names.get(&tid))).map(String::as_str)
+    coll.thread_names
+        .get(&tid)
+        .or_else(|| run.iter().filter(|c| same_launch(coll, c)).find_map(|c| c.thread_names.get(&tid)))
+        .map(String::as_str)
 }
 
 /// The collection whose GC and exception events mark `coll`'s profile: its own when it has any,
-/// else the first of the run's other collections that has them (LTTng, then EventPipe, then
-/// dotnet-trace: the order in which they disturb the app least).
+/// else the first of the other collections of the same launch that has them (LTTng, then
+/// EventPipe, then dotnet-trace: the order in which they disturb the app least).
 pub fn marker_source<'a>(coll: &'a Collection, run: &'a [Collection]) -> Option<&'a Collection> {
     let has = |c: &Collection| c.events.iter().any(|e| is_marker_event(e));
     if has(coll) {
@@ -163,7 +203,7 @@ pub fn marker_source<'a>(coll: &'a Collection, run: &'a [Collection]) -> Option<
         n if n.starts_with("dotnet-trace") => 2,
         _ => 3,
     };
-    let mut others: Vec<&Collection> = run.iter().filter(|c| c.collector != coll.collector && has(c)).collect();
+    let mut others: Vec<&Collection> = run.iter().filter(|c| c.collector != coll.collector && has(c) && same_launch(coll, c)).collect();
     others.sort_by_key(|c| rank(c));
     others.first().copied()
 }
@@ -478,6 +518,9 @@ mod tests {
         let mut perf = Collection::new("perf-cpu");
         let tid: u32 = t["tid"].as_str().unwrap().parse().unwrap();
         perf.thread_names.insert(tid, "dotnet".into());
+        // Of the same launch: it recorded while the trace did.
+        let during = coll.samples[coll.samples.len() / 2].clone();
+        perf.samples.push(during);
         let j = json(&coll, &[perf]);
         assert_eq!(j["threads"][0]["processName"], "dotnet");
         assert_eq!(j["threads"][0]["name"], "dotnet");
@@ -486,10 +529,106 @@ mod tests {
     #[test]
     fn collectors_without_events_take_markers_from_the_run() {
         let path = tracelab_fixtures::fixture("nettrace/fixture-exceptions.nettrace");
-        let events = crate::decode::decode_nettrace(&path, "eventpipe").unwrap();
+        let mut events = crate::decode::decode_nettrace(&path, "eventpipe").unwrap();
         let d = crate::perf_fixtures::decode_fixture("perf-cpu", 16459, 16459, &[], &|_| None);
+        // The two fixtures were recorded apart: as they are, they are two launches.
+        let j = json(&d.collection, &[d.collection.clone(), events.clone()]);
+        assert_eq!(markers(&j).iter().filter(|(n, _)| n == "Exception").count(), 0, "markers of another launch");
+        // Moved onto the perf recording's time, they watched the same launch.
+        let (perf_from, _) = span(&d.collection).unwrap();
+        let (from, _) = span(&events).unwrap();
+        for e in &mut events.events {
+            e.time_ns = e.time_ns - from + perf_from;
+        }
+        for s in &mut events.samples {
+            s.time_ns = s.time_ns - from + perf_from;
+        }
         let j = json(&d.collection, &[d.collection.clone(), events]);
         assert_eq!(markers(&j).iter().filter(|(n, _)| n == "Exception").count(), 1000);
+    }
+
+    /// Two launches of one scenario (on-vs-off-cpu): perf-cpu watched the first, EventPipe and
+    /// perf-offcpu the second, and the thread ids repeat (a container's app). Each exporter takes
+    /// thread names and markers only from its own launch; speedscope's unit is a time; the
+    /// Firefox categories' colours are the flame graphs' legend.
+    #[test]
+    fn every_exporter_takes_names_and_markers_from_its_own_launch() {
+        const S: u64 = 1_000_000_000;
+        let frame = |n: &str, class: DsoClass| model::Frame { name: Some(n.into()), dso: None, class, addr: 0 };
+        let sample = |tid: u32, t: u64| model::Sample {
+            pid: 6,
+            tid,
+            time_ns: t,
+            weight: 1,
+            frames: vec![frame("W::Hot()", DsoClass::Jit), frame("syscall", DsoClass::Kernel), frame("fn@0x10", DsoClass::RuntimeNative)],
+            kind: None,
+        };
+        let mut cpu = Collection::new("perf-cpu");
+        cpu.metrics.insert("frequency_hz".into(), 999.0);
+        cpu.thread_names = [(6, "dotnet".to_string()), (30, "cpu-worker".to_string())].into();
+        cpu.samples = (0..100).map(|i| sample(30, S + i * S / 100)).collect();
+        let mut ep = Collection::new("eventpipe");
+        ep.metrics.insert("sampling_interval_ms".into(), 1.0);
+        ep.samples = (0..100).map(|i| sample(30, 10 * S + i * S / 50)).collect();
+        let gc = |name: &str, t: u64| Event {
+            provider: "Microsoft-Windows-DotNETRuntime".into(),
+            name: name.into(),
+            id: None,
+            version: None,
+            time_ns: t,
+            pid: 6,
+            tid: 30,
+            fields: [("Count".to_string(), Value::U64(1)), ("Depth".to_string(), Value::U64(0))].into(),
+            frames: vec![],
+        };
+        ep.events = vec![gc("GCStart", 11 * S), gc("GCEnd", 11 * S + 5_000_000)];
+        let mut off = Collection::new("perf-offcpu");
+        off.weight_ns = true;
+        off.thread_names = [(6, "dotnet".to_string()), (30, "blocked-worker".to_string())].into();
+        off.samples = (0..10).map(|i| model::Sample { weight: 1_000_000, ..sample(30, 10 * S + i * S / 10) }).collect();
+        let run = [cpu.clone(), ep.clone(), off.clone()];
+        let thread_names = |j: &Json| -> Vec<String> { j["threads"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect() };
+
+        // Firefox: perf-cpu's profile has no marker of the other launch and its own names.
+        let j = json(&cpu, &run);
+        assert!(markers(&j).is_empty(), "{:?}", markers(&j));
+        assert_eq!(thread_names(&j), ["cpu-worker"]);
+        let j = json(&ep, &run);
+        assert_eq!(markers(&j).iter().filter(|(n, _)| n == "GC").count(), 1);
+        assert_eq!(thread_names(&j), ["blocked-worker"], "named by perf-offcpu, which watched the same launch");
+        // Its colours are the flame graphs' legend words.
+        for c in j["meta"]["categories"].as_array().unwrap() {
+            let kind = match c["name"].as_str().unwrap() {
+                "JIT" => FrameKind::Jit,
+                "ReadyToRun" => FrameKind::ReadyToRun,
+                "Runtime native" => FrameKind::Runtime,
+                "Native" => FrameKind::Native,
+                "Kernel" => FrameKind::Kernel,
+                _ => continue,
+            };
+            assert_eq!(c["color"], kind.colour(), "{c}");
+        }
+
+        // pprof and trace.zip name threads the same way.
+        let threads_of = |coll: &Collection| -> Vec<String> {
+            let p = crate::export::pprof::profile(coll, &run).unwrap();
+            let mut names: Vec<String> = p.sample.iter().flat_map(|s| &s.label).filter(|l| p.string(l.key) == "thread").map(|l| p.string(l.str).to_string()).collect();
+            names.dedup();
+            names
+        };
+        assert_eq!(threads_of(&cpu), ["cpu-worker"]);
+        assert_eq!(threads_of(&ep), ["blocked-worker"]);
+        assert_eq!(thread_name(&ep, &run, 30), Some("blocked-worker"));
+        assert_eq!(thread_name(&cpu, &run, 30), Some("cpu-worker"));
+
+        // speedscope: a time unit, one sample worth its period.
+        let sp: Json = serde_json::from_str(&crate::fold::speedscope_json(&cpu).unwrap()).unwrap();
+        assert_eq!(sp["profiles"][0]["unit"], "microseconds");
+        assert_eq!(sp["profiles"][0]["weights"][0], 1001, "1 / 999 Hz in µs");
+        let sp: Json = serde_json::from_str(&crate::fold::speedscope_json(&ep).unwrap()).unwrap();
+        assert_eq!((sp["profiles"][0]["unit"].as_str(), sp["profiles"][0]["weights"][0].as_u64()), (Some("microseconds"), Some(1000)));
+        let sp: Json = serde_json::from_str(&crate::fold::speedscope_json(&off).unwrap()).unwrap();
+        assert_eq!(sp["profiles"][0]["unit"], "nanoseconds");
     }
 
     #[test]

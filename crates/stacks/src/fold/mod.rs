@@ -391,18 +391,28 @@ pub fn write_collection_flamegraphs(coll: &Collection, scenario: &str, run_dir: 
 }
 
 fn colour_word(kind: FrameKind) -> &'static str {
-    match kind {
-        FrameKind::Jit => "green",
-        FrameKind::ReadyToRun => "blue",
-        FrameKind::Runtime => "orange",
-        FrameKind::Native => "red",
-        FrameKind::Kernel => "yellow",
-        FrameKind::Unknown => "grey",
-    }
+    kind.colour()
 }
 
 fn weight_unit(coll: &Collection) -> &'static str {
     if coll.samples.iter().all(|s| s.weight == 1) { "none" } else { "nanoseconds" }
+}
+
+/// The unit of a speedscope profile's weights and what one counted sample is worth in it:
+/// blocked nanoseconds as they are; a counted sample as the time it stands for, the sampling
+/// period (perf's `frequency_hz`, EventPipe's `sampling_interval_ms`), in microseconds, so
+/// speedscope shows times rather than bare counts (`unit: "none"` before issue 38). Only a
+/// collection with no known period keeps counts.
+fn speedscope_unit(coll: &Collection) -> (&'static str, u64) {
+    if weight_unit(coll) == "nanoseconds" {
+        return ("nanoseconds", 1);
+    }
+    let period_us = match (coll.metrics.get("frequency_hz"), coll.metrics.get("sampling_interval_ms")) {
+        (Some(hz), _) if *hz > 0.0 => 1e6 / hz,
+        (_, Some(ms)) if *ms > 0.0 => ms * 1e3,
+        _ => return ("none", 1),
+    };
+    ("microseconds", (period_us.round() as u64).max(1))
 }
 
 #[derive(Serialize)]
@@ -449,7 +459,7 @@ pub fn speedscope_json(coll: &Collection) -> Result<String> {
     let mut frames: Vec<SpeedscopeFrame> = Vec::new();
     let mut index: HashMap<(String, Option<String>), usize> = HashMap::new();
     let mut threads: BTreeMap<(u32, u32), SpeedscopeProfile> = BTreeMap::new();
-    let unit = weight_unit(coll);
+    let (unit, each) = speedscope_unit(coll);
     for s in &coll.samples {
         let mut stack = Vec::with_capacity(s.frames.len());
         for f in s.frames.iter().rev() {
@@ -474,9 +484,10 @@ pub fn speedscope_json(coll: &Collection) -> Result<String> {
             samples: Vec::new(),
             weights: Vec::new(),
         });
+        let weight = s.weight.saturating_mul(each);
         p.samples.push(stack);
-        p.weights.push(s.weight);
-        p.end_value += s.weight;
+        p.weights.push(weight);
+        p.end_value += weight;
     }
     let profiles: Vec<SpeedscopeProfile> = threads.into_values().collect();
     // speedscope opens this profile: the busiest thread, not the first by id (a main thread of

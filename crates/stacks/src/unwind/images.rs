@@ -66,6 +66,10 @@ pub struct Image {
     /// Section name → (relative address range, byte range in `data`).
     sections: Vec<(&'static [u8], Range<u64>, Range<usize>)>,
     symbols: Vec<Symbol>,
+    /// ELF: each function's range from `.eh_frame`, for code no symbol covers: such a frame is
+    /// `fn@0x…` here as in the symbolizer's views (issue 38: off-CPU and off-wake views said
+    /// `[unknown] (libcoreclr.so)` where the CPU views said `libcoreclr.so!fn@0x…`).
+    functions: crate::symbolize::fde::FunctionRanges,
 }
 
 const ELF_SECTIONS: [&[u8]; 5] = [b".text", b".eh_frame", b".eh_frame_hdr", b".got", b".debug_frame"];
@@ -131,6 +135,7 @@ impl Image {
             loaded,
             sections,
             symbols,
+            functions: crate::symbolize::fde::FunctionRanges::parse(bytes).unwrap_or_default(),
         })
     }
 
@@ -178,6 +183,7 @@ impl Image {
             loaded,
             sections,
             symbols: Vec::new(),
+            functions: Default::default(),
         })
     }
 
@@ -209,6 +215,11 @@ impl Image {
     }
 
     /// Names the function containing `relative` (an address relative to the image base).
+    /// The start of the function (from `.eh_frame`) holding `relative`, for code no symbol covers.
+    pub fn function_start(&self, relative: u64) -> Option<u64> {
+        self.functions.function_at(relative)
+    }
+
     pub fn symbol(&self, relative: u64) -> Option<&str> {
         let i = self.symbols.partition_point(|s| s.start <= relative);
         let s = self.symbols.get(i.checked_sub(1)?)?;
@@ -251,3 +262,21 @@ impl framehop::ModuleSectionInfo<Bytes> for SectionInfo {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The recorded stripped libc (fixtures/perf/dsos): `__libc_start_call_main` at 0x2724a has no
+    /// symbol, yet its `.eh_frame` entry gives its start, so the unwinder's views name it
+    /// `fn@0x…` as the symbolizer's do (not `[unknown] (libc.so.6)`).
+    #[test]
+    fn code_no_symbol_covers_has_its_function_start() {
+        let libc = tracelab_fixtures::fixture("perf/dsos/libc.so.6");
+        // No debug files: this machine's /usr/lib/debug may hold libc's, which names it.
+        let image = Image::load(&libc, &libc, &DebugFiles::with_system_dirs(Vec::new(), &[])).unwrap();
+        assert_eq!(image.symbol(0x2724a), None);
+        let start = image.function_start(0x2724a).expect("an FDE covers __libc_start_call_main");
+        assert!(start <= 0x2724a && start > 0x271c0, "{start:#x}");
+    }
+}

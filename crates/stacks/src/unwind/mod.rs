@@ -532,7 +532,8 @@ impl<'a> StackUnwinder<'a> {
             let rel = lookup.wrapping_sub(*base);
             let mapping = process.and_then(|p| p.mapping(lookup));
             let name = match image.format {
-                ImageFormat::Elf => image.symbol(rel).map(str::to_string),
+                // As the symbolizer names it: a symbol, else the function's start.
+                ImageFormat::Elf => image.symbol(rel).map(str::to_string).or_else(|| image.function_start(rel).map(model::anonymous_function)),
                 ImageFormat::Pe => self.opts.r2r_namer.zip(mapping).and_then(|(f, m)| {
                     f(&image.path, m.pgoff + (lookup - m.range.start))
                 }),
