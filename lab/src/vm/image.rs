@@ -132,6 +132,10 @@ impl SuiteApt {
         }
         let mirror = debian_mirror()?;
         std::fs::write(dir.join("sources.list"), format!("deb [signed-by={keyring}] {mirror} {suite} main\n"))?;
+        // No package is installed through these lists: an empty status file says so. (apt 2.6
+        // cannot parse /dev/null as one — "Unable to parse package file /dev/null" — so a fresh
+        // machine's first guest never booted.)
+        std::fs::write(dir.join("status"), "")?;
         let apt = SuiteApt { dir };
         if std::fs::read_dir(apt.dir.join("lists"))?.count() <= 1 {
             run(Command::new("apt-get").args(apt.options()).arg("update"), &format!("apt-get update for {suite}"))?;
@@ -146,7 +150,7 @@ impl SuiteApt {
             "-oDir::Etc::SourceParts=/dev/null".into(),
             format!("-oDir::State::Lists={d}/lists"),
             format!("-oDir::Cache={d}/cache"),
-            "-oDir::State::status=/dev/null".into(),
+            format!("-oDir::State::status={d}/status"),
             // Our own lists and cache: the host's apt lock guards nothing of ours.
             "-oDebug::NoLocking=1".into(),
             "-oAPT::Sandbox::User=root".into(),
