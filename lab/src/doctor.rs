@@ -369,6 +369,8 @@ fn jit_naming_row(dotnet: &Path) -> DoctorRow {
             .arg("--info")
             .env("DOTNET_PerfMapEnabled", "1")
             .env("DOTNET_PerfMapJitDumpPath", scratch.path())
+            // The SDK's CLI leaves two scratch folders in TMPDIR on every call: they go with ours.
+            .env("TMPDIR", scratch.path())
             .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
             .env("DOTNET_NOLOGO", "1")
             .stdout(std::process::Stdio::null())
