@@ -793,68 +793,10 @@ impl NamedStacks {
 /// one method stood there; else the Tier0 twin becomes [`crate::unwind::LOST_CALLER`]. Returns
 /// (samples put back, samples marked).
 pub fn complete_osr_callers_interned(stacks: &mut [(u32, &mut [u32], u64)], symbolizer: &mut Symbolizer) -> (u64, u64) {
-    use crate::unwind::osr::{is_osr_over_twin, is_whole_method_frame};
-    let frame = |id: u32| symbolizer.frame_by_id(id);
-    let merged = |id: u32| model::merge_code_version(frame(id).name.as_deref().unwrap_or("")).to_string();
-    // The lost callers' keys: (pid, method, return address above the twin).
-    let mut wanted: std::collections::HashSet<(u32, String, u64)> = Default::default();
-    for (pid, ids, _) in stacks.iter() {
-        for j in 0..ids.len().saturating_sub(2) {
-            if is_osr_over_twin(frame(ids[j]), frame(ids[j + 1])) {
-                wanted.insert((*pid, merged(ids[j]), frame(ids[j + 2]).addr));
-            }
-        }
-    }
-    if wanted.is_empty() {
-        return (0, 0);
-    }
-    let addrs: std::collections::HashSet<u64> = wanted.iter().map(|w| w.2).collect();
-    let mut callers: HashMap<(u32, String, u64), Vec<u32>> = HashMap::new();
-    for (pid, ids, _) in stacks.iter() {
-        for j in 0..ids.len().saturating_sub(2) {
-            let (method, caller, above) = (frame(ids[j]), frame(ids[j + 1]), frame(ids[j + 2]));
-            if !addrs.contains(&above.addr) || !is_whole_method_frame(method) || caller.name.is_none() {
-                continue;
-            }
-            if caller.name.as_deref() == Some(crate::unwind::LOST_CALLER) || (j > 0 && is_osr_over_twin(frame(ids[j - 1]), method)) {
-                continue;
-            }
-            let key = (*pid, merged(ids[j]), above.addr);
-            if !wanted.contains(&key) {
-                continue;
-            }
-            let seen = callers.entry(key).or_default();
-            let caller_method = merged(ids[j + 1]);
-            if !seen.iter().any(|&c| merged(c) == caller_method) {
-                seen.push(ids[j + 1]);
-            }
-        }
-    }
     let lost_id = symbolizer.intern_frame(Frame { name: Some(crate::unwind::LOST_CALLER.to_string()), dso: None, class: DsoClass::Unknown, addr: 0 });
-    let (mut recovered, mut lost) = (0u64, 0u64);
-    for (pid, ids, count) in stacks.iter_mut() {
-        let (mut put_back, mut marked) = (false, false);
-        for j in 0..ids.len().saturating_sub(2) {
-            let (a, b) = (symbolizer.frame_by_id(ids[j]), symbolizer.frame_by_id(ids[j + 1]));
-            if !is_osr_over_twin(a, b) {
-                continue;
-            }
-            let key = (*pid, model::merge_code_version(a.name.as_deref().unwrap_or("")).to_string(), symbolizer.frame_by_id(ids[j + 2]).addr);
-            match callers.get(&key).map(Vec::as_slice) {
-                Some([caller]) => {
-                    ids[j + 1] = *caller;
-                    put_back = true;
-                }
-                _ => {
-                    ids[j + 1] = lost_id;
-                    marked = true;
-                }
-            }
-        }
-        lost += if marked { *count } else { 0 };
-        recovered += if put_back && !marked { *count } else { 0 };
-    }
-    (recovered, lost)
+    let frame = |id: u32| symbolizer.frame_by_id(id);
+    let repair = crate::unwind::osr::complete_ids(stacks, &frame, lost_id);
+    (repair.recovered, repair.lost)
 }
 
 /// Names distinct (pid, sampled in the kernel, raw callchain, count): every address once, the

@@ -39,12 +39,6 @@ pub struct OsrRepair {
     pub lost: u64,
 }
 
-/// Whether `frames[i]` is an OSR frame directly on its own Tier0 twin `frames[i + 1]`.
-fn osr_over_twin(frames: &[Frame], i: usize) -> bool {
-    let (Some(osr), Some(twin)) = (frames.get(i), frames.get(i + 1)) else { return false };
-    is_osr_over_twin(osr, twin)
-}
-
 /// Whether `osr` is a method's OSR version and `twin` (the frame the walk went to next) the
 /// same method's Tier0 frame: the signature of a lost caller.
 pub(crate) fn is_osr_over_twin(osr: &Frame, twin: &Frame) -> bool {
@@ -60,8 +54,8 @@ pub(crate) fn is_whole_method_frame(f: &Frame) -> bool {
     f.class == DsoClass::Jit && f.name.as_deref().is_some_and(|n| !n.ends_with(OSR_TAG))
 }
 
-/// A lost caller's key: thread, the method (code versions merged), and the return address the
-/// stack continues at above the lost frame (one call site in the caller's caller).
+/// A lost caller's key: thread (or process), the method (code versions merged), and the return
+/// address the stack continues at above the lost frame (one call site in the caller's caller).
 type CallerKey = (u32, String, u64);
 
 /// Repairs every sample of `c` whose stack shows an OSR frame directly on top of its own Tier0
@@ -70,74 +64,108 @@ type CallerKey = (u32, String, u64);
 /// `osr_recovered_caller_samples`, `osr_lost_caller_samples` and `osr_lost_caller_ratio` in
 /// `c.metrics`.
 pub fn complete_osr_callers(c: &mut Collection) -> OsrRepair {
-    // The keys lost stacks need, found first: most collections have none and pay one scan.
-    let mut wanted: HashSet<CallerKey> = HashSet::new();
+    let lost_frame = Frame { name: Some(LOST_CALLER.to_string()), dso: None, class: DsoClass::Unknown, addr: 0 };
+    // Every frame of every sample by one flat id, the marker last; the completion runs on ids
+    // and the frames it moved are cloned into place afterwards.
+    let mut flat: Vec<&Frame> = c.samples.iter().flat_map(|s| s.frames.iter()).collect();
+    flat.push(&lost_frame);
+    let lost_id = (flat.len() - 1) as u32;
+    let mut ids: Vec<u32> = (0..lost_id).collect();
+    let mut view: Vec<(u32, &mut [u32], u64)> = Vec::with_capacity(c.samples.len());
+    let mut rest: &mut [u32] = &mut ids;
     for s in &c.samples {
-        for i in 0..s.frames.len() {
-            if osr_over_twin(&s.frames, i) {
-                if let (Some(name), Some(above)) = (s.frames[i].name.as_deref(), s.frames.get(i + 2)) {
-                    wanted.insert((s.tid, merge_code_version(name).to_string(), above.addr));
+        let (stack, tail) = rest.split_at_mut(s.frames.len());
+        view.push((s.tid, stack, 1));
+        rest = tail;
+    }
+    let frame = |id: u32| flat[id as usize];
+    let repair = complete_ids(&mut view, &frame, lost_id);
+    let mut moved: Vec<(usize, usize, Frame)> = Vec::new();
+    if repair.recovered + repair.lost > 0 {
+        let mut at = 0usize;
+        for (i, s) in c.samples.iter().enumerate() {
+            for k in 0..s.frames.len() {
+                if ids[at + k] as usize != at + k {
+                    moved.push((i, k, flat[ids[at + k] as usize].clone()));
                 }
             }
+            at += s.frames.len();
         }
     }
-    let wanted_addrs: HashSet<u64> = wanted.iter().map(|k| k.2).collect();
-    // Whole stacks at those call sites: `…;METHOD (not OSR, not a twin);CALLER;@ADDR…`.
-    let mut callers: HashMap<CallerKey, Vec<Frame>> = HashMap::new();
-    if !wanted.is_empty() {
-        for s in &c.samples {
-            for j in 0..s.frames.len().saturating_sub(2) {
-                let (method, caller, above) = (&s.frames[j], &s.frames[j + 1], &s.frames[j + 2]);
-                if !wanted_addrs.contains(&above.addr) || method.class != DsoClass::Jit {
-                    continue;
-                }
-                let (Some(name), Some(caller_name)) = (method.name.as_deref(), caller.name.as_deref()) else { continue };
-                if name.ends_with(OSR_TAG) || caller_name == LOST_CALLER || (j > 0 && osr_over_twin(&s.frames, j - 1)) {
-                    continue;
-                }
-                let key = (s.tid, merge_code_version(name).to_string(), above.addr);
-                if !wanted.contains(&key) {
-                    continue;
-                }
-                // One method whatever its code version: Alpha[QuickJitted] and Alpha[InstrumentedTier]
-                // at one call site are one caller that tiered up between the samples.
-                let seen = callers.entry(key).or_default();
-                if !seen.iter().any(|f| f.name.as_deref().map(merge_code_version) == Some(merge_code_version(caller_name))) {
-                    seen.push(caller.clone());
-                }
-            }
-        }
-    }
-    let mut repair = OsrRepair::default();
-    for s in &mut c.samples {
-        let (mut put_back, mut marked) = (false, false);
-        for i in 0..s.frames.len() {
-            if !osr_over_twin(&s.frames, i) {
-                continue;
-            }
-            let found = match (s.frames[i].name.as_deref(), s.frames.get(i + 2)) {
-                (Some(name), Some(above)) => callers.get(&(s.tid, merge_code_version(name).to_string(), above.addr)),
-                _ => None,
-            };
-            match found.map(Vec::as_slice) {
-                Some([caller]) => {
-                    s.frames[i + 1] = caller.clone();
-                    put_back = true;
-                }
-                _ => {
-                    let twin = &s.frames[i + 1];
-                    s.frames[i + 1] = Frame { name: Some(LOST_CALLER.to_string()), dso: None, class: DsoClass::Unknown, addr: twin.addr };
-                    marked = true;
-                }
-            }
-        }
-        repair.lost += u64::from(marked);
-        repair.recovered += u64::from(put_back && !marked);
+    for (i, k, f) in moved {
+        c.samples[i].frames[k] = f;
     }
     c.metrics.insert("osr_recovered_caller_samples".into(), repair.recovered as f64);
     c.metrics.insert("osr_lost_caller_samples".into(), repair.lost as f64);
     let total = c.samples.len().max(1) as f64;
     c.metrics.insert("osr_lost_caller_ratio".into(), repair.lost as f64 / total);
+    repair
+}
+
+/// The completion itself, on stacks of frame ids (key: the thread, or the process when the
+/// stacks keep no thread; the ids leaf first; the samples a stack stands for), `frame` naming
+/// each id and `lost_id` the [`LOST_CALLER`] marker's. What [`complete_osr_callers`] and
+/// `trace fold`'s interned stacks share.
+pub(crate) fn complete_ids<'f>(stacks: &mut [(u32, &mut [u32], u64)], frame: &dyn Fn(u32) -> &'f Frame, lost_id: u32) -> OsrRepair {
+    let merged = |id: u32| merge_code_version(frame(id).name.as_deref().unwrap_or("")).to_string();
+    // The keys lost stacks need, found first: most stacks have none and pay one scan.
+    let mut wanted: HashSet<CallerKey> = HashSet::new();
+    for (key, ids, _) in stacks.iter() {
+        for j in 0..ids.len().saturating_sub(2) {
+            if is_osr_over_twin(frame(ids[j]), frame(ids[j + 1])) {
+                wanted.insert((*key, merged(ids[j]), frame(ids[j + 2]).addr));
+            }
+        }
+    }
+    if wanted.is_empty() {
+        return OsrRepair::default();
+    }
+    let addrs: HashSet<u64> = wanted.iter().map(|w| w.2).collect();
+    // Whole stacks at those call sites: `…;METHOD (not OSR, not a twin);CALLER;@ADDR…`.
+    let mut callers: HashMap<CallerKey, Vec<u32>> = HashMap::new();
+    for (key, ids, _) in stacks.iter() {
+        for j in 0..ids.len().saturating_sub(2) {
+            let (method, caller, above) = (frame(ids[j]), frame(ids[j + 1]), frame(ids[j + 2]));
+            if !addrs.contains(&above.addr) || !is_whole_method_frame(method) || caller.name.is_none() {
+                continue;
+            }
+            if caller.name.as_deref() == Some(LOST_CALLER) || (j > 0 && is_osr_over_twin(frame(ids[j - 1]), method)) {
+                continue;
+            }
+            let at = (*key, merged(ids[j]), above.addr);
+            if !wanted.contains(&at) {
+                continue;
+            }
+            // One method whatever its code version: Alpha[QuickJitted] and Alpha[InstrumentedTier]
+            // at one call site are one caller that tiered up between the samples.
+            let seen = callers.entry(at).or_default();
+            let caller_method = merged(ids[j + 1]);
+            if !seen.iter().any(|&c| merged(c) == caller_method) {
+                seen.push(ids[j + 1]);
+            }
+        }
+    }
+    let mut repair = OsrRepair::default();
+    for (key, ids, count) in stacks.iter_mut() {
+        let (mut put_back, mut marked) = (false, false);
+        for j in 0..ids.len().saturating_sub(2) {
+            if !is_osr_over_twin(frame(ids[j]), frame(ids[j + 1])) {
+                continue;
+            }
+            match callers.get(&(*key, merged(ids[j]), frame(ids[j + 2]).addr)).map(Vec::as_slice) {
+                Some([caller]) => {
+                    ids[j + 1] = *caller;
+                    put_back = true;
+                }
+                _ => {
+                    ids[j + 1] = lost_id;
+                    marked = true;
+                }
+            }
+        }
+        repair.lost += if marked { *count } else { 0 };
+        repair.recovered += if put_back && !marked { *count } else { 0 };
+    }
     repair
 }
 
