@@ -154,6 +154,8 @@ struct MetaClass {
     count: u64,
     is_sample: bool,
     wants_methods: bool,
+    /// MethodDetails / BulkType: read from the payload's bytes into the method map.
+    wants_bytes: bool,
     /// Fields built as values (else the payload is only checked and counted).
     wants_values: bool,
     /// Handed out to the caller (else checked, counted and passed over inside the decoder).
@@ -222,6 +224,7 @@ impl Judge {
             count: 0,
             is_sample: meta.provider == SAMPLE_PROFILER && meta.event_id == 0,
             wants_methods: MethodMap::wants(&meta.provider, meta.event_id),
+            wants_bytes: MethodMap::wants_bytes(&meta.provider, meta.event_id),
             wants_values: values_of.is_none_or(|wanted| wanted(meta)),
             hand_out: hand_out_of.is_none_or(|wanted| wanted(meta)),
             layout: PayloadLayout::of(meta, pointer_size),
@@ -229,6 +232,9 @@ impl Judge {
         class.count += 1;
         if class.is_sample {
             return Verdict { hand_out: samples, is_sample: true, ..Verdict::default() };
+        }
+        if class.wants_bytes {
+            self.methods.observe_bytes(&meta.provider, meta.event_id, ev.payload);
         }
         if !(class.wants_methods || (fields && events)) {
             return Verdict { hand_out: events, ..Verdict::default() };

@@ -36,6 +36,6 @@ pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
 pub use known::runtime_event_layout;
 pub use payload::{FieldCount, PayloadLayout, Value, count_payload, decode_payload, guid_string};
 pub use speedscope::to_speedscope;
-pub use symbols::{Method, MethodMap, Module};
+pub use symbols::{METHOD_DIAGNOSTIC_KEYWORD, Method, MethodMap, Module};
 /// The nettrace varint encoding, for tools (and tests) that write nettrace streams.
 pub use varint::write_u64 as write_varint_u64;

@@ -3,6 +3,15 @@
 //! (runtime provider, id 143) for methods jitted during the session, and the rundown's
 //! MethodDCStartVerbose / MethodDCEndVerbose (ids 143 / 144) for everything alive at its start /
 //! end, including precompiled (ReadyToRun) code that is never "loaded" as an event.
+//!
+//! A generic method's code is named by its definition (`Work::Step(!!0,int32)` for `Step<bool>`,
+//! `Step<int>` and `Step<string>` alike, in these events and in perf maps); its instantiation is
+//! in MethodDetails (runtime provider, id 72, keyword MethodDiagnostic `0x4000000000`), which the
+//! runtime writes beside each method load with the method's type arguments as type handles, and
+//! the BulkType events (id 15, keyword Type `0x80000`) it writes with it name those handles. Both
+//! carry arrays the generated layouts do not describe, so they are read from their bytes here.
+//! A method whose details the trace lacks (loaded before the session began, or a session without
+//! the keyword) keeps its definition's name.
 
 use std::collections::HashMap;
 
@@ -13,6 +22,13 @@ pub const RUNDOWN_PROVIDER: &str = "Microsoft-Windows-DotNETRuntimeRundown";
 
 /// MethodFlags bit: the code was written by the JIT (clear for ReadyToRun code).
 const METHOD_FLAG_JITTED: u64 = 0x8;
+
+/// The runtime provider's MethodDetails event: a method's type arguments.
+const METHOD_DETAILS: u32 = 72;
+/// The runtime provider's BulkType event: type handles and their names.
+const BULK_TYPE: u32 = 15;
+/// The runtime keyword that turns MethodDetails on (MethodDiagnostic).
+pub const METHOD_DIAGNOSTIC_KEYWORD: u64 = 0x40_0000_0000;
 
 /// A method's native code range and names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +45,9 @@ pub struct Method {
     pub flags: u64,
     /// Known from a rundown event rather than a load event.
     pub from_rundown: bool,
+    /// A generic method's type arguments, `<System.Boolean>`, from the trace's MethodDetails;
+    /// empty for other methods and where the trace holds no details.
+    pub instantiation: String,
 }
 
 impl Method {
@@ -37,16 +56,17 @@ impl Method {
         self.signature.find('(').map(|i| &self.signature[i..]).unwrap_or("")
     }
 
-    /// `Namespace.Type::Method(params)`, the perf-map spelling without module and code-version tag.
+    /// `Namespace.Type::Method<Args>(params)`, the perf-map spelling without module and
+    /// code-version tag, with the method's instantiation where the trace gave it.
     pub fn qualified_name(&self) -> String {
         if self.namespace.is_empty() {
-            format!("{}{}", self.name, self.parameters())
+            format!("{}{}{}", self.name, self.instantiation, self.parameters())
         } else {
-            format!("{}::{}{}", self.namespace, self.name, self.parameters())
+            format!("{}::{}{}{}", self.namespace, self.name, self.instantiation, self.parameters())
         }
     }
 
-    /// `Namespace.Type.Method(params)`, TraceEvent's `FullMethodName`.
+    /// `Namespace.Type.Method(params)`, TraceEvent's `FullMethodName` (which has no instantiation).
     pub fn traceevent_name(&self) -> String {
         if self.namespace.is_empty() {
             format!("{}{}", self.name, self.parameters())
@@ -88,6 +108,88 @@ pub struct MethodMap {
     methods: Vec<Method>,
     sorted: bool,
     modules: HashMap<u64, Module>,
+    /// MethodDetails: method id → its type arguments (type handles).
+    details: HashMap<u64, Vec<u64>>,
+    /// BulkType: type handle → its name and type arguments.
+    types: HashMap<u64, TypeName>,
+    /// MethodDetails / BulkType payloads whose bytes did not hold what their layout says.
+    malformed_details: u64,
+}
+
+/// A type as BulkType names it: `System.Collections.Generic.List`1` with its arguments' handles.
+#[derive(Clone, Debug)]
+struct TypeName {
+    name: String,
+    arguments: Vec<u64>,
+}
+
+/// Little-endian reads from an event payload; `None` past its end.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn skip(&mut self, n: usize) -> Option<()> {
+        self.0 = self.0.get(n..)?;
+        Some(())
+    }
+    /// A NUL-terminated UTF-16 string.
+    fn utf16z(&mut self) -> Option<String> {
+        let mut units = Vec::new();
+        loop {
+            match u16::from_le_bytes(self.take()?) {
+                0 => return Some(String::from_utf16_lossy(&units)),
+                u => units.push(u),
+            }
+        }
+    }
+    /// `n` u64s, `n` as the payload says (bounded by what is left, so a bad count cannot allocate).
+    fn u64s(&mut self, n: u32) -> Option<Vec<u64>> {
+        if (n as usize).saturating_mul(8) > self.0.len() {
+            return None;
+        }
+        (0..n).map(|_| self.u64()).collect()
+    }
+}
+
+/// MethodDetails v0: MethodID, TypeID, MethodToken, TypeParameterCount, LoaderModuleID,
+/// TypeParameters[TypeParameterCount]. Returns (method id, type arguments).
+fn method_details(payload: &[u8]) -> Option<(u64, Vec<u64>)> {
+    let mut b = Bytes(payload);
+    let method_id = b.u64()?;
+    let _type_id = b.u64()?;
+    let _token = b.u32()?;
+    let count = b.u32()?;
+    let _loader_module = b.u64()?;
+    let arguments = b.u64s(count)?;
+    b.0.is_empty().then_some((method_id, arguments))
+}
+
+/// BulkType: Count, ClrInstanceID, then Count × (TypeID, ModuleID, TypeNameID, Flags,
+/// CorElementType, Name, TypeParameterCount, TypeParameters[TypeParameterCount]).
+fn bulk_types(payload: &[u8]) -> Option<Vec<(u64, TypeName)>> {
+    let mut b = Bytes(payload);
+    let count = b.u32()?;
+    b.skip(2)?;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let id = b.u64()?;
+        b.skip(8 + 4 + 4 + 1)?;
+        let name = b.utf16z()?;
+        let n = b.u32()?;
+        let arguments = b.u64s(n)?;
+        out.push((id, TypeName { name, arguments }));
+    }
+    Some(out)
 }
 
 fn field<'a>(fields: &'a Fields, name: &str) -> Option<&'a Value> {
@@ -111,6 +213,38 @@ impl MethodMap {
         }
     }
 
+    /// Whether an event with this provider and id names instantiations (pass its payload's bytes
+    /// to [`MethodMap::observe_bytes`]).
+    pub fn wants_bytes(provider: &str, event_id: u32) -> bool {
+        provider == RUNTIME_PROVIDER && matches!(event_id, METHOD_DETAILS | BULK_TYPE)
+    }
+
+    /// A MethodDetails or BulkType event's payload.
+    pub fn observe_bytes(&mut self, provider: &str, event_id: u32, payload: &[u8]) {
+        if provider != RUNTIME_PROVIDER {
+            return;
+        }
+        match event_id {
+            METHOD_DETAILS => match method_details(payload) {
+                Some((method, arguments)) if !arguments.is_empty() => {
+                    self.details.insert(method, arguments);
+                }
+                Some(_) => {}
+                None => self.malformed_details += 1,
+            },
+            BULK_TYPE => match bulk_types(payload) {
+                Some(types) => self.types.extend(types),
+                None => self.malformed_details += 1,
+            },
+            _ => {}
+        }
+    }
+
+    /// MethodDetails / BulkType payloads that did not read as their layout says.
+    pub fn malformed_details(&self) -> u64 {
+        self.malformed_details
+    }
+
     pub fn observe(&mut self, provider: &str, event_id: u32, fields: &Fields) {
         let rundown = provider == RUNDOWN_PROVIDER;
         match (rundown, event_id) {
@@ -129,6 +263,7 @@ impl MethodMap {
                     signature: text(fields, "MethodSignature"),
                     flags: num(fields, "MethodFlags"),
                     from_rundown: rundown,
+                    instantiation: String::new(),
                 });
                 self.sorted = false;
             }
@@ -160,6 +295,33 @@ impl MethodMap {
             self.methods.dedup_by_key(|m| m.start);
             self.sorted = true;
         }
+        if !self.details.is_empty() {
+            for i in 0..self.methods.len() {
+                if let Some(arguments) = self.details.get(&self.methods[i].method_id)
+                    && let Some(names) = arguments.iter().map(|&t| self.type_name(t, 0)).collect::<Option<Vec<_>>>()
+                {
+                    self.methods[i].instantiation = format!("<{}>", names.join(","));
+                }
+            }
+        }
+    }
+
+    /// A type handle's name with its arguments in brackets, as perf maps write an instantiated
+    /// type (`System.Collections.Generic.List`1[System.Int32]`); `System.__Canon` is the runtime's
+    /// stand-in for any reference type in shared code. `None` for a handle no BulkType named.
+    fn type_name(&self, handle: u64, depth: u32) -> Option<String> {
+        let t = self.types.get(&handle)?;
+        // A name that already spells its arguments (arrays), or nesting past sense: as given.
+        if t.arguments.is_empty() || depth > 8 || t.name.contains('[') {
+            return Some(t.name.clone());
+        }
+        let arguments = t.arguments.iter().map(|&a| self.type_name(a, depth + 1)).collect::<Option<Vec<_>>>()?;
+        Some(format!("{}[{}]", t.name, arguments.join(",")))
+    }
+
+    /// Methods whose instantiation the trace gave.
+    pub fn instantiated(&self) -> usize {
+        self.methods.iter().filter(|m| !m.instantiation.is_empty()).count()
     }
 
     /// The method whose code contains `addr`. Call [`MethodMap::finish`] first.
@@ -176,5 +338,74 @@ impl MethodMap {
 
     pub fn methods(&self) -> &[Method] {
         &self.methods
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utf16z(s: &str) -> Vec<u8> {
+        s.encode_utf16()
+            .chain([0])
+            .flat_map(u16::to_le_bytes)
+            .collect()
+    }
+
+    /// Payloads laid out as the runtime writes them (checked against a real trace of the
+    /// `generics` workload, whose five `Spin<T>` frames PASS the `generics` scenario).
+    #[test]
+    fn method_details_and_bulk_types_name_an_instantiation() {
+        let mut details = Vec::new();
+        for v in [0x10u64, 0x20] {
+            details.extend(v.to_le_bytes());
+        }
+        details.extend(0x0600_0001u32.to_le_bytes());
+        details.extend(2u32.to_le_bytes());
+        details.extend(0x30u64.to_le_bytes());
+        details.extend(0x100u64.to_le_bytes());
+        details.extend(0x200u64.to_le_bytes());
+        let mut types = Vec::new();
+        types.extend(3u32.to_le_bytes());
+        types.extend(0u16.to_le_bytes());
+        for (id, name, args) in [
+            (0x100u64, "System.Boolean", vec![]),
+            (0x200, "System.Collections.Generic.List`1", vec![0x300u64]),
+            (0x300, "System.__Canon", vec![]),
+        ] {
+            types.extend(id.to_le_bytes());
+            types.extend([0u8; 17]);
+            types.extend(utf16z(name));
+            types.extend((args.len() as u32).to_le_bytes());
+            args.iter().for_each(|a| types.extend(a.to_le_bytes()));
+        }
+        let mut map = MethodMap::default();
+        map.observe_bytes(RUNTIME_PROVIDER, METHOD_DETAILS, &details);
+        map.observe_bytes(RUNTIME_PROVIDER, BULK_TYPE, &types);
+        map.methods.push(Method {
+            start: 0x1000,
+            size: 0x40,
+            method_id: 0x10,
+            module_id: 0x30,
+            namespace: "App.Work".into(),
+            name: "Pair".into(),
+            signature: "void  (!!0,!!1)".into(),
+            flags: METHOD_FLAG_JITTED,
+            from_rundown: false,
+            instantiation: String::new(),
+        });
+        map.finish();
+        assert_eq!(map.malformed_details(), 0);
+        assert_eq!(
+            map.resolve(0x1010).unwrap().qualified_name(),
+            "App.Work::Pair<System.Boolean,System.Collections.Generic.List`1[System.__Canon]>(!!0,!!1)"
+        );
+        // A payload cut short is counted, not read.
+        map.observe_bytes(
+            RUNTIME_PROVIDER,
+            METHOD_DETAILS,
+            &details[..details.len() - 3],
+        );
+        assert_eq!(map.malformed_details(), 1);
     }
 }

@@ -31,6 +31,7 @@ pub use fold::{
 };
 pub use perf_script::{ScriptFrame, ScriptReader, ScriptSample};
 pub use symbolize::jit::{JitDumpCensus, jit_naming_finding, jitdump_census, parse_perf_map};
+pub use decode::{InstantiationCount, Instantiations};
 pub use symbolize::r2r::R2rResolver;
 pub use symbolize::{DecodeContext, Symbolizer, map_file, prefetch_job};
 pub use unwind::names::Kallsyms;

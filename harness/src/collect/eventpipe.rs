@@ -22,7 +22,8 @@
 //!   and `counter.NAME.rate` (total over the seconds covered).
 //!
 //! Frames are named `Namespace.Type::Method(params)` (the perf-map spelling without its
-//! `[module]` prefix and code-version tag), `dso` is the module (`System.Private.CoreLib`), class
+//! `[module]` prefix and code-version tag; a generic method's instantiation after its name,
+//! `Step<System.Int32>(!!0,int32)`, where the session saw the method's MethodDetails), `dso` is the module (`System.Private.CoreLib`), class
 //! `Jit` for jitted code and `R2r` for precompiled code (MethodFlags), `Unknown` for an address
 //! no method range covers.
 
@@ -50,9 +51,12 @@ pub const DEFAULT_RUNTIME_KEYWORDS: u64 = 0x0000_0014_C14F_CCBD;
 /// Providers of one of our profiles.
 pub(crate) fn profile_providers(profile: &str) -> Result<Vec<Provider>> {
     Ok(match profile {
+        // dotnet-trace's keywords plus MethodDiagnostic: the runtime then writes each method's
+        // instantiation (MethodDetails) beside its load event, which names generic methods' frames
+        // `Step<System.Int32>` where the load event alone says `Step(!!0,int32)` for every one.
         "thread-time" => vec![
             Provider::new(SAMPLE_PROFILER, 0xF000_0000_0000, 5),
-            Provider::new(RUNTIME, DEFAULT_RUNTIME_KEYWORDS, 4),
+            Provider::new(RUNTIME, DEFAULT_RUNTIME_KEYWORDS | eventpipe::METHOD_DIAGNOSTIC_KEYWORD, 4),
         ],
         // GC at Verbose adds GCAllocationTick to GCStart/GCEnd/GCHeapStats/GCTriggered.
         "gc" => vec![Provider::new(RUNTIME, 0x1, 5)],

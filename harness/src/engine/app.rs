@@ -622,6 +622,7 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
     // JIT code — counted for each perf collection, said in the findings when it cannot.
     let jitdump = artifacts.join(format!("jit-{}.dump", app.target_pid));
     let census = if map_entries > 0 && jitdump.is_file() { stacks::jitdump_census(&jitdump).ok() } else { None };
+    let mut decoded = Vec::with_capacity(collectors.len());
     for c in collectors.iter_mut() {
         let decoding = crate::host::progress::step("decode", c.name());
         let mut collection = c.decode(&ctx).with_context(|| format!("decoding `{}`", c.name()))?;
@@ -633,6 +634,22 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
             collection.metrics.insert("jit_perf_map_entries".into(), map_entries as f64);
             collection.metrics.insert("jitdump_code_loads".into(), census.code_loads as f64);
         }
+        decoded.push(collection);
+    }
+    // A perf map names a generic method's code by its definition; an EventPipe trace of the same
+    // run says which instantiation each code range is: perf frames take it by address. (An
+    // EventPipe collection names its own frames so: the traces are read again only for perf.)
+    let instantiations = if decoded.iter().any(|c| c.collector.starts_with("perf") && !c.samples.is_empty()) {
+        generic_instantiations(artifacts)
+    } else {
+        stacks::Instantiations::default()
+    };
+    for mut collection in decoded {
+        let n = instantiations.apply(&mut collection);
+        if n.instantiated + n.uninstantiated > 0 {
+            collection.metrics.insert("generic_frames_instantiated".into(), n.instantiated as f64);
+            collection.metrics.insert("generic_frames_uninstantiated".into(), n.uninstantiated as f64);
+        }
         // A frame-pointer walk out of an OSR frame loses its caller: put back from the thread's
         // whole stacks where they show it, else marked; both counted.
         let osr = stacks::complete_osr_callers(&mut collection);
@@ -641,7 +658,7 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
                 "decode",
                 &format!(
                     "{}: {} samples lost a caller to on-stack replacement: {} put back from the thread's whole stacks, {} marked `{}`",
-                    c.name(),
+                    collection.collector,
                     osr.recovered + osr.lost,
                     osr.recovered,
                     osr.lost,
@@ -659,6 +676,24 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
     state.durations.insert("decode".into(), t_decode.elapsed().as_secs_f64());
     state.windows.push(state.window.clone());
     Ok(())
+}
+
+/// The instantiations the run's EventPipe traces (`*.nettrace` in the artifacts: ours,
+/// dotnet-trace's) give generic methods' code; none where the run has no trace or one cannot be
+/// read (said, and the frames keep their definitions' names).
+fn generic_instantiations(artifacts: &Path) -> stacks::Instantiations {
+    let mut out = stacks::Instantiations::default();
+    let Ok(dir) = std::fs::read_dir(artifacts) else { return out };
+    let mut traces: Vec<PathBuf> = dir.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|e| e == "nettrace")).collect();
+    traces.sort();
+    for trace in traces {
+        match stacks::Instantiations::from_nettrace(&trace) {
+            Ok(found) if !found.is_empty() => out.merge(found),
+            Ok(_) => {}
+            Err(e) => crate::host::progress::note("decode", &format!("generic instantiations not read from {}: {e:#}", trace.display())),
+        }
+    }
+    out
 }
 
 /// How a process the runtime aborted on an unhandled exception exits (128 + SIGABRT), as a

@@ -35,6 +35,17 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
     }
     for c in collections {
         out.extend(model::unnamed_dso_hints(c));
+        let uninstantiated = c.metrics.get("generic_frames_uninstantiated").copied().unwrap_or(0.0);
+        if uninstantiated > 0.0 && c.collector.starts_with("perf") {
+            let instantiated = c.metrics.get("generic_frames_instantiated").copied().unwrap_or(0.0);
+            out.push(format!(
+                "`{}`: {uninstantiated} frames of generic methods are named by their definition (`Step(!!0,int32)`), not by \
+                 which instantiation ran ({instantiated} were): the perf map does not say it. An `eventpipe` collector \
+                 (profile thread-time) in the same run records each method's instantiation (MethodDetails) from its start \
+                 onward, and perf frames take it by address; methods compiled before that session began keep the definition's name.",
+                c.collector
+            ));
+        }
         let leaves = c.samples.iter().filter_map(|s| s.frames.first());
         let (mut total, mut doublemapped) = (0u64, 0u64);
         for f in leaves {

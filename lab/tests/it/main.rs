@@ -10,6 +10,7 @@ mod interrupt;
 mod lttng;
 mod layouts;
 mod matrix;
+mod names;
 mod perf;
 mod pods;
 mod progress;

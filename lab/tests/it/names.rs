@@ -1,0 +1,109 @@
+//! How frames are spelled, on real runs: generic methods by their instantiation, in every
+//! collector and every view.
+
+use tracelab_fixtures::{prerequisites, require_root};
+
+/// Scenario `generics`: one generic method, `Generics.Spin<T>`, burns CPU with bool, int, long,
+/// string (shared `__Canon` code) and a struct in an equal split. The perf map names all five
+/// `Spin(!!0,float64)`; perf frames take each code range's instantiation from the EventPipe
+/// session's MethodDetails, and EventPipe's own frames carry it. Each instantiation's share is
+/// judged against the workload's truth in both collectors, and the label is the same in the folded
+/// stacks, speedscope, the Firefox profile and pprof of each.
+#[test]
+fn generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe() {
+    let perf = || {
+        harness::host::environment::perf_binary()
+            .map(|_| ())
+            .ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
+    };
+    if !prerequisites(
+        "names::generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe",
+        &[&require_root, &perf],
+    ) {
+        return;
+    }
+    let scenario = harness::scenario::Scenario::find("generics").unwrap();
+    let (o, _results) = crate::until_decided("generics", || {
+        crate::run_scenario(&scenario, harness::run::TargetKind::Host)
+    });
+    assert_eq!(o.verdict, judge::Verdict::Pass, "{}", crate::describe(&o));
+    let labels = [
+        "Tracelab.Workloads.Generics::Spin<System.Boolean>(!!0,float64)",
+        "Tracelab.Workloads.Generics::Spin<System.Int32>(!!0,float64)",
+        "Tracelab.Workloads.Generics::Spin<System.Int64>(!!0,float64)",
+        "Tracelab.Workloads.Generics::Spin<System.__Canon>(!!0,float64)",
+        "Tracelab.Workloads.Generics::Spin<Tracelab.Workloads.GenericPoint>(!!0,float64)",
+    ];
+    for collector in ["perf-cpu", "eventpipe"] {
+        let folded =
+            std::fs::read_to_string(o.dir.join(format!("stacks/{collector}.folded"))).unwrap();
+        let (mut named, mut bare) = (0u64, 0u64);
+        for line in folded.lines() {
+            let (stack, n) = line.rsplit_once(' ').unwrap();
+            let n: u64 = n.parse().unwrap();
+            if stack.contains("::Spin<") {
+                named += n;
+            } else if stack.contains("::Spin(") {
+                bare += n;
+            }
+        }
+        for label in labels {
+            assert!(
+                folded.contains(&format!("{label};")) || folded.contains(&format!("{label} ")),
+                "{collector}: no `{label}` in its folded stacks"
+            );
+        }
+        // Every sample of Spin says which instantiation it ran (startup session: nothing was
+        // compiled before it).
+        assert!(
+            bare * 100 <= named,
+            "{collector}: {bare} samples of Spin without an instantiation, {named} with one"
+        );
+        // Every view of the collection shows the same label (the flame graph escapes `<`).
+        let gunzip = |bytes: Vec<u8>| {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
+                .unwrap();
+            out
+        };
+        for (file, wanted) in [
+            (
+                format!("{collector}.speedscope.json"),
+                "Spin<System.Boolean>(!!0,float64)",
+            ),
+            (
+                format!("{collector}.firefox.json.gz"),
+                "Spin<System.Boolean>(!!0,float64)",
+            ),
+            (
+                format!("{collector}.pb.gz"),
+                "Spin<System.Boolean>(!!0,float64)",
+            ),
+            (
+                format!("flamegraph-{collector}.svg"),
+                "Spin&lt;System.Boolean&gt;(!!0,float64)",
+            ),
+        ] {
+            let bytes = std::fs::read(o.dir.join(&file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let bytes = if file.ends_with(".gz") {
+                gunzip(bytes)
+            } else {
+                bytes
+            };
+            assert!(
+                String::from_utf8_lossy(&bytes).contains(wanted),
+                "{file}: no `{wanted}`"
+            );
+        }
+    }
+    let instantiated = o
+        .manifest
+        .metrics
+        .get("perf-cpu.generic_frames_instantiated")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        instantiated > 0.0,
+        "perf-cpu: no frame took its instantiation from the EventPipe session"
+    );
+}
