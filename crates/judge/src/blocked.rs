@@ -128,7 +128,7 @@ mod tests {
     use model::{Collection, DsoClass};
 
     fn interval(tid: u32, ns: u64, kind: &str, method: &str) -> Sample {
-        Sample { pid: 1, tid, time_ns: 0, weight: ns, frames: vec![frame("libc::futex", DsoClass::Libc), frame(method, DsoClass::Jit)], kind: Some(kind.into()) }
+        Sample { weight: ns, kind: Some(kind.into()), ..Sample::new(1, tid, 0, vec![frame("libc::futex", DsoClass::Libc), frame(method, DsoClass::Jit)]) }
     }
 
     fn check(tolerance_s: Option<f64>, tolerance_pct: Option<f64>) -> BlockedSecondsCheck {

@@ -689,7 +689,7 @@ pub(crate) mod testing {
     }
 
     pub fn sample(frames: Vec<Frame>) -> Sample {
-        Sample { pid: 1, tid: 1, time_ns: 0, weight: 1, frames, kind: None }
+        Sample::new(1, 1, 0, frames)
     }
 
     /// `n` samples whose stacks are `frames` (leaf first).

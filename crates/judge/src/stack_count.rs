@@ -115,7 +115,7 @@ mod tests {
     use model::{Collection, DsoClass, Sample};
 
     fn call(kind: &str, method: &str) -> Sample {
-        Sample { pid: 1, tid: 1, time_ns: 0, weight: 1, frames: vec![frame(method, DsoClass::Jit)], kind: Some(kind.into()) }
+        Sample { kind: Some(kind.into()), ..Sample::new(1, 1, 0, vec![frame(method, DsoClass::Jit)]) }
     }
 
     fn check(truth: Option<&str>, tolerance: Option<u64>) -> StackCountCheck {

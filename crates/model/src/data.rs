@@ -117,7 +117,7 @@ impl Frame {
 
 /// One stack sample. Frames are leaf first. `weight` is 1 for a timer sample and the blocked
 /// nanoseconds for an off-CPU sample.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub pid: u32,
     pub tid: u32,
@@ -126,6 +126,18 @@ pub struct Sample {
     pub frames: Vec<Frame>,
     /// Collector-specific sample kind, e.g. EventPipe ThreadSample `managed` / `external`.
     pub kind: Option<String>,
+    /// The CPU the sample was taken on, when the recording kept it (perf's PERF_SAMPLE_CPU,
+    /// `perf record --sample-cpu`); EventPipe's thread samples carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+}
+
+impl Sample {
+    /// A timer sample (weight 1) of no particular kind, on no known CPU: set the rest with
+    /// struct update syntax (`Sample { weight, ..Sample::new(…) }`).
+    pub fn new(pid: u32, tid: u32, time_ns: u64, frames: Vec<Frame>) -> Self {
+        Sample { pid, tid, time_ns, weight: 1, frames, kind: None, cpu: None }
+    }
 }
 
 /// A field value of a decoded event.

@@ -77,6 +77,7 @@ pub fn offwake_sample(w: &Wakeup) -> Sample {
         weight: w.blocked_ns,
         frames,
         kind: Some(w.waker_kind.as_str().into()),
+        cpu: None,
     }
 }
 

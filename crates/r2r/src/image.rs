@@ -65,6 +65,8 @@ pub struct Module {
     pub(crate) data: Data,
     pub(crate) metadata: Metadata,
     pub assembly: String,
+    /// Holds precompiled code (the CLI header names a ManagedNativeHeader).
+    pub ready_to_run: bool,
 }
 
 impl Module {
@@ -77,7 +79,15 @@ impl Module {
         let pe = pe::parse(&data)?;
         let metadata = parse_metadata(&data, &pe)?;
         let assembly = assembly_name(Bytes(&data), &metadata)?;
-        Ok(Module { data, metadata, assembly })
+        let ready_to_run = Bytes(&data).u32(pe.cli_header + 64, "CLI header ManagedNativeHeader")? != 0;
+        Ok(Module { data, metadata, assembly, ready_to_run })
+    }
+
+    /// The module version id (the Module table's Mvid), which the runtime's perfinfo-PID.map gave
+    /// as each image's signature.
+    pub fn mvid(&self) -> Result<[u8; 16]> {
+        let index = self.metadata.cell(self.b(), md::MODULE, 1, 2)?;
+        self.metadata.guid(self.b(), index)
     }
 
     fn b(&self) -> Bytes<'_> {
@@ -326,7 +336,7 @@ impl R2rImage {
         stats.funclets = funcs.len() - stats.unowned_functions - methods.len();
         let names = (0..methods.len()).map(|_| OnceLock::new()).collect();
         let assembly = assembly_name(b, &metadata)?;
-        let module = Arc::new(Module { data, metadata, assembly });
+        let module = Arc::new(Module { data, metadata, assembly, ready_to_run: true });
         Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats })
     }
 

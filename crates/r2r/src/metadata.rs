@@ -113,6 +113,7 @@ pub(crate) struct Metadata {
     tables: Vec<TableLayout>,
     strings: (usize, usize),
     blob: (usize, usize),
+    guid: (usize, usize),
 }
 
 /// A decoded coded index: (table, 1-based row); row 0 means null.
@@ -132,7 +133,7 @@ impl Metadata {
         let mut at = root + 16 + version_len;
         let streams = b.u16(at + 2, "metadata stream count")?;
         at += 4;
-        let (mut tables_at, mut strings, mut blob) = (None, None, None);
+        let (mut tables_at, mut strings, mut blob, mut guid) = (None, None, None, None);
         for _ in 0..streams {
             let off = b.u32(at, "stream offset")? as usize;
             let size = b.u32(at + 4, "stream size")? as usize;
@@ -151,6 +152,7 @@ impl Metadata {
                 b"#~" | b"#-" => tables_at = Some(range),
                 b"#Strings" => strings = Some(range),
                 b"#Blob" => blob = Some(range),
+                b"#GUID" => guid = Some(range),
                 _ => {}
             }
             at = name_at + (nul + 4) / 4 * 4;
@@ -158,6 +160,7 @@ impl Metadata {
         let Some((t, t_len)) = tables_at else { return bad(root as u64, "metadata has no #~ table stream") };
         let strings = strings.unwrap_or((0, 0));
         let blob = blob.unwrap_or((0, 0));
+        let guid = guid.unwrap_or((0, 0));
         let heap_sizes = b.u8(t + 6, "metadata heap sizes")?;
         let valid = u64::from(b.u32(t + 8, "valid tables")?) | (u64::from(b.u32(t + 12, "valid tables")?) << 32);
         let mut rows = [0u32; 64];
@@ -208,7 +211,7 @@ impl Metadata {
             *layout = TableLayout { rows: rows[i], offset: at, row_size: size, cols };
             at += bytes as usize;
         }
-        Ok(Metadata { tables, strings, blob })
+        Ok(Metadata { tables, strings, blob, guid })
     }
 
     pub fn rows(&self, table: usize) -> u32 {
@@ -253,6 +256,16 @@ impl Metadata {
     pub fn string_cell<'a>(&self, b: Bytes<'a>, table: usize, row: u32, col: usize) -> Result<&'a str> {
         let i = self.cell(b, table, row, col)?;
         self.string(b, i)
+    }
+
+    /// A #GUID entry (1-based index, ECMA-335 II.24.2.5), as its 16 bytes.
+    pub fn guid(&self, b: Bytes, index: u32) -> Result<[u8; 16]> {
+        let (start, len) = self.guid;
+        if index == 0 || index as usize * 16 > len {
+            return bad(start as u64, format!("#GUID index {index} is past the heap ({len} bytes)"));
+        }
+        let at = start + (index as usize - 1) * 16;
+        Ok(b.slice(at, 16, "#GUID entry")?.try_into().expect("16 bytes"))
     }
 
     /// A #Blob entry (its compressed length prefix removed), with its file offset.

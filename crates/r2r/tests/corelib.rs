@@ -152,3 +152,19 @@ fn open_bytes() -> (Vec<u8>, ()) {
     static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     (BYTES.get_or_init(|| std::fs::read(common::corelib()).unwrap()).clone(), ())
 }
+
+/// The MVID the runtime's perfinfo-PID.map gave as an image's signature: the Module table's,
+/// which compilers put first in the #GUID heap. Read here from the stream headers alone.
+#[test]
+fn corelib_mvid_is_the_first_guid_of_its_heap() {
+    let path = common::corelib();
+    let bytes = std::fs::read(&path).unwrap();
+    let module = ModuleCache::default().get(&path).expect("CoreLib's metadata");
+    assert!(module.ready_to_run);
+    let root = bytes.windows(4).position(|w| w == b"BSJB").expect("a metadata root");
+    let header = bytes[root..].windows(8).position(|w| w == b"#GUID\0\0\0").expect("a #GUID stream") + root;
+    let offset = u32::from_le_bytes(bytes[header - 8..header - 4].try_into().unwrap()) as usize;
+    let first: [u8; 16] = bytes[root + offset..root + offset + 16].try_into().unwrap();
+    assert_eq!(module.mvid().unwrap(), first);
+    assert_ne!(first, [0; 16]);
+}

@@ -274,6 +274,7 @@ pub(crate) fn offcpu_samples(unwound: &Unwound, app_pids: &BTreeSet<u32>) -> Vec
                 weight: i.end_ns - s.time_ns,
                 frames: s.frames.clone(),
                 kind: Some(if i.blocked { "blocked" } else { "preempted" }.to_string()),
+                cpu: s.cpu,
             }
         })
         .collect()
@@ -385,7 +386,7 @@ mod tests {
             event: 0,
             pid: 10,
             tid,
-            cpu: 0,
+            cpu: Some(0),
             time_ns: t,
             period: 1,
             frames: Vec::new(),

@@ -432,7 +432,7 @@ mod tests {
             event,
             pid: 10,
             tid,
-            cpu: 0,
+            cpu: Some(0),
             time_ns: t,
             period: 1,
             frames,

@@ -167,6 +167,7 @@ pub(crate) fn syscalls_collection(name: &str, unwound: &Unwound, app_pids: &BTre
             weight: 1,
             frames: s.frames.clone(),
             kind: Some(call.to_string()),
+            cpu: s.cpu,
         });
         *collection.metrics.entry(format!("calls_{call}")).or_default() += 1.0;
         if !app_pids.contains(&s.pid) {

@@ -152,7 +152,7 @@ mod tests {
         let mut c = Collection::new("perf-cpu");
         for i in 0..400u64 {
             let frame = Frame { name: Some("W::Hot()".into()), dso: None, class: DsoClass::Jit, addr: 0 };
-            c.samples.push(Sample { pid: 1, tid: 1, time_ns: i * 10_000_000, weight: 1, frames: vec![frame], kind: None });
+            c.samples.push(Sample::new(1, 1, i * 10_000_000, vec![frame]));
         }
         c
     }

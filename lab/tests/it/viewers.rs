@@ -143,6 +143,10 @@ struct TraceEventView {
     /// The leaf frames' names as TraceEvent wrote them (`module!symbol`).
     raw_leaves: BTreeMap<String, u64>,
     counts: BTreeMap<String, u64>,
+    /// Samples per CPU as TraceEvent read them (-1: a sample line without `[cpu]`).
+    cpus: BTreeMap<i64, u64>,
+    /// perfinfo-PID.map as TraceEvent read it: image file name → (GUID, base address).
+    perfinfo: BTreeMap<String, (String, u64)>,
 }
 
 fn read_with_traceevent(reader: &Path, zip: &Path) -> TraceEventView {
@@ -158,7 +162,14 @@ fn read_with_traceevent(reader: &Path, zip: &Path) -> TraceEventView {
         *raw_leaves.entry(row[0].as_str().unwrap().to_string()).or_default() += row[1].as_u64().unwrap();
     }
     let counts = j["counts"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect();
-    TraceEventView { samples: j["samples"].as_u64().unwrap(), leaves, raw_leaves, counts }
+    let cpus = j["cpus"].as_object().unwrap().iter().map(|(k, v)| (k.parse().unwrap(), v.as_u64().unwrap())).collect();
+    let perfinfo = j["perfinfo"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), (v["guid"].as_str().unwrap().to_string(), v["base_address"].as_u64().unwrap())))
+        .collect();
+    TraceEventView { samples: j["samples"].as_u64().unwrap(), leaves, raw_leaves, counts, cpus, perfinfo }
 }
 
 /// Our top-5 managed leaf methods (by the folded stacks) and TraceEvent's agree, count for count.
@@ -250,6 +261,22 @@ fn trace_zip_of_recorded_perf_and_lttng_opens_in_traceevent() {
     assert_same_top_methods(&folded_leaves(&stacks::fold_collection(&perf).text()), &theirs);
     assert_same_event_counts(&lttng, &theirs);
     assert_modules_and_tiers(&theirs);
+    // The fixture was recorded without `--sample-cpu`: its lines say no CPU, not a made-up 0.
+    assert_eq!(theirs.cpus.keys().collect::<Vec<_>>(), [&-1], "CPUs of a recording that kept none");
+}
+
+/// No sample says a CPU perf did not record (perf-cpu records none yet: see its `--sample-cpu`
+/// note), and the runtime's images come with their MVID and, for ReadyToRun CoreLib, its load
+/// address.
+fn assert_cpus_and_perfinfo(theirs: &TraceEventView) {
+    assert_eq!(theirs.cpus.keys().collect::<Vec<_>>(), [&-1], "CPUs of a recording that kept none");
+    let guid = regex::Regex::new(r"^\{[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}\}$").unwrap();
+    let (corelib_guid, corelib_base) =
+        theirs.perfinfo.get("System.Private.CoreLib.dll").unwrap_or_else(|| panic!("no CoreLib in perfinfo: {:?}", theirs.perfinfo));
+    assert!(guid.is_match(corelib_guid) && *corelib_base != 0, "CoreLib's perfinfo entry: {corelib_guid} at {corelib_base:#x}");
+    for (image, (g, _)) in &theirs.perfinfo {
+        assert!(guid.is_match(g), "{image}'s GUID {g}");
+    }
 }
 
 /// PerfView's view of JIT frames: each in its assembly's module (not one `jit` module for all),
@@ -275,7 +302,8 @@ fn assert_modules_and_tiers(theirs: &TraceEventView) {
 }
 
 /// A finished run's trace.zip (runs with perf cpu-clock write one) opens in TraceEvent, which
-/// counts the samples of the run's folded stacks and finds the same top-5 managed leaf methods.
+/// counts the samples of the run's folded stacks and finds the same top-5 managed leaf methods,
+/// each sample's CPU and the runtime images of perfinfo-PID.map.
 /// Called from the real runs of `scenarios::cpu_bound…` and `your_app::console_app…`.
 pub fn assert_trace_zip_opens(run: &Path) {
     let reader = build_reader().unwrap_or_else(|e| panic!("the TraceEvent reader: {e}"));
@@ -291,6 +319,7 @@ pub fn assert_trace_zip_opens(run: &Path) {
     assert_eq!(theirs.samples + LAST_SAMPLE_DROPPED, leaves.values().sum::<u64>(), "TraceEvent's sample count of {}", zip.display());
     assert_same_top_methods(&leaves, &theirs);
     assert_modules_and_tiers(&theirs);
+    assert_cpus_and_perfinfo(&theirs);
 }
 
 /// `cargo xtask open`'s server: the URL it prints serves the profile's bytes over loopback.

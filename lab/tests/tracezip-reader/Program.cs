@@ -1,6 +1,8 @@
 // TraceZipReader FILE.trace.zip OUT.json
 // What PerfView sees in a perfcollect trace.zip, through TraceEvent 4.0.0's own readers:
-//   perf.data.txt  -> LinuxPerfScriptStackSource (perf script parser): samples, leaf frame counts
+//   perf.data.txt  -> LinuxPerfScriptStackSource (perf script parser): samples, leaf frame counts,
+//                     samples per CPU (-1: the line has no [cpu] field)
+//   perfinfo-*.map -> LinuxPerfScriptEventParser.ParsePerfInfoFile: each image's GUID and base
 //   lttngTrace/    -> CtfTraceEventSource: events per "<provider>/<event id>", with TraceEvent's names
 using System.IO.Compression;
 using System.Text.Json;
@@ -21,12 +23,25 @@ static class TraceZipReader
         }
         long samples = 0;
         var leaves = new Dictionary<string, long>();
+        var cpus = new SortedDictionary<int, long>();
+        var perfinfoGuids = new Dictionary<string, string>();
+        var perfinfoBases = new Dictionary<string, ulong>();
+        using (var zip = ZipFile.OpenRead(path))
+        {
+            foreach (var e in zip.Entries.Where(e => e.Name.StartsWith("perfinfo-") && e.Name.EndsWith(".map")))
+            {
+                using var s = e.Open();
+                new LinuxPerfScriptEventParser().ParsePerfInfoFile(s, perfinfoGuids, perfinfoBases);
+            }
+        }
         if (hasPerf)
         {
             var stacks = new LinuxPerfScriptStackSource(path, false);
             stacks.ForEach(s =>
             {
                 samples++;
+                int cpu = stacks.GetLinuxPerfScriptSampleByIndex(s.SampleIndex).CpuNumber;
+                cpus[cpu] = cpus.GetValueOrDefault(cpu) + 1;
                 var name = s.StackIndex == Microsoft.Diagnostics.Tracing.Stacks.StackSourceCallStackIndex.Invalid
                     ? "" : stacks.GetFrameName(stacks.GetFrameIndex(s.StackIndex), false);
                 leaves[name] = leaves.GetValueOrDefault(name) + 1;
@@ -52,6 +67,8 @@ static class TraceZipReader
                 .Select(kv => new object[] { kv.Key, kv.Value }).ToList(),
             counts,
             names,
+            cpus = cpus.ToDictionary(kv => kv.Key.ToString(), kv => kv.Value),
+            perfinfo = perfinfoGuids.ToDictionary(kv => kv.Key, kv => new { guid = kv.Value, base_address = perfinfoBases.GetValueOrDefault(kv.Key) }),
         };
         File.WriteAllText(a[1], JsonSerializer.Serialize(result, new JsonSerializerOptions { WriteIndented = true }));
         return 0;

@@ -137,6 +137,7 @@ pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
             weight: 1,
             frames: frames(s.stack),
             kind: Some(s.kind.as_str().to_string()),
+            cpu: None,
         });
     }
     for e in events {
@@ -198,7 +199,7 @@ mod tests {
         );
         let mut c = Collection::new("eventpipe");
         let bare = |addr| Frame { name: None, dso: None, class: DsoClass::Unknown, addr };
-        c.samples.push(Sample { pid: 1, tid: 1, time_ns: 0, weight: 1, frames: vec![bare(base + offset), bare(0x7f10_0000_0010)], kind: None });
+        c.samples.push(Sample::new(1, 1, 0, vec![bare(base + offset), bare(0x7f10_0000_0010)]));
         let identity = |p: &Path| Some(p.to_path_buf());
         assert_eq!(name_ready_to_run_frames(&mut c, &maps, &identity), 1);
         let f = &c.samples[0].frames[0];

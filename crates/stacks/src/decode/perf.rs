@@ -29,6 +29,7 @@ pub fn samples_to_model(rec: &PerfRecording, symbolizer: &mut Symbolizer, weight
             weight: weight_of(s),
             frames: rec.frames(s).map(|f| symbolizer.frame(s.pid, f.addr, f.in_kernel)).collect(),
             kind: None,
+            cpu: s.cpu,
         })
         .collect()
 }

@@ -562,6 +562,7 @@ mod tests {
             weight: 1,
             frames: vec![frame("W::Hot()", DsoClass::Jit), frame("syscall", DsoClass::Kernel), frame("fn@0x10", DsoClass::RuntimeNative)],
             kind: None,
+            cpu: None,
         };
         let mut cpu = Collection::new("perf-cpu");
         cpu.metrics.insert("frequency_hz".into(), 999.0);
@@ -638,9 +639,9 @@ mod tests {
         let frame = |n: &str| model::Frame { name: Some(n.into()), dso: None, class: DsoClass::Jit, addr: 0 };
         // 2000 waits of 0.4 ms in one stack: 800 ms, though each rounds to 0 ms alone.
         for i in 0..2000u64 {
-            coll.samples.push(model::Sample { pid: 1, tid: 2, time_ns: i * 1_000_000, weight: 400_000, frames: vec![frame("W::Wait()")], kind: Some("blocked".into()) });
+            coll.samples.push(model::Sample { weight: 400_000, kind: Some("blocked".into()), ..model::Sample::new(1, 2, i * 1_000_000, vec![frame("W::Wait()")]) });
         }
-        coll.samples.push(model::Sample { pid: 1, tid: 2, time_ns: 5, weight: 3_000_000_000, frames: vec![frame("W::Sleep()")], kind: Some("blocked".into()) });
+        coll.samples.push(model::Sample { weight: 3_000_000_000, kind: Some("blocked".into()), ..model::Sample::new(1, 2, 5, vec![frame("W::Sleep()")]) });
         let j = json(&coll, &[]);
         let t = &j["threads"][0];
         assert_eq!(t["samples"]["weightType"], "tracing-ms");

@@ -4,7 +4,8 @@
 //!   the on-CPU samples, written from the model so every frame carries the name tracelab gave it
 //!   ([`frame_label`], the folded stacks' own: ReadyToRun and code-version-merged JIT names
 //!   included);
-//! - the runtime's `perf-PID.map` and `perfinfo-PID.map` when the run kept them;
+//! - the runtime's `perf-PID.map`, and `perfinfo-PID.map` ([`perfinfo_text`]: the .NET 10 runtime
+//!   writes none, so the perf collector writes it from the recording);
 //! - `lttngTrace/`: the LTTng session's CTF folder as LTTng wrote it (`…/ust/uid/0/64-bit/metadata`
 //!   and `channel*` streams), when the run traced with LTTng.
 
@@ -37,7 +38,9 @@ pub struct TraceZipInput<'a> {
 
 /// `perf script` text of a collection's samples, in perfcollect's field order: `comm pid/tid
 /// [cpu] secs.micros: period event: ` then one `\tADDR SYMBOL (DSO)` line per frame, leaf first,
-/// and an empty line. The model keeps no CPU number: every sample says CPU 0.
+/// and an empty line. `[cpu]` is the CPU perf recorded (`--sample-cpu`); a sample without one
+/// leaves the field out, as perfcollect's fallback `perf script` does where perf has no CPU, so
+/// PerfView shows none rather than a made-up CPU 0.
 pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
     let period = coll.metrics.get("frequency_hz").filter(|hz| **hz > 0.0).map(|hz| (1e9 / hz).round() as u64).unwrap_or(1);
     let comm = |tid: u32, pid: u32| -> String {
@@ -54,7 +57,8 @@ pub fn perf_script_text(coll: &Collection, run: &[Collection]) -> String {
         let secs = s.time_ns / 1_000_000_000;
         let micros = (s.time_ns % 1_000_000_000) / 1000;
         let weight = period * s.weight.max(1);
-        out.push_str(&format!("{} {}/{} [000] {secs}.{micros:06}: {weight} cpu-clock: \n", comm(s.tid, s.pid), s.pid, s.tid));
+        let cpu = s.cpu.map(|c| format!(" [{c:03}]")).unwrap_or_default();
+        out.push_str(&format!("{} {}/{}{cpu} {secs}.{micros:06}: {weight} cpu-clock: \n", comm(s.tid, s.pid), s.pid, s.tid));
         for f in &s.frames {
             let mut dso = f.dso.as_deref().unwrap_or("[unknown]").to_string();
             let mut sym = if f.name.is_some() { frame_label(f) } else { "[unknown]".to_string() };
@@ -239,6 +243,49 @@ fn add_tree<W: std::io::Write + std::io::Seek>(
     Ok(())
 }
 
+/// `perfinfo-PID.map` as the runtime wrote it before .NET 9 (`PerfInfo::LogImage`, read back
+/// by TraceEvent's `LinuxPerfScriptEventParser.ParsePerfInfoFile`): one
+/// `ImageLoad;PATH;{MVID};BASE;` line per image, the MVID as `StringFromGUID2` spells it and the
+/// base in hex without `0x` (TraceEvent parses it as a hex number), 0 for an image without
+/// precompiled code. The .NET 10 runtime writes no such file (libcoreclr 10.0.12 holds no
+/// `perfinfo` string), so it is rebuilt from the recording: each .NET image process `pid`
+/// mapped with code (perf records executable mappings only, so IL-only assemblies, which hold
+/// no code, are absent), in mapping order; `path_map` finds the file as the app saw it.
+///
+/// Each line is written twice: TraceEvent 4.0.0 skips the line after every line that carries a
+/// base (measured: of `A;B;C;D;E`, it read A, C and E), and reading one image twice is harmless
+/// to it (a dictionary by file name) and to any other reader.
+pub fn perfinfo_text(rec: &perfdata::PerfRecording, pid: u32, path_map: &dyn Fn(&Path) -> Option<PathBuf>) -> String {
+    let mut bases: Vec<(&str, u64)> = Vec::new();
+    for m in rec.mmaps.iter().filter(|m| m.pid == pid && !m.in_kernel && m.path.to_ascii_lowercase().ends_with(".dll")) {
+        let base = m.start.saturating_sub(m.pgoff);
+        match bases.iter_mut().find(|(p, _)| *p == m.path) {
+            Some((_, b)) => *b = (*b).min(base),
+            None => bases.push((&m.path, base)),
+        }
+    }
+    let cache = r2r::ModuleCache::default();
+    let mut out = String::new();
+    for (path, base) in bases {
+        let Some(module) = path_map(Path::new(path)).and_then(|host| cache.get(&host)) else { continue };
+        let Ok(g) = module.mvid() else { continue };
+        let base = if module.ready_to_run { base } else { 0 };
+        let guid = format!(
+            "{:08X}-{:04X}-{:04X}-{:02X}{:02X}-{}",
+            u32::from_le_bytes([g[0], g[1], g[2], g[3]]),
+            u16::from_le_bytes([g[4], g[5]]),
+            u16::from_le_bytes([g[6], g[7]]),
+            g[8],
+            g[9],
+            g[10..].iter().map(|b| format!("{b:02X}")).collect::<String>()
+        );
+        let line = format!("ImageLoad;{path};{{{guid}}};{base:016X};\n");
+        out.push_str(&line);
+        out.push_str(&line);
+    }
+    out
+}
+
 /// The runtime's perf-PID.map / perfinfo-PID.map files under `artifacts` (a host run moves them
 /// there; a container run's /tmp is a folder of the run).
 pub fn runtime_files(artifacts: &Path) -> Vec<PathBuf> {
@@ -308,7 +355,7 @@ mod tests {
         let mut coll = Collection::new("perf-cpu");
         let so = "/usr/share/dotnet/shared/Microsoft.NETCore.App/10.0.12/libcoreclr.so";
         let frame = model::Frame { name: Some("fn@0x3689f0".into()), dso: Some(so.into()), class: model::DsoClass::RuntimeNative, addr: 0x7f00_0000_1000 };
-        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1, weight: 1, frames: vec![frame], kind: None });
+        coll.samples.push(model::Sample::new(7, 7, 1, vec![frame]));
         let text = perf_script_text(&coll, &[]);
         assert!(text.contains(&format!(" fn@0x3689f0 ({so})")), "{text}");
         assert!(!text.contains("libcoreclr.so!"), "{text}");
@@ -321,8 +368,10 @@ mod tests {
         coll.metrics.insert("frequency_hz".into(), 999.0);
         let text = perf_script_text(&coll, &[]);
         let first = text.lines().next().unwrap();
-        // `comm pid/tid [cpu] secs.micros: period event: `, as perf script prints those fields.
-        let re = regex::Regex::new(r"^\S.* \d+/\d+ \[\d{3}\] \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
+        // `comm pid/tid secs.micros: period event: `, as perf script prints those fields of a
+        // recording without CPUs (this one's `perf record` had no `--sample-cpu`).
+        assert!(coll.samples.iter().all(|s| s.cpu.is_none()));
+        let re = regex::Regex::new(r"^\S.* \d+/\d+ \d+\.\d{6}: 1001001 cpu-clock: $").unwrap();
         assert!(re.is_match(first), "{first:?}");
         assert_eq!(text.matches("cpu-clock:").count(), coll.samples.len());
         // One label per method, as in the folded stacks (model): no return type; the code tier
@@ -335,7 +384,7 @@ mod tests {
     fn zip_holds_perfcollects_layout() {
         let dir = tempfile::tempdir().unwrap();
         let mut coll = Collection::new("perf-cpu");
-        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1_500_000_000, weight: 1, frames: vec![], kind: None });
+        coll.samples.push(model::Sample { cpu: Some(1), ..model::Sample::new(7, 7, 1_500_000_000, vec![]) });
         let map = dir.path().join("artifacts/tmp/perf-7.map");
         std::fs::create_dir_all(map.parent().unwrap()).unwrap();
         std::fs::write(&map, "1000 10 W::Hot()\n").unwrap();
@@ -359,7 +408,7 @@ mod tests {
         }
         let mut text = String::new();
         std::io::Read::read_to_string(&mut zip.by_name("run.trace/perf.data.txt").unwrap(), &mut text).unwrap();
-        assert_eq!(text, "dotnet 7/7 [000] 1.500000: 1 cpu-clock: \n\n");
+        assert_eq!(text, "dotnet 7/7 [001] 1.500000: 1 cpu-clock: \n\n");
         assert!(!dir.path().join(".run.trace.zip.partial").exists());
         // Entries are dated when written, not 1980-01-01 (the zip format's zero).
         let year = zip.by_name("run.trace/perf.data.txt").unwrap().last_modified().map(|d| d.year()).unwrap_or(1980);
@@ -377,7 +426,7 @@ mod tests {
             std::fs::write(artifacts.join(rel), text).unwrap();
         }
         let mut coll = Collection::new("perf-cpu");
-        coll.samples.push(model::Sample { pid: 7, tid: 7, time_ns: 1, weight: 1, frames: vec![], kind: None });
+        coll.samples.push(model::Sample::new(7, 7, 1, vec![]));
         let input = TraceZipInput { name: "run", perf: Some(&coll), run: &[], lttng_dir: None, runtime_files: runtime_files(&artifacts) };
         let path = write(&input, dir.path()).unwrap().unwrap();
         let zip = zip::ZipArchive::new(std::fs::File::open(&path).unwrap()).unwrap();

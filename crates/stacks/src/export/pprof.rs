@@ -132,7 +132,7 @@ mod tests {
         coll.weight_ns = true;
         let frame = model::Frame { name: Some("W::Wait()".into()), dso: None, class: model::DsoClass::Jit, addr: 0 };
         for t in 0..3u64 {
-            coll.samples.push(model::Sample { pid: 1, tid: 2, time_ns: t, weight: 400_000, frames: vec![frame.clone()], kind: Some("blocked".into()) });
+            coll.samples.push(model::Sample { weight: 400_000, kind: Some("blocked".into()), ..model::Sample::new(1, 2, t, vec![frame.clone()]) });
         }
         let p = profile(&coll, &[]).unwrap();
         assert_eq!(p.string(p.sample_type[1].r#type), "off_cpu");

@@ -707,7 +707,7 @@ fn fold_dwarf_file(path: &Path, ctx: &DecodeContext, pids: &[u32]) -> Result<Per
     c.samples = unwound
         .samples
         .into_iter()
-        .map(|s| model::Sample { pid: s.pid, tid: s.tid, time_ns: s.time_ns, weight: 1, frames: s.frames, kind: None })
+        .map(|s| model::Sample { cpu: s.cpu, ..model::Sample::new(s.pid, s.tid, s.time_ns, s.frames) })
         .collect();
     let samples = c.samples.len() as u64;
     let distinct_callchains = c.samples.iter().map(|s| s.frames.iter().map(|f| f.addr).collect::<Vec<_>>()).collect::<std::collections::HashSet<_>>().len();
@@ -830,7 +830,7 @@ mod tests {
     }
 
     fn sample(frames: Vec<Frame>) -> Sample {
-        Sample { pid: 1, tid: 2, time_ns: 0, weight: 1, frames, kind: None }
+        Sample::new(1, 2, 0, frames)
     }
 
     fn collection() -> Collection {

@@ -176,7 +176,7 @@ mod tests {
     }
 
     fn sample(frames: Vec<Frame>) -> Sample {
-        Sample { pid: 1, tid: 1, time_ns: 0, weight: 1, frames, kind: None }
+        Sample::new(1, 1, 0, frames)
     }
 
     #[test]

@@ -114,7 +114,8 @@ pub struct UnwoundSample {
     pub event: usize,
     pub pid: u32,
     pub tid: u32,
-    pub cpu: u32,
+    /// None when the recording kept no CPU (PERF_SAMPLE_CPU).
+    pub cpu: Option<u32>,
     pub time_ns: u64,
     pub period: u64,
     /// Leaf first: perf's kernel frames, then ours.
@@ -857,7 +858,7 @@ fn read_all(bytes: &[u8], path: &Path, unwinder: &mut StackUnwinder) -> Result<U
                     event: attr_index,
                     pid: s.pid.unwrap_or(-1) as u32,
                     tid: s.tid.unwrap_or(-1) as u32,
-                    cpu: s.cpu.unwrap_or(0),
+                    cpu: s.cpu,
                     time_ns: s.timestamp.unwrap_or(0),
                     period: s.period.unwrap_or(1),
                     frames,

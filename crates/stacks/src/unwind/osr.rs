@@ -179,7 +179,7 @@ mod tests {
     }
 
     fn sample(tid: u32, frames: Vec<Frame>) -> Sample {
-        Sample { pid: 1, tid, time_ns: 0, weight: 1, frames, kind: None }
+        Sample::new(1, tid, 0, frames)
     }
 
     // As perf-cpu recorded spin-two (corpus): Burn's OSR version over its Tier0 frame, Alpha gone,
