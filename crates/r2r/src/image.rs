@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Bytes, Error, Result, bad};
 use crate::metadata::{self as md, Metadata};
@@ -187,7 +187,9 @@ pub struct R2rImage {
     /// The method (index into `methods`) each runtime function belongs to; NO_METHOD = none.
     owner: Vec<u32>,
     methods: Vec<MethodEntry>,
-    names: Vec<OnceLock<Arc<str>>>,
+    /// Names made so far, by method index: a recording names a few hundred of CoreLib's ~50 k
+    /// methods, and a slot for each (a megabyte of fresh pages) cost more than the lookups.
+    names: Mutex<HashMap<u32, Arc<str>>>,
     manifest: Option<Metadata>,
     dir: Option<PathBuf>,
     cache: Arc<ModuleCache>,
@@ -334,7 +336,7 @@ impl R2rImage {
         let owner = assign_owners(&funcs, &mut methods, &cold, proofs.as_ref());
         stats.unowned_functions = owner.iter().filter(|&&o| o == NO_METHOD).count();
         stats.funclets = funcs.len() - stats.unowned_functions - methods.len();
-        let names = (0..methods.len()).map(|_| OnceLock::new()).collect();
+        let names = Mutex::default();
         let assembly = assembly_name(b, &metadata)?;
         let module = Arc::new(Module { data, metadata, assembly, ready_to_run: true });
         Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats })
@@ -380,11 +382,16 @@ impl R2rImage {
         let m = self.methods[i];
         let rva = self.funcs[m.first as usize].0;
         let end = self.funcs[m.last as usize].1;
-        let name = self.names[i].get_or_init(|| match self.method_name(m.kind) {
-            Ok(n) => n.into(),
-            Err(e) => format!("[{}] <unnamed method at RVA {rva:#x}: {}>", self.module.assembly, e).into(),
+        let known = self.names.lock().unwrap_or_else(|p| p.into_inner()).get(&(i as u32)).cloned();
+        let name = known.unwrap_or_else(|| {
+            // Made outside the lock: naming may open another assembly (`module_at`).
+            let made: Arc<str> = match self.method_name(m.kind) {
+                Ok(n) => n.into(),
+                Err(e) => format!("[{}] <unnamed method at RVA {rva:#x}: {}>", self.module.assembly, e).into(),
+            };
+            self.names.lock().unwrap_or_else(|p| p.into_inner()).entry(i as u32).or_insert(made).clone()
         });
-        MethodInfo { rva, len: end.saturating_sub(rva), name: name.clone() }
+        MethodInfo { rva, len: end.saturating_sub(rva), name }
     }
 
     /// The assembly that ReadyToRun module index `index` stands for (0 = this one).

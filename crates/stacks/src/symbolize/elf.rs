@@ -193,10 +193,8 @@ fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
 /// adds at run time (BPF programs, ftrace trampolines) are not in a cached copy.
 pub fn running_kallsyms() -> Result<SymbolTable> {
     let cache = kallsyms_cache_path();
-    if let Some(path) = &cache
-        && let Ok(bytes) = std::fs::read(path)
-        && let Some(table) = SymbolTable::from_bytes(&bytes)
-    {
+    // Mapped, not read: a lookup touches a few of its pages.
+    if let Some(table) = cache.as_deref().and_then(SymbolTable::from_file) {
         return Ok(table);
     }
     let table = read_kallsyms(Path::new("/proc/kallsyms"))?;

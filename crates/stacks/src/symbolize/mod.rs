@@ -442,32 +442,21 @@ impl<'a> Symbolizer<'a> {
     }
 }
 
-/// Work to run while a recording's samples decode ([`PerfRecording::read_with`]): parse the
-/// ReadyToRun images it maps and, when it was made on the running kernel, read that kernel's
-/// symbols — the two slowest symbol sources, which need only the MMAP records. Both land in
-/// process-wide caches that [`Symbolizer`] reads from.
+/// Work to run while a recording's samples decode ([`PerfRecording::read_with`]): when the
+/// recording was made on the running kernel, read that kernel's symbols — the slowest symbol
+/// source, which needs only the MMAP records — into the process-wide cache [`Symbolizer`] reads.
+/// ReadyToRun images are not parsed here: a .NET process maps a dozen or more, its samples hit a
+/// few, and which ones is known only once the samples are counted ([`Symbolizer::preload`] parses
+/// those). On two shared cores, parsing every mapped image beside the decode was work taken from
+/// the decode, and on a cold page cache it read images no sample needs from disk.
 pub fn prefetch_job(ctx: &DecodeContext, mmaps: &[PerfMmap], os_release: Option<&str>) -> Option<PrefetchJob> {
-    let mut images: Vec<PathBuf> = mmaps
-        .iter()
-        .filter(|m| !m.in_kernel && DsoClass::of_mapping(&m.path) == DsoClass::R2r)
-        .filter_map(|m| (ctx.path_map)(Path::new(&m.path)))
-        .collect();
-    images.sort();
-    images.dedup();
     // A kallsyms file in a symbol folder takes precedence (see `load_kallsyms`).
     let kernel = ctx.symbol_dirs.is_empty() && mmaps.iter().any(|m| m.in_kernel) && made_on_running_kernel(os_release);
-    if images.is_empty() && !kernel {
+    if !kernel {
         return None;
     }
-    Some(Box::new(move || {
-        std::thread::scope(|scope| {
-            if kernel {
-                scope.spawn(|| {
-                    let _ = running_kernel_symbols();
-                });
-            }
-            r2r::prefetch(&images);
-        })
+    Some(Box::new(|| {
+        let _ = running_kernel_symbols();
     }))
 }
 
