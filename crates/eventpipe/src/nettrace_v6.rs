@@ -134,10 +134,6 @@ impl<'a> Cur<'a> {
         let n = self.varint(what)? as usize;
         Ok(String::from_utf8_lossy(self.bytes(n, what)?).into_owned())
     }
-    fn short_utf8(&mut self, what: &str) -> Result<String> {
-        let n = self.u16(what)? as usize;
-        Ok(String::from_utf8_lossy(self.bytes(n, what)?).into_owned())
-    }
     fn done(&self) -> bool {
         self.pos >= self.buf.len()
     }
@@ -211,7 +207,7 @@ pub fn read_v6(data: &[u8]) -> Result<V6Trace> {
                 let count = c.u32("stack count")?;
                 for i in 0..count {
                     let n = c.u32("stack size")? as usize;
-                    if n % 8 != 0 {
+                    if !n.is_multiple_of(8) {
                         return Err(Error::format(
                             c.at(),
                             format_args!(

@@ -341,6 +341,22 @@ impl Collector for CollectLinux {
             .trace_path
             .clone()
             .unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
+        let mut head = [0u8; 16];
+        if std::io::Read::read_exact(&mut std::fs::File::open(&path)?, &mut head).is_ok()
+            && eventpipe::is_nettrace_v6(&head)
+        {
+            // What collect-linux writes: the blocks are read (eventpipe::read_v6), their samples,
+            // symbols and user_events payloads are not turned into the model yet.
+            let trace = eventpipe::read_v6(&std::fs::read(&path)?)
+                .with_context(|| format!("reading {}", path.display()))?;
+            bail!(
+                "{} is nettrace V6 ({} events, {} event types) and tracelab does not decode V6 samples and events into \
+                 stacks yet",
+                path.display(),
+                trace.events.len(),
+                trace.metadata.len()
+            );
+        }
         let mut c = decode_nettrace(&path, &self.name)?;
         super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
         Ok(c)
