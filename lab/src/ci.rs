@@ -25,8 +25,11 @@ pub const REGENERATE: &str = "cargo xtask ci workflow";
 #[derive(Clone, Debug)]
 pub struct Axes {
     pub scenarios: Vec<String>,
-    /// qemu guests (kernel axis): labels of [`crate::vm::KERNELS`].
+    /// qemu guests (kernel axis): labels of Debian's own kernels ([`crate::vm::default_kernels`]).
     pub kernels: Vec<String>,
+    /// Scenarios that need kernel user_events (a `collect-linux` collector): they run on the built
+    /// [`crate::vm::USER_EVENTS_KERNEL`] in a job of their own, and SKIP everywhere else.
+    pub user_events: Vec<String>,
     /// Container base images (distro / LTTng axis): bullseye = LTTng 2.12, bookworm = 2.13, trixie.
     pub distros: Vec<String>,
     /// .NET runtimes (`10.0` = 10.0.12 from the SDK in shared/toolchains). A newer runtime drops in
@@ -42,9 +45,18 @@ pub const DOTNET_RUNTIMES: &[&str] = &["10.0"];
 impl Axes {
     /// The axes as the repository defines them now.
     pub fn current() -> Result<Axes> {
+        let scenarios = harness::scenario::list_names()?;
+        let mut user_events = Vec::new();
+        for name in &scenarios {
+            let s = harness::scenario::Scenario::find(name)?;
+            if s.collectors.iter().any(|c| c.kind() == harness::collect::CollectorKind::CollectLinux) {
+                user_events.push(name.clone());
+            }
+        }
         Ok(Axes {
-            scenarios: harness::scenario::list_names()?,
-            kernels: crate::vm::KERNELS.iter().map(|k| k.label.to_string()).collect(),
+            scenarios,
+            user_events,
+            kernels: crate::vm::default_kernels().iter().map(|k| k.label.to_string()).collect(),
             distros: DISTROS.iter().map(|s| s.to_string()).collect(),
             dotnet: DOTNET_RUNTIMES.iter().map(|s| s.to_string()).collect(),
         })
@@ -149,6 +161,19 @@ pub fn generate(axes: &Axes) -> String {
         &format!("matrix kernels --kernels ${{{{ matrix.kernel }}}} --scenario {}", axes.scenarios.join(",")),
         "results-kernel-${{ matrix.kernel }}",
     );
+    // The kernel built with CONFIG_USER_EVENTS (vm::kernel_build: ≥ 12 min of 2 cores the first
+    // time, then cached) runs only what needs it: `dotnet-trace collect-linux`.
+    if !axes.user_events.is_empty() {
+        job(
+            &mut y,
+            "kernel_user_events",
+            &format!("kernel {} (qemu, built with CONFIG_USER_EVENTS)", crate::vm::USER_EVENTS_KERNEL),
+            &[],
+            180,
+            &format!("matrix kernels --kernels {} --scenario {}", crate::vm::USER_EVENTS_KERNEL, axes.user_events.join(",")),
+            &format!("results-kernel-{}", crate::vm::USER_EVENTS_KERNEL),
+        );
+    }
     job(
         &mut y,
         "dotnet",
@@ -338,6 +363,7 @@ mod tests {
         Axes {
             scenarios: vec!["cpu-bound".into(), "gc-heavy".into()],
             kernels: vec!["5.10".into(), "6.1".into()],
+            user_events: vec!["cpu-bound-collect-linux".into()],
             distros: vec!["bullseye".into()],
             dotnet: vec!["10.0".into()],
         }
@@ -356,7 +382,8 @@ mod tests {
         assert!(y.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]"), "{y}");
         assert!(y.contains("kernel: [\"5.10\", \"6.1\"]"), "{y}");
         assert!(y.contains("matrix kernels --kernels ${{ matrix.kernel }} --scenario cpu-bound,gc-heavy"), "{y}");
-        assert!(y.contains("needs: [host, containers, caps, kernels, dotnet, pods, install]"), "{y}");
+        assert!(y.contains("needs: [host, containers, caps, kernels, kernel_user_events, dotnet, pods, install]"), "{y}");
+        assert!(y.contains("matrix kernels --kernels 6.12-user-events --scenario cpu-bound-collect-linux\n"), "{y}");
         assert!(y.contains("workflow_dispatch:") && y.contains("schedule:"), "{y}");
     }
 
@@ -400,7 +427,7 @@ mod tests {
             + y.matches("name: fuzz-").count()
             + y.matches("name: interrupt-").count()
             + y.matches("name: corpus\n").count();
-        assert_eq!(jobs, 11);
+        assert_eq!(jobs, 12);
         assert_eq!(jobs, uploads, "{y}");
     }
 

@@ -61,6 +61,9 @@ pub struct Tools {
     pub go: Option<String>,
     /// Where dotnet-trace comes from: the installed launcher, or the offline feed's package.
     pub dotnet_trace: Option<String>,
+    /// Whether the 6.12-user-events kernel can be built here: its source and tools, or what lacks
+    /// (`None`: not checked).
+    pub kernel_build: Option<Result<String, String>>,
     /// `--symbols` folders given, each with whether it exists and how many debug files it holds.
     pub symbols: Vec<(PathBuf, Option<usize>)>,
     /// Whether this kernel records a timer's wake-up of a thread on an idle CPU (the probe's
@@ -95,6 +98,7 @@ impl Tools {
                 Some(problem) => Err(problem),
             }),
             go: probe("go", &["version"], Duration::from_secs(10)).map(|v| v.trim().to_string()),
+            kernel_build: Some(crate::vm::kernel_build::host_ready(&crate::vm::kernel_build::USER_EVENTS_6_12)),
             dotnet_trace: if launcher.is_file() {
                 Some(launcher.display().to_string())
             } else {
@@ -187,7 +191,8 @@ pub fn doctor_rows(env: &Environment, tools: &Tools) -> Vec<DoctorRow> {
     rows.push(match env.user_events {
         Some(true) => row("CONFIG_USER_EVENTS", "yes", Status::Ok, "dotnet-trace collect-linux can work"),
         Some(false) => row("CONFIG_USER_EVENTS", "no", Status::Warn, "dotnet-trace collect-linux cannot work here (scenarios using it SKIP)")
-            .fix("no fix on this kernel: it was built without CONFIG_USER_EVENTS; only another kernel built with it (6.4 or newer) helps. Nothing else depends on it"),
+            .fix("no fix on this kernel: it was built without CONFIG_USER_EVENTS; only another kernel built with it (6.4 or newer) helps: \
+                  `cargo xtask matrix kernels --kernels 6.12-user-events --scenario NAME` builds one and runs there. Nothing else depends on it"),
         None => row("CONFIG_USER_EVENTS", "unknown", Status::Warn, "tracefs is not mounted, and /boot has no config of this kernel")
             .fix("mount -t tracefs nodev /sys/kernel/tracing (as root), then run doctor again"),
     });
@@ -278,6 +283,11 @@ fn tool_rows(tools: &Tools) -> Vec<DoctorRow> {
         None => row("qemu", "not found", Status::Warn, "kernel matrix unavailable")
             .fix("apt-get install qemu-system-x86 qemu-utils (from bookworm-backports when qemu-utils is: cargo xtask setup --tests does that)"),
     });
+    rows.extend(tools.kernel_build.as_ref().map(|build| match build {
+        Ok(v) => row("kernel build", v, Status::Ok, "the kernel matrix can build its 6.12-user-events kernel (collect-linux)"),
+        Err(missing) => row("kernel build", format!("missing {missing}"), Status::Warn, "the 6.12-user-events kernel (collect-linux in the kernel matrix) cannot be built")
+            .fix("cargo xtask setup --tests (as root: installs linux-source-6.12 and the kernel's build tools)"),
+    }));
     rows.extend(tools.podman.as_ref().map(|podman| match podman {
         Ok(v) => row("podman", v, Status::Ok, "pod target (podman kube play)"),
         Err(problem) => row("podman", "not ready", Status::Warn, format!("pod target unavailable: {problem}"))
@@ -438,6 +448,7 @@ mod tests {
         std::fs::create_dir_all(&empty).unwrap();
         let tools = Tools {
             symbols: vec![("/nonexistent/symbols".into(), None), (empty.clone(), Some(0))],
+            kernel_build: Some(Err("bison".into())),
             ..Tools::default()
         };
         let mut env = Environment { perf_event_paranoid: Some(2), kptr_restrict: Some(1), user_events: Some(false), ..Default::default() };

@@ -55,6 +55,18 @@ pub const KERNELS: &[Package] = &[
     pkg("binutils", "objcopy splits debug files (split-debug symbol tests)"),
     pkg("debian-archive-keyring", "debootstrap and apt-get download verify the guests' packages"),
 ];
+/// What building the kernel with CONFIG_USER_EVENTS takes (vm::kernel_build): Debian's source and
+/// the kernel's build tools.
+pub const KERNEL_BUILD: &[Package] = &[
+    pkg("linux-source-6.12", "the 6.12-user-events kernel is built from Debian's source (no Debian kernel has CONFIG_USER_EVENTS)"),
+    pkg("build-essential", "make and gcc build the 6.12-user-events kernel"),
+    pkg("bc", "the kernel build computes constants with bc"),
+    pkg("bison", "the kernel's Kconfig parser is generated with bison"),
+    pkg("flex", "the kernel's Kconfig lexer is generated with flex"),
+    pkg("libelf-dev", "objtool (ORC unwinder) reads ELF with libelf"),
+    pkg("libssl-dev", "the kernel build signs and reads certificates with OpenSSL"),
+    pkg("dwarves", "pahole, which the kernel build asks for when BTF is on"),
+];
 pub const REPORT_TESTS: &[Package] = &[
     pkg("chromium", "the merged HTML report is opened in headless Chromium by a test"),
     pkg("fonts-dejavu-core", "headless Chromium needs a font to render the report"),
@@ -296,13 +308,17 @@ impl Needs {
                 // EventPipe is our own client; dotnet-trace comes from the offline NuGet feed.
                 // Dumps: our client, and the runtime's own createdump.
                 CollectorKind::EventPipe | CollectorKind::DotnetTrace | CollectorKind::Dump => {}
+                // dotnet-trace's own recorder (librecordtrace.so) records through perf_event_open;
+                // it needs tracefs (below) and a kernel with user_events, which no package gives.
+                CollectorKind::CollectLinux => {}
             }
         }
-        let tracepoint_kinds = [CollectorKind::PerfOffcpu, CollectorKind::PerfOffwake, CollectorKind::PerfSyscalls];
+        let tracepoint_kinds = [CollectorKind::PerfOffcpu, CollectorKind::PerfOffwake, CollectorKind::PerfSyscalls, CollectorKind::CollectLinux];
         if let Some(kind) = tracepoint_kinds.iter().find(|k| kinds.contains(k)) {
             needs.tracefs = Some(match kind {
                 CollectorKind::PerfOffcpu => "perf-offcpu records sched:sched_switch from tracefs",
                 CollectorKind::PerfOffwake => "perf-offwake records sched:sched_switch and sched:sched_waking from tracefs",
+                CollectorKind::CollectLinux => "collect-linux registers the runtime's events in tracefs's user_events_data",
                 _ => "perf-syscalls records syscalls:sys_enter_* from tracefs",
             });
         }
@@ -337,6 +353,9 @@ impl Needs {
                 };
                 self.packages.insert(i, pkg("linux-tools-common", "the `perf` wrapper that picks linux-tools-RELEASE"));
             }
+            // Debian's kernel source is no Ubuntu package (one unknown name fails the whole apt
+            // transaction): there the 6.12-user-events kernel says what it lacks when it is built.
+            self.packages.retain(|p| !p.name.starts_with("linux-source-"));
         }
         self
     }
@@ -365,7 +384,7 @@ impl Needs {
     /// built by the tests that use them (each suite once, cached by input hash).
     pub fn for_tests() -> Needs {
         let mut needs = Needs { purpose: "the test suite (cargo nextest run --workspace)".into(), ..Needs::default() };
-        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, REPORT_TESTS, SYMBOL_TESTS, HOG, PODS] {
+        for pkgs in [PERF, LTTNG, IMAGES, KERNELS, KERNEL_BUILD, REPORT_TESTS, SYMBOL_TESTS, HOG, PODS] {
             needs.add(pkgs);
         }
         needs.pods = Some("pod-target tests play pods with podman");
@@ -839,16 +858,24 @@ mod tests {
 
     #[test]
     fn partly_installed_installs_only_what_lacks() {
-        // This machine had every package but stress-ng (and libc6-dbg, golang-go and the pod
-        // target's podman, runc and catatonit, which the suite asked for only after the answers
-        // were recorded).
+        // This machine had every package but stress-ng (and libc6-dbg, golang-go, the pod
+        // target's podman, runc and catatonit and the user_events kernel's source and build
+        // tools, which the suite asked for only after the answers were recorded).
         let plan = Plan::make(&Needs::for_tests(), &case("ready"));
-        assert_eq!(installs(&plan), ["golang-go", "libc6-dbg", "stress-ng", "podman", "runc", "catatonit"], "{}", plan.render());
+        let kernel_build: Vec<&str> = KERNEL_BUILD.iter().map(|p| p.name.as_ref()).collect();
+        let later = ["golang-go", "libc6-dbg", "stress-ng", "podman", "runc", "catatonit"];
+        assert_eq!(installs(&plan), [kernel_build.as_slice(), &later].concat(), "{}", plan.render());
         // apt-get update + install, and the perf buffer limit (still Debian's default then).
         assert_eq!(plan.steps.len(), 3, "{}", plan.render());
         assert!(matches!(plan.steps[2], Step::RaisePerfMlock { from: 516, .. }), "{}", plan.render());
         let cmds = plan.commands();
-        assert_eq!(cmds[1], "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends golang-go libc6-dbg stress-ng podman runc catatonit");
+        assert_eq!(
+            cmds[1],
+            format!(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {} golang-go libc6-dbg stress-ng podman runc catatonit",
+                kernel_build.join(" ")
+            )
+        );
     }
 
     #[test]
@@ -940,6 +967,7 @@ mod tests {
     #[test]
     fn ubuntu_takes_perf_for_its_running_kernel() {
         let needs = Needs::for_tests().for_distro("ubuntu", "6.8.0-1021-azure");
+        assert!(!needs.packages.iter().any(|p| p.name.starts_with("linux-source-")), "no Debian kernel source on Ubuntu");
         let names: Vec<&str> = needs.packages.iter().map(|p| p.name.as_ref()).collect();
         assert_eq!(names[..2], ["linux-tools-common", "linux-tools-6.8.0-1021-azure"]);
         assert!(!names.contains(&"linux-perf"));

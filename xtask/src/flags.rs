@@ -249,7 +249,8 @@ pub enum MatrixAxis {
     },
     /// Debian kernels (qemu guests) × scenarios: each scenario's verdict per kernel.
     Kernels {
-        /// Kernels (comma-separated labels such as 5.10,6.1,6.12); default all.
+        /// Kernels (comma-separated labels such as 5.10,6.1,6.12, or 6.12-user-events: built here
+        /// with CONFIG_USER_EVENTS for collect-linux); default Debian's three.
         #[arg(long, value_delimiter = ',')]
         kernels: Vec<String>,
         /// Scenarios (comma-separated or repeated); default all.
@@ -303,7 +304,7 @@ pub enum Ci {
     },
     /// Boot one kernel of the matrix and run a shell script in it; prints the job's output.
     Boot {
-        /// 5.10 | 6.1 | 6.12 (or the suite name)
+        /// 5.10 | 6.1 | 6.12 | 6.12-user-events (or the suite name)
         #[arg(long, default_value = "6.1")]
         kernel: String,
         /// The script to run in the guest (its output is in out/job.log).

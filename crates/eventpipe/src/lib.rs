@@ -4,6 +4,8 @@
 //!   with bounded memory on any input and errors that name the byte offset; events pulled one at
 //!   a time or handed to a callback (`for_each_event`, faster), the input optionally read ahead
 //!   on a second thread (`read_ahead`).
+//! - [`read_v6`]: nettrace V6, what `dotnet-trace collect-linux` writes (perf samples of the whole
+//!   machine with their stacks, processes, mappings, symbols and the runtime's user_events).
 //! - [`decode()`]: a whole trace into events with decoded fields (runtime events by the runtime's
 //!   manifest, EventSource events by their metadata), SampleProfiler samples with managed stacks
 //!   resolved through method load and rundown events, counts and lost events.
@@ -21,6 +23,7 @@ mod known;
 mod manifest;
 mod metadata;
 mod nettrace;
+mod nettrace_v6;
 mod payload;
 mod speedscope;
 mod symbols;
@@ -32,6 +35,7 @@ pub use counters::{COUNTER_EVENT, CounterKind, CounterSample, CounterSeries, RUN
 pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, FieldCount64, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
+pub use nettrace_v6::{V6Event, V6Field, V6Metadata, V6Trace, is_nettrace_v6, read_v6};
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
 pub use known::runtime_event_layout;
 pub use payload::{FieldCount, PayloadLayout, Value, count_payload, decode_payload, guid_string};

@@ -163,7 +163,7 @@ impl DotnetTrace {
     }
 }
 
-fn collect_output<R: Read + Send + 'static>(mut r: R, sink: Arc<Mutex<Vec<u8>>>) {
+pub(super) fn collect_output<R: Read + Send + 'static>(mut r: R, sink: Arc<Mutex<Vec<u8>>>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = r.read(&mut buf) {

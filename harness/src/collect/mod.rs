@@ -15,6 +15,7 @@ pub mod syscalls;
 mod perf_record;
 pub mod eventpipe;
 pub mod dotnet_trace;
+pub mod collect_linux;
 pub mod lttng;
 pub mod dump;
 #[cfg(test)]
@@ -43,6 +44,12 @@ pub trait Collector {
     /// Environment the app must be started with for this collector to see it.
     fn app_env(&self) -> Vec<(String, String)> {
         Vec::new()
+    }
+    /// Checked before the workload is built or anything launched: `Err` with an `Unsupported`
+    /// when this environment proves the collector cannot work (a kernel option it lacks), so
+    /// the scenario SKIPs in seconds.
+    fn preflight(&self) -> Result<()> {
+        Ok(())
     }
     /// Called once the app printed its readiness line and before it is released into its
     /// measured phase. Returns only when the session is surely recording (a sentinel).

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{Collector, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
+use super::{Collector, collect_linux, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
 
 /// A mistake in one option of a collector, found when the scenario loads: the loader points at
 /// that option's `file:line:column`, not at the `[[collector]]` header above it.
@@ -66,6 +66,8 @@ pub enum CollectorOptions {
     EventPipe(eventpipe::EventPipeOptions),
     #[serde(rename = "dotnet-trace")]
     DotnetTrace(dotnet_trace::DotnetTraceOptions),
+    #[serde(rename = "collect-linux")]
+    CollectLinux(collect_linux::CollectLinuxOptions),
     #[serde(rename = "lttng")]
     Lttng(lttng::LttngOptions),
     #[serde(rename = "dump")]
@@ -81,13 +83,14 @@ pub enum CollectorKind {
     PerfSyscalls,
     EventPipe,
     DotnetTrace,
+    CollectLinux,
     Lttng,
     Dump,
 }
 
 impl CollectorKind {
     /// Every kind, in the order tables list them.
-    pub const ALL: [CollectorKind; 8] = [
+    pub const ALL: [CollectorKind; 9] = [
         CollectorKind::PerfCpu,
         CollectorKind::PerfOffcpu,
         CollectorKind::PerfOffwake,
@@ -95,6 +98,7 @@ impl CollectorKind {
         CollectorKind::Lttng,
         CollectorKind::EventPipe,
         CollectorKind::DotnetTrace,
+        CollectorKind::CollectLinux,
         CollectorKind::Dump,
     ];
 
@@ -107,6 +111,7 @@ impl CollectorKind {
             CollectorKind::PerfSyscalls => "perf-syscalls",
             CollectorKind::EventPipe => "eventpipe",
             CollectorKind::DotnetTrace => "dotnet-trace",
+            CollectorKind::CollectLinux => "collect-linux",
             CollectorKind::Lttng => "lttng",
             CollectorKind::Dump => "dump",
         }
@@ -131,6 +136,7 @@ impl CollectorKind {
             CollectorKind::PerfSyscalls => CollectorOptions::PerfSyscalls(syscalls::probe_options()),
             CollectorKind::EventPipe => CollectorOptions::EventPipe(eventpipe::probe_options()),
             CollectorKind::DotnetTrace => CollectorOptions::DotnetTrace(dotnet_trace::probe_options()),
+            CollectorKind::CollectLinux => CollectorOptions::CollectLinux(collect_linux::probe_options()),
             CollectorKind::Lttng => CollectorOptions::Lttng(lttng::probe_options()),
             CollectorKind::Dump => CollectorOptions::Dump(dump::probe_options()),
         })
@@ -146,6 +152,7 @@ impl CollectorKind {
             CollectorKind::PerfSyscalls => syscalls::DEFAULT_CAPABILITIES,
             CollectorKind::EventPipe => eventpipe::DEFAULT_CAPABILITIES,
             CollectorKind::DotnetTrace => dotnet_trace::DEFAULT_CAPABILITIES,
+            CollectorKind::CollectLinux => collect_linux::DEFAULT_CAPABILITIES,
             CollectorKind::Lttng => lttng::DEFAULT_CAPABILITIES,
             CollectorKind::Dump => dump::DEFAULT_CAPABILITIES,
         }
@@ -167,6 +174,7 @@ impl CollectorOptions {
             CollectorOptions::PerfSyscalls(_) => CollectorKind::PerfSyscalls,
             CollectorOptions::EventPipe(_) => CollectorKind::EventPipe,
             CollectorOptions::DotnetTrace(_) => CollectorKind::DotnetTrace,
+            CollectorOptions::CollectLinux(_) => CollectorKind::CollectLinux,
             CollectorOptions::Lttng(_) => CollectorKind::Lttng,
             CollectorOptions::Dump(_) => CollectorKind::Dump,
         }
@@ -273,6 +281,7 @@ pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
         CollectorOptions::PerfSyscalls(o) => syscalls::from_spec(name, o)?,
         CollectorOptions::EventPipe(o) => eventpipe::from_spec(name, o)?,
         CollectorOptions::DotnetTrace(o) => dotnet_trace::from_spec(name, o)?,
+        CollectorOptions::CollectLinux(o) => collect_linux::from_spec(name, o)?,
         CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,
         CollectorOptions::Dump(o) => dump::from_spec(name, o)?,
     })

@@ -456,6 +456,10 @@ fn execute(
             collect::from_spec(&spec)
         })
         .collect::<Result<_>>()?;
+    // A collector the environment rules out SKIPs the run before anything is built.
+    for c in &collectors {
+        c.preflight()?;
+    }
     let groups = scenario.run_groups();
 
     if let Some(pid) = opts.attach {

@@ -115,14 +115,24 @@ pub(crate) fn tracefs_mounted() -> bool {
 
 /// Whether the kernel has CONFIG_USER_EVENTS (what `dotnet-trace collect-linux` needs).
 pub(crate) fn user_events() -> Option<bool> {
-    if Path::new("/sys/kernel/tracing/user_events_data").exists() {
-        return Some(true);
+    crate::collect::collect_linux::user_events_state(
+        Path::new(crate::collect::collect_linux::USER_EVENTS_DATA),
+        tracefs_mounted(),
+        kernel_config().as_ref().map(|(_, text)| text.as_str()),
+    )
+}
+
+/// The running kernel's configuration and where it was read: `/boot/config-RELEASE`, else
+/// `/proc/config.gz` (a kernel built with IKCONFIG_PROC, as the matrix's own is).
+pub(crate) fn kernel_config() -> Option<(String, String)> {
+    let boot = format!("/boot/config-{}", kernel_release());
+    if let Ok(text) = std::fs::read_to_string(&boot) {
+        return Some((boot, text));
     }
-    let config = format!("/boot/config-{}", kernel_release());
-    if let Ok(text) = std::fs::read_to_string(config) {
-        return Some(text.lines().any(|l| l == "CONFIG_USER_EVENTS=y"));
-    }
-    if tracefs_mounted() { Some(false) } else { None }
+    let gz = std::fs::File::open("/proc/config.gz").ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut text).ok()?;
+    Some(("/proc/config.gz".into(), text))
 }
 
 const CAP_NAMES: [&str; 41] = [

@@ -171,6 +171,9 @@ pub(crate) fn collector_measures(kind: crate::collect::CollectorKind) -> &'stati
         CollectorKind::EventPipe | CollectorKind::DotnetTrace => {
             "thread time: SampleProfiler samples every managed thread, running or blocked"
         }
+        CollectorKind::CollectLinux => {
+            "perf through the kernel's user_events: cpu-sampling samples running threads (on-CPU time), thread-time adds context switches; runtime events with stacks"
+        }
         CollectorKind::Lttng => "runtime events (no stacks)",
         CollectorKind::Dump => "core dumps: the threads and mapped files each dump lists (no samples)",
     }

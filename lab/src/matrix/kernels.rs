@@ -21,7 +21,8 @@ use crate::vm::{BootOptions, GuestJob, KernelSpec};
 
 #[derive(Clone, Debug)]
 pub struct KernelMatrixOptions {
-    /// Kernel labels (`5.10`, `6.1`, `6.12`) or suites; empty = every kernel of [`crate::vm::KERNELS`].
+    /// Kernel labels (`5.10`, `6.1`, `6.12`, `6.12-user-events`) or suites; empty = Debian's own
+    /// kernels ([`crate::vm::default_kernels`]).
     pub kernels: Vec<String>,
     /// Scenario names (`scenarios/NAME.toml`); empty = every scenario.
     pub scenarios: Vec<String>,
@@ -110,7 +111,7 @@ pub fn list_cells(opts: &KernelMatrixOptions) -> Result<Vec<(KernelSpec, String)
 
 fn selected_kernels(names: &[String]) -> Result<Vec<KernelSpec>> {
     if names.is_empty() {
-        return Ok(crate::vm::KERNELS.to_vec());
+        return Ok(crate::vm::default_kernels());
     }
     names.iter().flat_map(|n| n.split(',')).filter(|n| !n.is_empty()).map(crate::vm::kernel_spec).collect()
 }
@@ -143,7 +144,9 @@ pub fn run_kernel_matrix(opts: &KernelMatrixOptions) -> Result<Vec<KernelCell>> 
             .with_context(|| format!("building the workload of `{s}` for the guests"))?;
         // Tools installed from the offline feed travel with the job (.build/tools): the guest
         // has no feed to install from.
-        if scenario.collectors.iter().any(|c| c.kind() == harness::collect::CollectorKind::DotnetTrace) {
+        if scenario.collectors.iter().any(|c| {
+            matches!(c.kind(), harness::collect::CollectorKind::DotnetTrace | harness::collect::CollectorKind::CollectLinux)
+        }) {
             harness::collect::dotnet_trace::ensure_installed().context("installing dotnet-trace for the guests")?;
         }
     }
@@ -469,7 +472,8 @@ mod tests {
         let k = selected_kernels(&["5.10,6.12".into()]).unwrap();
         assert_eq!(k.iter().map(|k| k.label).collect::<Vec<_>>(), ["5.10", "6.12"]);
         assert!(selected_kernels(&["4.9".into()]).is_err());
-        assert_eq!(selected_kernels(&[]).unwrap().len(), crate::vm::KERNELS.len());
+        assert_eq!(selected_kernels(&[]).unwrap().len(), crate::vm::default_kernels().len());
+        assert_eq!(selected_kernels(&["6.12-user-events".into()]).unwrap()[0].build.is_some(), true);
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! Building what a guest boots: a Debian kernel (from the suite's `linux-image-*-cloud-amd64`),
-//! a busybox initramfs that loads the virtio modules that kernel lacks built in, and one root
-//! disk made from a bullseye rootfs (perf 5.10, LTTng 2.12 with liblttng-ust0, libicu67, the
-//! .NET toolchain) with `mkfs.ext4 -d`, so no loop mount and no privileges beyond writing files.
+//! Building what a guest boots: a Debian kernel (from the suite's `linux-image-*-cloud-amd64`, or
+//! built from source by [`super::kernel_build`]), a busybox initramfs that loads the virtio
+//! modules that kernel lacks built in, and a root disk per userland suite — bullseye (perf 5.10,
+//! LTTng 2.12 with liblttng-ust0, libicu67) for Debian's kernels, bookworm (glibc 2.36, which
+//! `dotnet-trace collect-linux` needs) for the user_events one — each with the .NET toolchain,
+//! made with `mkfs.ext4 -d`, so no loop mount and no privileges beyond writing files.
 //! Everything is cached under `.build/vm/`; a stamp file beside each product names its inputs.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use super::KernelSpec;
 /// liblttng-ust0) the .NET runtime can load, and its userland runs on all three kernels.
 pub const ROOTFS_SUITE: &str = "bullseye";
 
-/// Packages of the guest's userland (besides debootstrap's minbase).
+/// Packages of the bullseye guest's userland (besides debootstrap's minbase).
 pub const ROOTFS_PACKAGES: &[&str] = &[
     "linux-perf-5.10",
     "liblttng-ust0",
@@ -26,6 +28,19 @@ pub const ROOTFS_PACKAGES: &[&str] = &[
     "procps",
     "kmod",
 ];
+
+/// Packages of the bookworm guest's userland: no LTTng (bookworm's LTTng-UST 2.13 is one the .NET
+/// runtime cannot load), the ICU and OpenSSL of bookworm.
+pub const BOOKWORM_PACKAGES: &[&str] = &["linux-perf", "libicu72", "libssl3", "ca-certificates", "procps", "kmod"];
+
+/// The packages of a guest rootfs suite.
+pub fn rootfs_packages(suite: &str) -> Result<&'static [&'static str]> {
+    match suite {
+        ROOTFS_SUITE => Ok(ROOTFS_PACKAGES),
+        "bookworm" => Ok(BOOKWORM_PACKAGES),
+        other => bail!("no guest rootfs is defined for suite `{other}` (bullseye, bookworm)"),
+    }
+}
 
 /// Modules the cloud kernels may build as modules and the guest needs before it can mount its
 /// root disk, in load order (a module's dependencies come first).
@@ -43,7 +58,7 @@ pub fn cache_dir() -> PathBuf {
     harness::project_root().join(".build").join("vm")
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String> {
+pub(super) fn run(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd.output().with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
     if !out.status.success() {
         bail!(
@@ -57,7 +72,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn stamp_matches(stamp: &Path, inputs: &str) -> bool {
+pub(super) fn stamp_matches(stamp: &Path, inputs: &str) -> bool {
     std::fs::read_to_string(stamp).is_ok_and(|s| s == inputs)
 }
 
@@ -197,8 +212,12 @@ pub struct PreparedKernel {
     pub initramfs: PathBuf,
 }
 
-/// Downloads the suite's cloud kernel (once) and builds its initramfs.
+/// Downloads the suite's cloud kernel (once) and builds its initramfs; a kernel built from
+/// source is built (once per input change) instead.
 pub fn prepare_kernel(spec: &KernelSpec) -> Result<PreparedKernel> {
+    if let Some(build) = &spec.build {
+        return super::kernel_build::prepare(spec, build);
+    }
     let dir = cache_dir().join("kernels").join(spec.label);
     let stamp = dir.join("stamp");
     let inputs = format!("{}\n{}\n{}\n", spec.suite, BOOT_MODULES.join(","), INIT_SCRIPT);
@@ -315,7 +334,7 @@ fn decompress(tool: &str, path: &Path) -> Result<Vec<u8>> {
 
 /// The initramfs `/init`: load the virtio modules, mount the root disk, hand over to the guest
 /// init on it. `panic=1` plus qemu's `-no-reboot` turn any failure here into a prompt exit.
-const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
+pub(super) const INIT_SCRIPT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -363,7 +382,7 @@ fn host_suite() -> String {
         .unwrap_or_else(|| "bookworm".into())
 }
 
-fn build_initramfs(out: &Path, modules: &[(String, Vec<u8>)]) -> Result<()> {
+pub(super) fn build_initramfs(out: &Path, modules: &[(String, Vec<u8>)]) -> Result<()> {
     use cpio::newc::Builder;
     let busybox = busybox_static()?;
     let order: String = modules.iter().map(|(m, _)| format!("{m}\n")).collect();
@@ -428,24 +447,25 @@ echo o > /proc/sysrq-trigger
 sleep 5
 "#;
 
-/// Builds (once) the bullseye rootfs with debootstrap.
-pub fn prepare_rootfs() -> Result<PathBuf> {
-    let dir = cache_dir().join(format!("rootfs-{ROOTFS_SUITE}"));
-    let stamp = cache_dir().join(format!("rootfs-{ROOTFS_SUITE}.stamp"));
-    let inputs = format!("{ROOTFS_SUITE}\n{}\n", ROOTFS_PACKAGES.join(","));
+/// Builds (once) the rootfs of `suite` with debootstrap.
+pub fn prepare_rootfs(suite: &str) -> Result<PathBuf> {
+    let packages = rootfs_packages(suite)?;
+    let dir = cache_dir().join(format!("rootfs-{suite}"));
+    let stamp = cache_dir().join(format!("rootfs-{suite}.stamp"));
+    let inputs = format!("{suite}\n{}\n", packages.join(","));
     if dir.is_dir() && stamp_matches(&stamp, &inputs) {
         return Ok(dir);
     }
     harness::host::environment::require_program("debootstrap")
         .map_err(|e| anyhow::anyhow!("{e}: `apt-get install debootstrap` (it builds the guest's rootfs)"))?;
-    let tmp = cache_dir().join(format!("rootfs-{ROOTFS_SUITE}.tmp"));
+    let tmp = cache_dir().join(format!("rootfs-{suite}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(cache_dir())?;
     run(
         Command::new("debootstrap")
             .arg("--variant=minbase")
-            .arg(format!("--include={}", ROOTFS_PACKAGES.join(",")))
-            .arg(ROOTFS_SUITE)
+            .arg(format!("--include={}", packages.join(",")))
+            .arg(suite)
             .arg(&tmp)
             .arg(debian_mirror()?),
         "debootstrap of the guest rootfs",
@@ -473,18 +493,18 @@ pub fn dotnet_root() -> Result<PathBuf> {
     Ok(root)
 }
 
-/// Builds (once per input change) the guest's root disk: rootfs + .NET + the guest init.
-pub fn prepare_disk() -> Result<PathBuf> {
-    let rootfs = prepare_rootfs()?;
+/// Builds (once per input change) the guest's root disk of `suite`: rootfs + .NET + the guest init.
+pub fn prepare_disk(suite: &str) -> Result<PathBuf> {
+    let rootfs = prepare_rootfs(suite)?;
     let dotnet = dotnet_root()?;
-    let disk = cache_dir().join(format!("disk-{ROOTFS_SUITE}.ext4"));
-    let stamp = cache_dir().join(format!("disk-{ROOTFS_SUITE}.stamp"));
+    let disk = cache_dir().join(format!("disk-{suite}.ext4"));
+    let stamp = cache_dir().join(format!("disk-{suite}.stamp"));
     let inputs = format!("{}\n{}\n{GUEST_INIT}", rootfs.display(), dotnet.display());
     if disk.is_file() && stamp_matches(&stamp, &inputs) {
         return Ok(disk);
     }
     harness::host::environment::require_program("mkfs.ext4").map_err(|e| anyhow::anyhow!("{e}: `apt-get install e2fsprogs`"))?;
-    let staging = cache_dir().join("disk-staging");
+    let staging = cache_dir().join(format!("disk-staging-{suite}"));
     let _ = std::fs::remove_dir_all(&staging);
     // A hard-linked copy of the rootfs costs no space; what we add goes only into the copy.
     run(Command::new("cp").arg("-al").arg(&rootfs).arg(&staging), "cp -al rootfs")?;
@@ -494,11 +514,13 @@ pub fn prepare_disk() -> Result<PathBuf> {
     let tl = staging.join("opt/tracelab");
     std::fs::create_dir_all(&tl)?;
     write_executable(&tl.join("guest-init"), GUEST_INIT)?;
-    // Debian bullseye ships perf as `perf_5.10`; collectors ask for `perf`.
+    // Debian bullseye ships perf as `perf_5.10` (bookworm as `perf`); collectors ask for `perf`.
     let local_bin = staging.join("usr/local/bin");
     std::fs::create_dir_all(&local_bin)?;
     let _ = std::fs::remove_file(local_bin.join("perf"));
-    std::os::unix::fs::symlink("/usr/bin/perf_5.10", local_bin.join("perf"))?;
+    if let Some(versioned) = versioned_perf(&staging.join("usr/bin")) {
+        std::os::unix::fs::symlink(Path::new("/usr/bin").join(versioned), local_bin.join("perf"))?;
+    }
     let _ = std::fs::remove_file(local_bin.join("dotnet"));
     std::os::unix::fs::symlink(dotnet.join("dotnet"), local_bin.join("dotnet"))?;
     let used_mb = dir_size(&staging)? / (1 << 20);
@@ -517,6 +539,20 @@ pub fn prepare_disk() -> Result<PathBuf> {
     std::fs::remove_dir_all(&staging)?;
     std::fs::write(&stamp, inputs)?;
     Ok(disk)
+}
+
+/// `perf_X.Y` in a rootfs's `usr/bin` when it has no plain `perf`.
+fn versioned_perf(usr_bin: &Path) -> Option<String> {
+    if usr_bin.join("perf").exists() {
+        return None;
+    }
+    let mut found: Vec<String> = std::fs::read_dir(usr_bin)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.strip_prefix("perf_").is_some_and(|v| v.starts_with(|c: char| c.is_ascii_digit())))
+        .collect();
+    found.sort();
+    found.pop()
 }
 
 fn write_executable(path: &Path, text: &str) -> Result<()> {

@@ -1,6 +1,7 @@
 //! qemu guests for the kernel matrix. Containers share the host's kernel, so each kernel of the
-//! matrix boots in its own virtual machine: Debian's cloud kernel of a suite, one shared root
-//! disk (bullseye userland, see [`image`]), software emulation (TCG: KVM does not work on the
+//! matrix boots in its own virtual machine: Debian's cloud kernel of a suite, or one built here
+//! from Debian's source where no Debian kernel has an option we need ([`kernel_build`]); a root
+//! disk per userland suite (bullseye for most, see [`image`]), software emulation (TCG: KVM does not work on the
 //! machines this runs on), no network. A job goes in as a tar written onto a raw disk and the
 //! results come back the same way, so neither side needs a loop mount or a shared folder (the
 //! cloud kernels lack 9p).
@@ -9,6 +10,7 @@
 //! (does collection work, do stacks resolve, does the split come out), never for durations.
 
 pub mod image;
+pub mod kernel_build;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +22,8 @@ use serde::Serialize;
 
 pub use image::PreparedKernel;
 
-/// A kernel of the matrix: the Debian suite whose `linux-image-cloud-amd64` provides it.
+/// A kernel of the matrix: the Debian suite whose `linux-image-cloud-amd64` provides it, or whose
+/// `linux-source-*` it is built from ([`KernelSpec::build`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelSpec {
     /// The axis value users type (`--kernels 5.10,6.1`).
@@ -28,22 +31,48 @@ pub struct KernelSpec {
     pub suite: &'static str,
     /// Extra kernel command line for this kernel under emulation.
     pub cmdline: &'static str,
+    /// Suite of the guest's root disk ([`image::prepare_disk`]).
+    pub rootfs: &'static str,
+    /// Built here from Debian's source rather than taken from the archive (`None`: the suite's
+    /// cloud kernel).
+    pub build: Option<kernel_build::KernelBuild>,
 }
 
-/// The kernels of the matrix: one per supported Debian release.
+/// The kernels of the matrix: one per supported Debian release, plus one built with user_events.
 pub const KERNELS: &[KernelSpec] = &[
-    KernelSpec { label: "5.10", suite: "bullseye", cmdline: "" },
-    KernelSpec { label: "6.1", suite: "bookworm", cmdline: "" },
+    KernelSpec { label: "5.10", suite: "bullseye", cmdline: "", rootfs: image::ROOTFS_SUITE, build: None },
+    KernelSpec { label: "6.1", suite: "bookworm", cmdline: "", rootfs: image::ROOTFS_SUITE, build: None },
     // 6.12's SLUB allocator takes its per-CPU fast path with `cmpxchg16b %gs:…`, and under TCG
     // that path oopsed (`__kmalloc_noprof`, double faults, corrupted state elsewhere) in about
     // half the boots; `clearcpuid=cx16` hides the instruction from the kernel only (user space,
     // which .NET needs it in, still sees it), and SLUB takes its locked path.
-    KernelSpec { label: "6.12", suite: "trixie", cmdline: "clearcpuid=cx16" },
+    KernelSpec { label: "6.12", suite: "trixie", cmdline: "clearcpuid=cx16", rootfs: image::ROOTFS_SUITE, build: None },
+    // No Debian kernel (5.10, 6.1, 6.12; cloud and generic) has CONFIG_USER_EVENTS, which
+    // `dotnet-trace collect-linux` needs: this one is bookworm's linux-source-6.12 built with it.
+    // Its userland is bookworm (glibc 2.36): collect-linux asks for glibc ≥ 2.35. Same 6.12 SLUB
+    // path under TCG as trixie's, so the same `clearcpuid=cx16`.
+    KernelSpec {
+        label: USER_EVENTS_KERNEL,
+        suite: "bookworm",
+        cmdline: "clearcpuid=cx16",
+        rootfs: "bookworm",
+        build: Some(kernel_build::USER_EVENTS_6_12),
+    },
 ];
 
-/// Looks a kernel up by its label (`6.1`) or suite (`bookworm`).
+/// The label of the kernel built with CONFIG_USER_EVENTS (what collect-linux scenarios run on).
+pub const USER_EVENTS_KERNEL: &str = "6.12-user-events";
+
+/// The kernels a run without `--kernels` boots: Debian's own. The built kernel runs the scenarios
+/// that need it (`--kernels 6.12-user-events`; its own nightly job).
+pub fn default_kernels() -> Vec<KernelSpec> {
+    KERNELS.iter().filter(|k| k.build.is_none()).cloned().collect()
+}
+
+/// Looks a kernel up by its label (`6.1`) or suite (`bookworm`: Debian's own kernel of it).
 pub fn kernel_spec(name: &str) -> Result<KernelSpec> {
-    KERNELS.iter().find(|k| k.label == name || k.suite == name).cloned().with_context(|| {
+    let by_label = KERNELS.iter().find(|k| k.label == name);
+    by_label.or_else(|| KERNELS.iter().find(|k| k.suite == name && k.build.is_none())).cloned().with_context(|| {
         let known: Vec<String> = KERNELS.iter().map(|k| format!("{} ({})", k.label, k.suite)).collect();
         format!("unknown kernel `{name}`; the matrix has {}", known.join(", "))
     })
@@ -329,7 +358,7 @@ pub fn run_job(kernel: &KernelSpec, job: &GuestJob, opts: &BootOptions, work_dir
         let lock = std::fs::File::create(&lock_path).with_context(|| format!("cannot create {}", lock_path.display()))?;
         lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
         let step = harness::host::progress::step("images", format!("kernel {} and guest disk", kernel.label));
-        let prepared = (image::prepare_kernel(kernel)?, image::prepare_disk()?);
+        let prepared = (image::prepare_kernel(kernel)?, image::prepare_disk(kernel.rootfs)?);
         step.done("ready");
         prepared
     };
@@ -347,6 +376,10 @@ mod tests {
     fn kernel_lookup_by_label_or_suite() {
         assert_eq!(kernel_spec("6.1").unwrap().suite, "bookworm");
         assert_eq!(kernel_spec("trixie").unwrap().label, "6.12");
+        // The built kernel's suite is its userland's; the suite still names Debian's own kernel.
+        assert_eq!(kernel_spec("bookworm").unwrap().label, "6.1");
+        assert_eq!(kernel_spec(USER_EVENTS_KERNEL).unwrap().rootfs, "bookworm");
+        assert!(default_kernels().iter().all(|k| k.label != USER_EVENTS_KERNEL));
         let err = kernel_spec("4.19").unwrap_err().to_string();
         assert!(err.contains("5.10 (bullseye)"), "{err}");
     }

@@ -1,0 +1,437 @@
+//! Collector `collect-linux`: the real `dotnet-trace collect-linux` of dotnet-trace 10 (the one
+//! the `dotnet-trace` collector installs), run on the host as `dotnet-trace collect-linux -p PID`.
+//! The runtime writes its events through the kernel's user_events (an EventPipe session opened
+//! with `CollectTracing5`) and dotnet-trace's `librecordtrace.so` records them with perf events:
+//! CPU samples (`cpu-sampling`) and context switches (`thread-time`) with native and kernel
+//! frames, runtime events with call stacks, into one .nettrace that our decoder reads.
+//!
+//! It needs a kernel with `CONFIG_USER_EVENTS` (6.4 or newer; no Debian kernel has it: the
+//! kernel matrix builds one, `6.12-user-events`), tracefs and root. [`Collector::preflight`]
+//! checks the kernel before anything is built, so a scenario on a kernel without it SKIPs in
+//! seconds naming the option and what to do.
+//!
+//! Options: `profile` (collect-linux's kernel profiles `cpu-sampling`, `thread-time` and the
+//! runtime profiles of `collect`, which are expanded and merged with `providers` as the
+//! `dotnet-trace` collector does), `providers`, `perf_events` (`sched:sched_switch` …).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use super::dotnet_trace::{collect_output, ensure_installed, profile_providers};
+use super::spec::{StringList, items};
+use super::{Collector, DecodeContext};
+use crate::host::errors::Unsupported;
+use crate::run::{RunningApp, Target};
+use model::Collection;
+use stacks::decode_nettrace;
+
+/// collect-linux's own profiles: perf events of the kernel, no runtime provider.
+pub(crate) const KERNEL_PROFILES: [&str; 2] = ["cpu-sampling", "thread-time"];
+
+/// The file whose presence proves the kernel has user_events (tracefs mounted).
+pub const USER_EVENTS_DATA: &str = "/sys/kernel/tracing/user_events_data";
+
+/// Where the .NET runtime lets collect-linux record: `/proc/PID/root/tmp` style attaching as in
+/// the `dotnet-trace` collector needs no capability of the app's container.
+pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &[];
+
+/// `[[collector]] kind = "collect-linux"` options.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectLinuxOptions {
+    /// `cpu-sampling`, `thread-time` and/or runtime profiles (`dotnet-common`, `gc-collect` …).
+    #[serde(default)]
+    pub profile: Option<StringList>,
+    /// `Name:0xKeywords:Level`, as a list or one comma string.
+    #[serde(default)]
+    pub providers: Option<StringList>,
+    /// Extra perf events (`sched:sched_switch`), as a list or one comma string.
+    #[serde(default)]
+    pub perf_events: Option<StringList>,
+}
+
+/// The capability probe: CPU samples with the runtime's common events.
+pub(crate) fn probe_options() -> CollectLinuxOptions {
+    CollectLinuxOptions {
+        profile: Some(StringList::One("dotnet-common,cpu-sampling".into())),
+        providers: None,
+        perf_events: None,
+    }
+}
+
+pub fn from_spec(name: &str, options: &CollectLinuxOptions) -> Result<Box<dyn Collector>> {
+    Ok(Box::new(CollectLinux::new(name, options)?))
+}
+
+/// What the kernel says about user_events: `Some(true)` proven present, `Some(false)` proven
+/// absent (tracefs mounted without the file, or the kernel's config says so), `None` unknown.
+pub fn user_events_state(
+    data_file: &Path,
+    tracefs_mounted: bool,
+    config: Option<&str>,
+) -> Option<bool> {
+    if data_file.exists() {
+        return Some(true);
+    }
+    if let Some(text) = config {
+        return Some(text.lines().any(|l| l == "CONFIG_USER_EVENTS=y"));
+    }
+    if tracefs_mounted { Some(false) } else { None }
+}
+
+/// The reason a scenario SKIPs on a kernel without user_events: the option, the kernel, and what
+/// to run instead.
+pub fn user_events_missing(kernel: &str, why: &str) -> String {
+    format!(
+        "dotnet-trace collect-linux needs kernel user_events (CONFIG_USER_EVENTS=y, Linux 6.4 or newer), and this kernel \
+         ({kernel}) has none: {why}. Run the scenario on a kernel built with it — `cargo xtask matrix kernels --kernels \
+         6.12-user-events --scenario NAME` builds and boots one — or on a host whose kernel has it"
+    )
+}
+
+/// [`Unsupported`] unless this machine's kernel has user_events.
+pub(crate) fn require_user_events() -> Result<(), Unsupported> {
+    let release = crate::host::environment::kernel_release();
+    let config = crate::host::environment::kernel_config();
+    let tracefs = crate::host::environment::tracefs_mounted();
+    match user_events_state(
+        Path::new(USER_EVENTS_DATA),
+        tracefs,
+        config.as_ref().map(|(_, t)| t.as_str()),
+    ) {
+        Some(true) => Ok(()),
+        Some(false) => Err(Unsupported {
+            reason: user_events_missing(
+                &release,
+                &match &config {
+                    Some((from, _)) => format!("{from} does not set CONFIG_USER_EVENTS"),
+                    None => format!("tracefs is mounted and has no {USER_EVENTS_DATA}"),
+                },
+            ),
+        }),
+        None => Err(Unsupported {
+            reason: user_events_missing(
+                &release,
+                &format!(
+                    "{USER_EVENTS_DATA} is missing, tracefs is not mounted and neither /boot/config-{release} nor \
+                     /proc/config.gz says otherwise (mount it: `mount -t tracefs nodev /sys/kernel/tracing`)"
+                ),
+            ),
+        }),
+    }
+}
+
+pub(crate) struct CollectLinux {
+    name: String,
+    /// Kernel profiles passed as `--profile`.
+    profiles: Vec<String>,
+    /// Runtime providers (profiles expanded, merged with the scenario's), `Name:0xK:L`.
+    providers: Vec<String>,
+    perf_events: Vec<String>,
+    child: Option<Child>,
+    stdin: Option<std::process::ChildStdin>,
+    output: Arc<Mutex<Vec<u8>>>,
+    trace_path: Option<PathBuf>,
+    commands: Vec<String>,
+    maps: super::process_maps::ProcessMaps,
+    host_pid: u32,
+}
+
+impl CollectLinux {
+    pub(crate) fn new(name: &str, options: &CollectLinuxOptions) -> Result<CollectLinux> {
+        let mut profiles = Vec::new();
+        let mut parsed = Vec::new();
+        for p in items(&options.profile) {
+            if KERNEL_PROFILES.contains(&p.as_str()) {
+                profiles.push(p);
+            } else if let Some(list) = profile_providers(&p) {
+                parsed.extend(list.iter().map(|s| {
+                    s.parse::<eventpipe::ipc::Provider>()
+                        .expect("a valid built-in provider")
+                }));
+            } else {
+                return Err(super::bad_option(
+                    "profile",
+                    format!(
+                        "collector `{name}`: collect-linux has no profile `{p}` tracelab knows; known: {}, dotnet-common, \
+                         dotnet-sampled-thread-time, gc-verbose, gc-collect",
+                        KERNEL_PROFILES.join(", ")
+                    ),
+                ));
+            }
+        }
+        for p in items(&options.providers) {
+            parsed.push(p.parse::<eventpipe::ipc::Provider>().map_err(|e| {
+                super::bad_option("providers", format!("collector `{name}`: {e:#}"))
+            })?);
+        }
+        if profiles.is_empty() && parsed.is_empty() {
+            bail!("collector `{name}` enables nothing: give `profile` and/or `providers`");
+        }
+        let providers = super::eventpipe::merge_providers(parsed)
+            .into_iter()
+            .map(|p| {
+                let base =
+                    format!("{}:{:#X}:{}", p.name, p.keywords, p.level).replace(":0X", ":0x");
+                if p.arguments.is_empty() {
+                    base
+                } else {
+                    format!("{base}:{}", p.arguments)
+                }
+            })
+            .collect();
+        Ok(CollectLinux {
+            name: name.to_string(),
+            profiles,
+            providers,
+            perf_events: items(&options.perf_events),
+            child: None,
+            stdin: None,
+            output: Arc::new(Mutex::new(Vec::new())),
+            trace_path: None,
+            commands: Vec::new(),
+            maps: Default::default(),
+            host_pid: 0,
+        })
+    }
+
+    fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// The command line after the launcher.
+    fn arguments(&self, pid: u32, trace: &Path) -> Vec<String> {
+        let mut argv: Vec<String> = vec![
+            "collect-linux".into(),
+            "-p".into(),
+            pid.to_string(),
+            "-o".into(),
+            trace.display().to_string(),
+        ];
+        if !self.profiles.is_empty() {
+            argv.extend(["--profile".into(), self.profiles.join(",")]);
+        }
+        if !self.providers.is_empty() {
+            argv.extend(["--providers".into(), self.providers.join(",")]);
+        }
+        if !self.perf_events.is_empty() {
+            argv.extend(["--perf-events".into(), self.perf_events.join(",")]);
+        }
+        argv
+    }
+}
+
+impl Collector for CollectLinux {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn preflight(&self) -> Result<()> {
+        require_user_events()?;
+        Ok(())
+    }
+
+    fn start(
+        &mut self,
+        _target: &mut dyn Target,
+        app: &RunningApp,
+        artifacts: &Path,
+    ) -> Result<()> {
+        require_user_events()?;
+        let (dotnet, launcher) = ensure_installed()?;
+        let trace_path = artifacts.join(format!("{}.nettrace", self.name));
+        let mut argv = vec![launcher.display().to_string()];
+        argv.extend(self.arguments(app.host_pid, &trace_path));
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("DOTNET_ROOT", &dotnet.root)
+            .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+            .env("DOTNET_NOLOGO", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("could not start {}", argv[0]))?;
+        self.stdin = child.stdin.take();
+        collect_output(child.stdout.take().unwrap(), self.output.clone());
+        collect_output(child.stderr.take().unwrap(), self.output.clone());
+        self.commands.push(crate::host::proc::quoted(&argv));
+        self.trace_path = Some(trace_path);
+        // "Recording started" once record-trace's perf session and the runtime's user_events
+        // session are both up.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = self.output_text();
+            if text.contains("Recording started") || text.contains("Recording trace") {
+                break;
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "dotnet-trace collect-linux exited ({status}) before recording:\n{}",
+                    text.trim()
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "dotnet-trace collect-linux did not start recording within 120 s; its output:\n{}",
+                    text.trim()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+        self.host_pid = app.host_pid;
+        self.maps.snapshot(app.host_pid);
+        Ok(())
+    }
+
+    fn stop(&mut self, _target: &mut dyn Target, app: &RunningApp) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        self.maps.snapshot(self.host_pid);
+        if let Some(trace) = &self.trace_path {
+            self.maps.write(&trace.with_extension("maps"))?;
+        }
+        // It may end by itself once the traced process is gone; else Enter stops it.
+        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 5 });
+        while child.try_wait()?.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait()?.is_none()
+            && let Some(mut stdin) = self.stdin.take()
+        {
+            use std::io::Write;
+            let _ = stdin.write_all(b"\n");
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "dotnet-trace collect-linux did not finish within 120 s; killed. Output:\n{}",
+                    self.output_text().trim()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let path = self.trace_path.as_ref().unwrap();
+        if !path.is_file() {
+            bail!(
+                "dotnet-trace collect-linux ended ({status}) without writing {}:\n{}",
+                path.display(),
+                self.output_text().trim()
+            );
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self, ctx: &DecodeContext) -> Result<Collection> {
+        let path = self
+            .trace_path
+            .clone()
+            .unwrap_or_else(|| ctx.artifacts.join(format!("{}.nettrace", self.name)));
+        let mut head = [0u8; 16];
+        if std::io::Read::read_exact(&mut std::fs::File::open(&path)?, &mut head).is_ok()
+            && eventpipe::is_nettrace_v6(&head)
+        {
+            // What collect-linux writes: the blocks are read (eventpipe::read_v6), their samples,
+            // symbols and user_events payloads are not turned into the model yet.
+            let trace = eventpipe::read_v6(&std::fs::read(&path)?)
+                .with_context(|| format!("reading {}", path.display()))?;
+            bail!(
+                "{} is nettrace V6 ({} events, {} event types) and tracelab does not decode V6 samples and events into \
+                 stacks yet",
+                path.display(),
+                trace.events.len(),
+                trace.metadata.len()
+            );
+        }
+        let mut c = decode_nettrace(&path, &self.name)?;
+        super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
+        Ok(c)
+    }
+
+    fn commands(&self) -> Vec<String> {
+        self.commands.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_profiles_pass_through_and_runtime_profiles_expand() {
+        let spec: CollectLinuxOptions =
+            toml::from_str("profile = \"dotnet-common,cpu-sampling\"").unwrap();
+        let c = CollectLinux::new("collect-linux", &spec).unwrap();
+        assert_eq!(c.profiles, ["cpu-sampling"]);
+        assert_eq!(
+            c.providers,
+            ["Microsoft-Windows-DotNETRuntime:0x100003801D:4"]
+        );
+        let argv = c.arguments(42, Path::new("/r/collect-linux.nettrace"));
+        assert_eq!(
+            argv[..5],
+            [
+                "collect-linux",
+                "-p",
+                "42",
+                "-o",
+                "/r/collect-linux.nettrace"
+            ]
+        );
+        assert!(
+            argv.windows(2).any(|w| w == ["--profile", "cpu-sampling"]),
+            "{argv:?}"
+        );
+        let spec: CollectLinuxOptions = toml::from_str("profile = \"database\"").unwrap();
+        assert!(
+            format!("{:#}", CollectLinux::new("x", &spec).err().unwrap())
+                .contains("no profile `database`")
+        );
+        let spec: CollectLinuxOptions =
+            toml::from_str("perf_events = \"sched:sched_switch\"").unwrap();
+        assert!(
+            format!("{:#}", CollectLinux::new("x", &spec).err().unwrap())
+                .contains("enables nothing")
+        );
+    }
+
+    #[test]
+    fn user_events_are_proven_by_the_file_or_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("user_events_data");
+        assert_eq!(user_events_state(&data, true, None), Some(false));
+        assert_eq!(user_events_state(&data, false, None), None);
+        assert_eq!(
+            user_events_state(&data, false, Some("# CONFIG_USER_EVENTS is not set\n")),
+            Some(false)
+        );
+        assert_eq!(
+            user_events_state(&data, false, Some("CONFIG_USER_EVENTS=y\n")),
+            Some(true)
+        );
+        std::fs::write(&data, "").unwrap();
+        assert_eq!(
+            user_events_state(&data, false, Some("# CONFIG_USER_EVENTS is not set\n")),
+            Some(true)
+        );
+        let why = user_events_missing("6.18.0", "x");
+        assert!(
+            why.contains("CONFIG_USER_EVENTS") && why.contains("--kernels 6.12-user-events"),
+            "{why}"
+        );
+    }
+}
