@@ -32,8 +32,7 @@ use stacks::decode_nettrace;
 /// collect-linux's own profiles: perf events of the kernel, no runtime provider.
 pub(crate) const KERNEL_PROFILES: [&str; 2] = ["cpu-sampling", "thread-time"];
 
-/// The file whose presence proves the kernel has user_events (tracefs mounted).
-pub const USER_EVENTS_DATA: &str = "/sys/kernel/tracing/user_events_data";
+pub use crate::host::environment::{USER_EVENTS_DATA, user_events_state};
 
 /// Where the .NET runtime lets collect-linux record: `/proc/PID/root/tmp` style attaching as in
 /// the `dotnet-trace` collector needs no capability of the app's container.
@@ -65,22 +64,6 @@ pub(crate) fn probe_options() -> CollectLinuxOptions {
 
 pub fn from_spec(name: &str, options: &CollectLinuxOptions) -> Result<Box<dyn Collector>> {
     Ok(Box::new(CollectLinux::new(name, options)?))
-}
-
-/// What the kernel says about user_events: `Some(true)` proven present, `Some(false)` proven
-/// absent (tracefs mounted without the file, or the kernel's config says so), `None` unknown.
-pub fn user_events_state(
-    data_file: &Path,
-    tracefs_mounted: bool,
-    config: Option<&str>,
-) -> Option<bool> {
-    if data_file.exists() {
-        return Some(true);
-    }
-    if let Some(text) = config {
-        return Some(text.lines().any(|l| l == "CONFIG_USER_EVENTS=y"));
-    }
-    if tracefs_mounted { Some(false) } else { None }
 }
 
 /// The reason a scenario SKIPs on a kernel without user_events: the option, the kernel, and what

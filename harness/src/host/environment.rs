@@ -113,10 +113,29 @@ pub(crate) fn tracefs_mounted() -> bool {
     Path::new("/sys/kernel/tracing/events/sched").is_dir()
 }
 
+/// The file whose presence proves the kernel has user_events (tracefs mounted).
+pub const USER_EVENTS_DATA: &str = "/sys/kernel/tracing/user_events_data";
+
+/// What the kernel says about user_events: `Some(true)` proven present, `Some(false)` proven
+/// absent (tracefs mounted without the file, or the kernel's config says so), `None` unknown.
+pub fn user_events_state(
+    data_file: &Path,
+    tracefs_mounted: bool,
+    config: Option<&str>,
+) -> Option<bool> {
+    if data_file.exists() {
+        return Some(true);
+    }
+    if let Some(text) = config {
+        return Some(text.lines().any(|l| l == "CONFIG_USER_EVENTS=y"));
+    }
+    if tracefs_mounted { Some(false) } else { None }
+}
+
 /// Whether the kernel has CONFIG_USER_EVENTS (what `dotnet-trace collect-linux` needs).
 pub(crate) fn user_events() -> Option<bool> {
-    crate::collect::collect_linux::user_events_state(
-        Path::new(crate::collect::collect_linux::USER_EVENTS_DATA),
+    user_events_state(
+        Path::new(USER_EVENTS_DATA),
         tracefs_mounted(),
         kernel_config().as_ref().map(|(_, text)| text.as_str()),
     )

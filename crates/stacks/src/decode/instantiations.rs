@@ -173,17 +173,15 @@ mod tests {
             class: DsoClass::Jit,
             addr,
         };
-        c.samples.push(model::Sample {
-            pid: 1,
-            tid: 1,
-            time_ns: 0,
-            weight: 1,
-            frames: vec![
+        c.samples.push(model::Sample::new(
+            1,
+            1,
+            0,
+            vec![
                 frame(0x1010, "int64 [gen] Work::Step(!!0,int32)[OptimizedTier1]"),
                 frame(0x2010, "int64 [gen] Work::Step(!!0,int32)[QuickJitted]"),
             ],
-            kind: None,
-        });
+        ));
         let table = Instantiations {
             ranges: vec![(0x1000, 0x1100, "Step".into(), "<System.Boolean>".into())],
         };
