@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::dotnet_trace::{collect_output, ensure_installed, profile_providers};
+use super::dotnet_trace::{collect_output, ensure_installed, finish, profile_providers};
 use super::spec::{StringList, items};
 use super::{Collector, DecodeContext};
 use crate::host::errors::Unsupported;
@@ -282,31 +282,8 @@ impl Collector for CollectLinux {
         if let Some(trace) = &self.trace_path {
             self.maps.write(&trace.with_extension("maps"))?;
         }
-        // It may end by itself once the traced process is gone; else Enter stops it.
-        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 5 });
-        while child.try_wait()?.is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if child.try_wait()?.is_none()
-            && let Some(mut stdin) = self.stdin.take()
-        {
-            use std::io::Write;
-            let _ = stdin.write_all(b"\n");
-        }
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "dotnet-trace collect-linux did not finish within 120 s; killed. Output:\n{}",
-                    self.output_text().trim()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let Some(status) = finish(&mut child, self.stdin.take(), app.is_alive(), Duration::from_secs(120))? else {
+            bail!("dotnet-trace collect-linux did not finish within 120 s; killed. Output:\n{}", self.output_text().trim());
         };
         let path = self.trace_path.as_ref().unwrap();
         if !path.is_file() {

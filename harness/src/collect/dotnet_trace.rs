@@ -163,6 +163,40 @@ impl DotnetTrace {
     }
 }
 
+/// Ends a `dotnet-trace collect` / `collect-linux` child: it ends by itself when the traced
+/// process exits (given 5 s for that); if the app is still alive (a run cut short, an app stopped
+/// after its collectors), Enter on its stdin makes it stop the session and finish the file. `None`
+/// when it did not end within `limit` (then it is killed).
+pub(crate) fn finish(
+    child: &mut Child,
+    stdin: Option<std::process::ChildStdin>,
+    app_alive: bool,
+    limit: Duration,
+) -> Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + Duration::from_secs(if app_alive { 0 } else { 5 });
+    while child.try_wait()?.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if child.try_wait()?.is_none()
+        && let Some(mut stdin) = stdin
+    {
+        use std::io::Write;
+        let _ = stdin.write_all(b"\n");
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub(super) fn collect_output<R: Read + Send + 'static>(mut r: R, sink: Arc<Mutex<Vec<u8>>>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -271,30 +305,8 @@ impl Collector for DotnetTrace {
         if let Some(trace) = &self.trace_path {
             self.maps.write(&trace.with_extension("maps"))?;
         }
-        // dotnet-trace ends by itself when the traced process exits; if the app is still alive
-        // (a run cut short, an app stopped after its collectors), Enter makes it stop the
-        // session and finish the file.
-        let deadline = Instant::now() + Duration::from_secs(if app.is_alive() { 0 } else { 5 });
-        while child.try_wait()?.is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if child.try_wait()?.is_none()
-            && let Some(mut stdin) = self.stdin.take()
-        {
-            use std::io::Write;
-            let _ = stdin.write_all(b"\n");
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("dotnet-trace did not finish within 60 s; killed. Output:\n{}", self.output_text().trim());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = finish(&mut child, self.stdin.take(), app.is_alive(), Duration::from_secs(60))? else {
+            bail!("dotnet-trace did not finish within 60 s; killed. Output:\n{}", self.output_text().trim());
         };
         let path = self.trace_path.as_ref().unwrap();
         if !path.is_file() {
