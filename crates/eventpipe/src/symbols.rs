@@ -319,11 +319,6 @@ impl MethodMap {
         Some(format!("{}[{}]", t.name, arguments.join(",")))
     }
 
-    /// Methods whose instantiation the trace gave.
-    pub fn instantiated(&self) -> usize {
-        self.methods.iter().filter(|m| !m.instantiation.is_empty()).count()
-    }
-
     /// The method whose code contains `addr`. Call [`MethodMap::finish`] first.
     pub fn resolve(&self, addr: u64) -> Option<&Method> {
         debug_assert!(self.sorted || self.methods.is_empty(), "MethodMap::finish not called");

@@ -35,9 +35,14 @@ pub struct InstantiationCount {
 impl Instantiations {
     /// The instantiated methods of a decoded trace.
     pub fn from_methods(methods: &eventpipe::MethodMap) -> Instantiations {
-        let mut out = Instantiations::default();
-        out.add(methods);
-        out
+        let mut ranges: Vec<_> = methods
+            .methods()
+            .iter()
+            .filter(|m| !m.instantiation.is_empty())
+            .map(|m| (m.start, m.start + u64::from(m.size), m.name.clone(), m.instantiation.clone()))
+            .collect();
+        ranges.sort_by_key(|r| r.0);
+        Instantiations { ranges }
     }
 
     /// The instantiated methods of an EventPipe trace (its method events only).
@@ -51,25 +56,6 @@ impl Instantiations {
         let decoded = eventpipe::decode(std::io::BufReader::new(file), &options)
             .with_context(|| format!("decoding {}", path.display()))?;
         Ok(Instantiations::from_methods(&decoded.methods))
-    }
-
-    /// Adds another trace's instantiated methods.
-    pub fn add(&mut self, methods: &eventpipe::MethodMap) {
-        self.ranges.extend(
-            methods
-                .methods()
-                .iter()
-                .filter(|m| !m.instantiation.is_empty())
-                .map(|m| {
-                    (
-                        m.start,
-                        m.start + u64::from(m.size),
-                        m.name.clone(),
-                        m.instantiation.clone(),
-                    )
-                }),
-        );
-        self.ranges.sort_by_key(|r| r.0);
     }
 
     /// Adds another table's ranges.
