@@ -16,6 +16,10 @@ pub enum DsoClass {
     Jit,
     /// Precompiled (ReadyToRun) code running from a file-mapped managed `*.dll`.
     R2r,
+    /// Code the runtime generates that is no method: precode, virtual stub dispatch, delegate
+    /// shuffle thunks, copied write barriers, dynamic helpers. It sits in the JIT's anonymous
+    /// memory; the perf map names each block `stub<N> OWNER<KIND>` ([`crate::stub_kind`]).
+    Stub,
     /// The native runtime: libcoreclr.so, libclrjit.so and the other lib*.so of the shared framework.
     RuntimeNative,
     /// libc, libm, libpthread, ld.so, vdso.
@@ -28,9 +32,10 @@ pub enum DsoClass {
 }
 
 impl DsoClass {
-    pub const ALL: [DsoClass; 7] = [
+    pub const ALL: [DsoClass; 8] = [
         DsoClass::Jit,
         DsoClass::R2r,
+        DsoClass::Stub,
         DsoClass::RuntimeNative,
         DsoClass::Libc,
         DsoClass::OtherNative,
@@ -42,11 +47,21 @@ impl DsoClass {
         match self {
             DsoClass::Jit => "jit",
             DsoClass::R2r => "r2r",
+            DsoClass::Stub => "stub",
             DsoClass::RuntimeNative => "runtime_native",
             DsoClass::Libc => "libc",
             DsoClass::OtherNative => "other_native",
             DsoClass::Kernel => "kernel",
             DsoClass::Unknown => "unknown",
+        }
+    }
+
+    /// The class of a frame of this mapping class named `name`: code in the JIT's memory that the
+    /// perf map names as a runtime stub is [`DsoClass::Stub`]; everything else keeps its class.
+    pub fn refined(self, name: Option<&str>) -> DsoClass {
+        match (self, name) {
+            (DsoClass::Jit | DsoClass::Unknown, Some(n)) if crate::stub_kind(n).is_some() => DsoClass::Stub,
+            _ => self,
         }
     }
 

@@ -20,6 +20,6 @@ mod offwake;
 pub use data::{Collection, DepthLimit, DsoClass, Event, Frame, MethodName, Sample, Sampling, Value, frame_assembly, merge_code_version, LOST_CALLER};
 pub use naming::{
     DsoNaming, FrameKind, NO_STACK, anonymous_function, anonymous_function_start, dso_file, dso_naming, frame_label, has_symbol,
-    label, label_kinds, method_label, short_label, short_labels, unnamed_dso_hints,
+    label, label_kinds, method_label, short_label, short_labels, stub_kind, unnamed_dso_hints,
 };
 pub use offwake::{WakerKind, Wakeup, nearest_managed, offwake_sample, split_offwake, wakeups_tsv};

@@ -88,6 +88,10 @@ pub fn has_symbol(frame: &Frame) -> bool {
 /// A method's label, `Namespace.Type::Method(params)`, from either spelling; anything that is no
 /// managed method (native symbols, stubs) with code-version tags and comments removed.
 pub fn method_label(name: &str) -> Cow<'_, str> {
+    // A stub's number counts the stubs of one run: `stub<KIND>` is the same label in every run.
+    if let Some(kind) = stub_kind(name) {
+        return Cow::Owned(format!("stub<{kind}>"));
+    }
     let name = merge_code_version(name);
     let uncommented = strip_comments(name);
     let plain = merge_code_version(&uncommented);
@@ -96,6 +100,31 @@ pub fn method_label(name: &str) -> Cow<'_, str> {
         None if matches!(uncommented, Cow::Borrowed(_)) => Cow::Borrowed(name),
         None => Cow::Owned(plain.to_string()),
     }
+}
+
+/// The kind of a runtime stub from the name the perf map gives it, `stub OWNER<KIND>` (.NET 10;
+/// `stub<N> OWNER<KIND>` in older runtimes): `stub ReportStubBlock<VSD_DispatchStub>` →
+/// `VSD_DispatchStub`; also `DynamicHelper`, `JIT_CopiedWriteBarriers`, `DelegateShuffleThunk`,
+/// `MethodCallThunk`, `InstantiatingStub` …; or from the label tracelab gives it
+/// (`stub<VSD_DispatchStub>`); None for anything else.
+pub fn stub_kind(name: &str) -> Option<&str> {
+    let owned = if let Some(owned) = name.strip_prefix("stub ") {
+        owned
+    } else {
+        let rest = name.strip_prefix("stub<")?;
+        let Some((number, owned)) = rest.split_once("> ") else {
+            // Already a label: `stub<KIND>`.
+            let kind = rest.strip_suffix('>')?;
+            return (!kind.is_empty() && !kind.contains(['<', '>', ' '])).then_some(kind);
+        };
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        owned
+    };
+    let owned = owned.strip_suffix('>')?;
+    let kind = &owned[owned.rfind('<')? + 1..];
+    (!kind.is_empty() && !owned.contains(' ')).then_some(kind)
 }
 
 fn qualified_type(qualified: &str) -> &str {
@@ -214,6 +243,8 @@ impl FrameKind {
         match frame.class {
             DsoClass::Jit => FrameKind::Jit,
             DsoClass::R2r => FrameKind::ReadyToRun,
+            // Code the runtime writes for itself: its own colour is the runtime's.
+            DsoClass::Stub => FrameKind::Runtime,
             DsoClass::RuntimeNative => FrameKind::Runtime,
             DsoClass::Libc | DsoClass::OtherNative => FrameKind::Native,
             DsoClass::Kernel => FrameKind::Kernel,
@@ -480,6 +511,32 @@ mod tests {
             method_label("void [X] A.B::Run(class [System.Runtime]System.Action`1<class Tracelab.Workloads.WorkloadContext>, System.Objective)"),
             "A.B::Run(System.Action`1<Tracelab.Workloads.WorkloadContext>,System.Objective)"
         );
+    }
+
+    /// Stub names as a .NET 10.0.12 perf map writes them (dynamic-code workload, PerfMapEnabled=1),
+    /// and as older runtimes numbered them.
+    #[test]
+    fn stubs_are_labelled_by_their_kind() {
+        let kinds = [
+            ("stub InitThreadManagerPerfMapData<JIT_CopiedWriteBarriers>", "JIT_CopiedWriteBarriers"),
+            ("stub ReportStubBlock<VSD_DispatchStub>", "VSD_DispatchStub"),
+            ("stub CreateDictionaryLookupHelper<DynamicHelper>", "DynamicHelper"),
+            ("stub Link<DelegateShuffleThunk>", "DelegateShuffleThunk"),
+            ("stub<112> CreateHelper<DynamicHelper>", "DynamicHelper"),
+        ];
+        for (name, kind) in kinds {
+            assert_eq!(stub_kind(name), Some(kind), "{name}");
+            let l = label(Some(name), Some("[jit]"));
+            assert_eq!(l, format!("stub<{kind}>"));
+            assert_eq!(stub_kind(&l), Some(kind), "a label keeps its kind");
+            assert_eq!(DsoClass::Jit.refined(Some(name)), DsoClass::Stub);
+        }
+        let not_stubs = ["stub<1> Foo /* MT: 0x7faf00001234 */[Optimized]", "stub<x> A<B>", "stub<>", "Ns.stub<T>::M()", "stubby", "stub A B<C>"];
+        for not_a_stub in not_stubs {
+            assert_eq!(stub_kind(not_a_stub), None, "{not_a_stub}");
+        }
+        assert_eq!(DsoClass::Jit.refined(Some("Ns.Type::M()")), DsoClass::Jit);
+        assert_eq!(DsoClass::R2r.refined(Some("stub A<B>")), DsoClass::R2r, "only JIT memory holds stubs");
     }
 
     #[test]

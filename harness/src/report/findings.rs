@@ -46,6 +46,7 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
                 c.collector
             ));
         }
+        out.extend(stub_finding(c));
         let leaves = c.samples.iter().filter_map(|s| s.frames.first());
         let (mut total, mut doublemapped) = (0u64, 0u64);
         for f in leaves {
@@ -67,3 +68,30 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
     out
 }
 
+/// How much of a collection ran in, or passed through, the runtime's stubs, by kind: code that is
+/// no method (virtual stub dispatch, precode, delegate thunks, write barriers) and that users
+/// otherwise see as unresolvable frames.
+fn stub_finding(c: &Collection) -> Option<String> {
+    let mut kinds: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for s in &c.samples {
+        for (i, f) in s.frames.iter().enumerate().filter(|(_, f)| f.class == DsoClass::Stub) {
+            let kind = f.name.as_deref().and_then(model::stub_kind).unwrap_or("?");
+            let k = kinds.entry(kind).or_default();
+            k.0 += 1;
+            k.1 += u64::from(i == 0);
+        }
+    }
+    if kinds.is_empty() {
+        return None;
+    }
+    let (frames, leaves) = kinds.values().fold((0, 0), |a, k| (a.0 + k.0, a.1 + k.1));
+    let mut by_kind: Vec<_> = kinds.into_iter().collect();
+    by_kind.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+    let list: Vec<String> = by_kind.iter().map(|(k, (n, leaf))| format!("{k} {n} ({leaf} as leaf)")).collect();
+    Some(format!(
+        "`{}`: {frames} frames in {} samples are runtime stubs, named by their kind (class `stub`; {leaves} samples ran in one): {}.",
+        c.collector,
+        c.samples.len(),
+        list.join(", ")
+    ))
+}

@@ -107,3 +107,44 @@ fn generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe() {
         "perf-cpu: no frame took its instantiation from the EventPipe session"
     );
 }
+
+/// Scenario `dynamic-code`: CPU time in code no assembly file holds — a DynamicMethod emitted with
+/// Reflection.Emit, a compiled Regex, a compiled expression tree — and interface calls through
+/// the runtime's virtual stub dispatch. Each is named as the runtime names it (perf map, EventPipe
+/// method events) and its share judged against truth; frames in stubs are class `stub`, labelled
+/// by their kind (`stub<VSD_ResolveStub>`) in every view, and the findings count them per kind.
+#[test]
+fn dynamic_code_and_the_runtimes_stubs_are_named() {
+    let perf = || {
+        harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
+    };
+    if !prerequisites("names::dynamic_code_and_the_runtimes_stubs_are_named", &[&require_root, &perf]) {
+        return;
+    }
+    let scenario = harness::scenario::Scenario::find("dynamic-code").unwrap();
+    let (o, _results) = crate::until_decided("dynamic-code", || crate::run_scenario(&scenario, harness::run::TargetKind::Host));
+    assert_eq!(o.verdict, judge::Verdict::Pass, "{}", crate::describe(&o));
+    let perf_folded = std::fs::read_to_string(o.dir.join("stacks/perf-cpu.folded")).unwrap();
+    let eventpipe_folded = std::fs::read_to_string(o.dir.join("stacks/eventpipe.folded")).unwrap();
+    for label in ["dynamicClass::EmitSpin(uint64,int32)", "dynamicClass::Regex1_Scan(", "dynamicClass::lambda_method"] {
+        assert!(perf_folded.contains(label), "perf-cpu: no `{label}`");
+        assert!(eventpipe_folded.contains(label), "eventpipe: no `{label}`");
+    }
+    // The stub's label carries no run-specific number and is the same in every view.
+    assert!(perf_folded.contains(";stub<VSD_ResolveStub> "), "perf-cpu: no sample ran in the resolve stub");
+    assert!(!perf_folded.contains("stub ReportStubBlock"), "a stub keeps the perf map's spelling");
+    let gunzip = |bytes: Vec<u8>| {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out).unwrap();
+        out
+    };
+    for file in ["perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "flamegraph-perf-cpu.svg"] {
+        let bytes = std::fs::read(o.dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let bytes = if file.ends_with(".gz") { gunzip(bytes) } else { bytes };
+        let wanted = if file.ends_with(".svg") { "stub&lt;VSD_ResolveStub&gt;" } else { "stub<VSD_ResolveStub>" };
+        assert!(String::from_utf8_lossy(&bytes).contains(wanted), "{file}: no `{wanted}`");
+    }
+    let stub = &o.manifest.resolution["perf-cpu"]["classes"]["stub"];
+    assert!(stub["leaf_total"].as_u64().unwrap_or(0) > 0 && stub["leaf_ratio"] == 1.0, "{stub}");
+    assert!(o.manifest.findings.iter().any(|f| f.contains("runtime stubs") && f.contains("VSD_ResolveStub")), "{:?}", o.manifest.findings);
+}

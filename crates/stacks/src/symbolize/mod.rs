@@ -365,7 +365,8 @@ impl<'a> Symbolizer<'a> {
         let Some(m) = mapping else {
             // JIT code allocated after perf's synthesized maps and never mmapped separately.
             if let Some(name) = jit_name(self) {
-                return Frame { name: Some(name), dso: Some("[jit]".into()), class: DsoClass::Jit, addr };
+                let class = DsoClass::Jit.refined(Some(&name));
+                return Frame { name: Some(name), dso: Some("[jit]".into()), class, addr };
             }
             return Frame { name: None, dso: None, class: DsoClass::Unknown, addr };
         };
@@ -393,7 +394,8 @@ impl<'a> Symbolizer<'a> {
         } else {
             m.path.clone()
         };
-        Frame { name, dso: Some(dso), class: m.class, addr }
+        let class = m.class.refined(name.as_deref());
+        Frame { name, dso: Some(dso), class, addr }
     }
 
     /// Symbols for a mapped ELF file (see [`load_elf`]), read once per path.

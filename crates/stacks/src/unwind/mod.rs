@@ -547,7 +547,10 @@ impl<'a> StackUnwinder<'a> {
         let mapping_path = process.and_then(|p| p.mapping(lookup)).map(|m| m.path.clone());
         let jit_name = self.perf_map(pid).and_then(|m| m.lookup(lookup).map(str::to_string));
         match (jit_name, mapping_path) {
-            (Some(name), _) => Frame { name: Some(name), dso: Some("[jit]".into()), class: DsoClass::Jit, addr },
+            (Some(name), _) => {
+                let class = DsoClass::Jit.refined(Some(&name));
+                Frame { name: Some(name), dso: Some("[jit]".into()), class, addr }
+            }
             (None, Some(path)) => {
                 let class = DsoClass::of_mapping(&path);
                 Frame { name: None, dso: Some(path), class, addr }
