@@ -112,6 +112,11 @@ impl Judge for AgreeFramesCheck {
         let keys = |t: &[RankedMethod]| t.iter().map(|m| m.key.clone()).collect::<BTreeSet<_>>();
         let (ka, kb) = (keys(&ta), keys(&tb));
         let common = ka.intersection(&kb).count();
+        // An app with fewer hot methods than `min_common` (a web API whose code is two routes, one
+        // of them blocked, so SampleProfiler's managed samples see one): every method of the
+        // shorter list in common is all the agreement its data can show.
+        let shorter = ka.len().min(kb.len());
+        let needed = (*min_common).min(shorter.max(1));
         // The first collector's precompiled methods must be named the way the second names
         // them, wherever they rank there (a top list alone would forgive a misspelt name
         // that ranks low). One way only: the second may hold frames the first cannot see
@@ -127,7 +132,7 @@ impl Judge for AgreeFramesCheck {
         let r2r_in_b = tb.iter().filter(|m| m.is_r2r()).count();
         let pass = na > 0
             && nb > 0
-            && common >= *min_common
+            && common >= needed
             && unmatched_r2r.is_empty()
             && min_r2r.is_none_or(|m| r2r_in_a >= m);
         let mode_text = match mode {
@@ -148,6 +153,9 @@ impl Judge for AgreeFramesCheck {
         let only = |x: &BTreeSet<String>, y: &BTreeSet<String>| {
             x.difference(y).map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
         };
+        if needed < *min_common {
+            expected.push_str(&format!("; a top list shorter than {min_common} (here {shorter}) wholly in common"));
+        }
         let mut measured = format!(
             "{common} of top {top} in common; R2R-named in top: {a} {r2r_in_a}, {b} {r2r_in_b}; samples counted: {a} {na}, {b} {nb}"
         );
@@ -260,6 +268,28 @@ mod tests {
         // Never a PASS on zero samples, nor a FAIL: no data decides nothing.
         let check = judge_agree(&agree(0, None, NameMatch::Exact), a, Collection::new("b"));
         assert_eq!(check.verdict, Verdict::Inconclusive);
+    }
+
+    /// A web API whose own code is two routes, one blocked: SampleProfiler's managed samples rank
+    /// one method of the app, perf's on-CPU samples two. All the shorter list holds in common is
+    /// agreement; a method of it the other does not rank is not.
+    #[test]
+    fn agree_frames_holds_a_top_list_shorter_than_min_common_to_all_of_it() {
+        let mut a = Collection::new("a");
+        push(&mut a, 30, vec![framed(&perf_name("CpuRoute"), DsoClass::Jit, CORELIB)]);
+        push(&mut a, 5, vec![framed(&perf_name("BlockedRoute"), DsoClass::Jit, CORELIB)]);
+        let mut b = Collection::new("b");
+        let mut s = sample(vec![framed(&perf_name("CpuRoute"), DsoClass::Jit, CORELIB)]);
+        s.kind = Some("managed".into());
+        b.samples.extend(std::iter::repeat_n(s, 40));
+        let check = judge_agree(&agree(2, None, NameMatch::Exact), a.clone(), b.clone());
+        assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+        assert!(check.expected.contains("a top list shorter than 2 (here 1) wholly in common"), "{}", check.expected);
+        let mut other = Collection::new("b");
+        let mut s = sample(vec![framed(&perf_name("Elsewhere"), DsoClass::Jit, CORELIB)]);
+        s.kind = Some("managed".into());
+        other.samples.extend(std::iter::repeat_n(s, 40));
+        assert_eq!(judge_agree(&agree(2, None, NameMatch::Exact), a, other).verdict, Verdict::Fail);
     }
 
     #[test]

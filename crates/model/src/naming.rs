@@ -219,7 +219,11 @@ fn params(p: &str) -> String {
     // per token allocated for every parameter of every frame's label.
     let p = primitive_words(&p);
     let p = p.replace(", ", ",");
-    if p.contains('/') { p.replace('/', "+") } else { p }
+    let p = if p.contains('/') { p.replace('/', "+") } else { p };
+    // A nested type in a parameter: perf maps write its whole path
+    // (`System.RuntimeType+RuntimeTypeCache+CacheType`), EventPipe its own name (`CacheType`).
+    static ENCLOSING: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?:[A-Za-z_][A-Za-z0-9_.`]*\+)+").unwrap());
+    if p.contains('+') { ENCLOSING.replace_all(&p, "").into_owned() } else { p }
 }
 
 /// The kind of code a frame is, for colours and categories (Firefox profile categories use the
@@ -493,6 +497,16 @@ mod tests {
             (
                 "int64 [generic-pipeline] Pipeline.Grid::Sum(int32[0...,0...,0...],native uint)[OptimizedTier1]",
                 "Pipeline.Grid::Sum(int32[,,],nuint)",
+            ),
+            // Nested types in parameters (perf: the whole path; EventPipe: the type's own name),
+            // the method's own type keeping its path (corpus generic-pipeline, one run).
+            (
+                "void [System.Private.CoreLib] System.RuntimeType+RuntimeTypeCache+MemberInfoCache`1[System.__Canon]::Populate(string,valuetype System.RuntimeType/MemberListType,valuetype System.RuntimeType/RuntimeTypeCache/CacheType)[OptimizedTier1]",
+                "System.RuntimeType+RuntimeTypeCache+MemberInfoCache`1[System.__Canon]::Populate(string,MemberListType,CacheType)",
+            ),
+            (
+                "void [System.Private.CoreLib] System.Reflection.CustomAttribute::AddCustomAttributes(valuetype System.RuntimeType/ListBuilder`1<object>&,class System.Reflection.RuntimeModule,int32,class System.RuntimeType,bool,valuetype System.RuntimeType/ListBuilder`1<object>)",
+                "System.Reflection.CustomAttribute::AddCustomAttributes(ListBuilder`1<object>&,System.Reflection.RuntimeModule,int32,System.RuntimeType,bool,ListBuilder`1<object>)",
             ),
             (
                 "instance void [System.Private.CoreLib] System.Collections.Generic.Dictionary`2[System.__Canon,System.__Canon] /* MT: 0x00007F2A1B2C3D40 */::Add(!0,!1)[OptimizedTier1]",

@@ -294,6 +294,29 @@ fn web_api_as_it_is_with_load_from_its_listening_line() {
     assert_display_names(&o.dir, "web-api", &["perf-cpu", "eventpipe"], "Routes::CpuRoute(int32)");
 }
 
+/// `init --web` on the corpus web API, with only the routes set as its user would (the starter
+/// loads `/`, which this app does not serve): the starter's own checks PASS as written — perf names
+/// the managed frames, and its default `agree_frames` finds perf and SampleProfiler naming the same
+/// hot methods of the app (one of its two routes blocks, so SampleProfiler's managed samples rank
+/// one method: all of that list in common).
+#[test]
+fn web_api_starter_scenario_passes_with_its_own_routes() {
+    if !prerequisites("your_app::web_starter", &[&require_root, &perf_available]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dll = build_app("web-api", dir.path());
+    let toml = dir.path().join("starter.toml");
+    let text = harness::scenario::starter::starter_toml(&toml, harness::scenario::starter::StarterApp::Dll(&dll), true).unwrap();
+    assert!(text.contains("kind = \"agree_frames\""), "{text}");
+    let text = text.replacen("routes = [\"/\"]", "routes = [\"/cpu\", \"/blocked\"]", 1).replacen("seconds = 10", "seconds = 5", 1);
+    std::fs::write(&toml, &text).unwrap();
+    let (o, _results) = run(&toml, TargetKind::Host);
+    assert_eq!(o.verdict, Verdict::Pass, "{}", describe(&o));
+    let agree = o.manifest.checks.iter().find(|c| c.name.starts_with("top ") && c.name.contains("agree")).expect("no agree_frames check");
+    assert!(agree.measured.contains("in common"), "{}", agree.measured);
+}
+
 /// One naming scheme on an app tracelab never saw: every collector's folded stacks label `method`
 /// exactly alike (no return type, assembly, code version or MT comment), and each flame graph
 /// is titled with the scenario, its collector and sample count and has no `MT: 0x` anywhere.
