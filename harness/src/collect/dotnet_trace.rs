@@ -165,8 +165,10 @@ impl DotnetTrace {
 
 /// Ends a `dotnet-trace collect` / `collect-linux` child: it ends by itself when the traced
 /// process exits (given 5 s for that); if the app is still alive (a run cut short, an app stopped
-/// after its collectors), Enter on its stdin makes it stop the session and finish the file. `None`
-/// when it did not end within `limit` (then it is killed).
+/// after its collectors, a web app), SIGINT makes it stop the session and finish the file, as
+/// Ctrl+C does — its "press Enter" reads a terminal only: with stdin a pipe, Enter was never read
+/// and an idle web app's trace waited out the limit. `None` when it did not end within `limit`
+/// (then it is killed).
 pub(crate) fn finish(
     child: &mut Child,
     stdin: Option<std::process::ChildStdin>,
@@ -177,12 +179,11 @@ pub(crate) fn finish(
     while child.try_wait()?.is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    if child.try_wait()?.is_none()
-        && let Some(mut stdin) = stdin
-    {
-        use std::io::Write;
-        let _ = stdin.write_all(b"\n");
+    if child.try_wait()?.is_none() {
+        // SIGINT, 2: dotnet-trace's Ctrl+C handler stops the session and writes the rundown.
+        let _ = crate::host::proc::signal(child.id(), 2);
     }
+    drop(stdin);
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -263,7 +264,7 @@ impl Collector for DotnetTrace {
             .env("DOTNET_ROOT", &dotnet.root)
             .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
             .env("DOTNET_NOLOGO", "1")
-            // dotnet-trace stops at end of input: keep its stdin open, press Enter to stop it.
+            // Its stdin stays open until it is stopped (by SIGINT, see `finish`).
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
