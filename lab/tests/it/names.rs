@@ -148,3 +148,58 @@ fn dynamic_code_and_the_runtimes_stubs_are_named() {
     assert!(stub["leaf_total"].as_u64().unwrap_or(0) > 0 && stub["leaf_ratio"] == 1.0, "{stub}");
     assert!(o.manifest.findings.iter().any(|f| f.contains("runtime stubs") && f.contains("VSD_ResolveStub")), "{:?}", o.manifest.findings);
 }
+
+/// The corpus's generic / async app (written without tracelab code: generic classes and methods
+/// over several types, async methods, iterators, lambdas), perf and an EventPipe session from its
+/// start on one run: every method both collectors sampled is spelled identically by both —
+/// parameters (nested types, arrays, native ints), generic instantiations and all. What one
+/// collector sampled and the other did not (blocked threads for SampleProfiler) is no spelling.
+#[test]
+fn perf_and_eventpipe_spell_every_frame_of_a_generic_async_app_alike() {
+    let perf = || {
+        harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
+    };
+    if !prerequisites("names::perf_and_eventpipe_spell_every_frame_of_a_generic_async_app_alike", &[&require_root, &perf]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    lab::apps::user_app::build("generic-pipeline", dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let toml = dir.path().join("generic-pipeline.toml");
+    std::fs::write(
+        &toml,
+        "name = \"generic-pipeline\"\nworkload = { dll = \"bin/generic-pipeline.dll\" }\nargs = [\"3\"]\nstop = \"exit\"\nwarmup_s = 0\n\
+         target = \"host\"\n\n[[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\n\
+         [[collector]]\nkind = \"eventpipe\"\nprofile = \"thread-time\"\nstartup = true\n",
+    )
+    .unwrap();
+    let scenario = harness::scenario::Scenario::load(&toml).unwrap_or_else(|e| panic!("{e:#}"));
+    let (o, _results) = crate::until_decided("generic-pipeline", || crate::run_scenario(&scenario, harness::run::TargetKind::Host));
+    assert_eq!(o.verdict, judge::Verdict::Pass, "{}", crate::describe(&o));
+    // Managed labels by their `Type::Method` part: the spellings each collector gave it.
+    let spellings = |collector: &str| {
+        let folded = std::fs::read_to_string(o.dir.join(format!("stacks/{collector}.folded"))).unwrap();
+        let mut by_method: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+        for line in folded.lines() {
+            let stack = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+            for frame in stack.split(';').filter(|f| f.contains("::") && f.contains('(') && !f.contains('!') && !f.starts_with('[')) {
+                let method = &frame[..frame.find('(').unwrap()];
+                by_method.entry(method.to_string()).or_default().insert(frame.to_string());
+            }
+        }
+        by_method
+    };
+    let (perf, eventpipe) = (spellings("perf-cpu"), spellings("eventpipe"));
+    let both: Vec<&String> = perf.keys().filter(|m| eventpipe.contains_key(*m)).collect();
+    assert!(both.len() >= 20, "only {} methods sampled by both: {both:?}", both.len());
+    let differing: Vec<String> = both
+        .iter()
+        .filter(|m| perf[**m] != eventpipe[**m])
+        .map(|m| format!("perf {:?} vs eventpipe {:?}", perf[*m], eventpipe[*m]))
+        .collect();
+    assert!(differing.is_empty(), "{} of {} methods spelled differently:\n{}", differing.len(), both.len(), differing.join("\n"));
+    // The app's own generic code carries its instantiations in both: the async method's state
+    // machine per type argument.
+    for m in ["Pipeline+<SumAsync>d__1`1[System.Int32]::MoveNext", "Pipeline+<SumAsync>d__1`1[System.Int64]::MoveNext"] {
+        assert!(both.iter().any(|b| b.as_str() == m), "no `{m}` in both: {both:?}");
+    }
+}
