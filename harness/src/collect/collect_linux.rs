@@ -244,13 +244,23 @@ impl Collector for CollectLinux {
         collect_output(child.stderr.take().unwrap(), self.output.clone());
         self.commands.push(crate::host::proc::quoted(&argv));
         self.trace_path = Some(trace_path);
-        // "Recording started" once record-trace's perf session and the runtime's user_events
-        // session are both up.
+        // With its output a pipe, collect-linux prints its providers, its perf events and
+        // "Output File : …", then nothing until it stops (its progress line is for a terminal;
+        // seen on the 6.12-user-events guest): recording once the line is out and record-trace
+        // has created the file (given 10 s for that).
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut announced: Option<Instant> = None;
         loop {
             let text = self.output_text();
             if text.contains("Recording started") || text.contains("Recording trace") {
                 break;
+            }
+            if text.lines().any(|l| l.starts_with("Output File")) {
+                let since = *announced.get_or_insert_with(Instant::now);
+                let path = self.trace_path.as_ref().expect("set above");
+                if path.exists() || since.elapsed() >= Duration::from_secs(10) {
+                    break;
+                }
             }
             if let Some(status) = child.try_wait()? {
                 bail!(

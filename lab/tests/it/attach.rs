@@ -78,9 +78,11 @@ fn attach(toml: &str, dir: &Path, pid: u32) -> (RunOutcome, tempfile::TempDir) {
 }
 
 /// The attached web API's scenario: its CPU route's share of on-CPU samples (the promise of an
-/// attach: a share PASSes) and its JIT frames named, ≥ 98 % and not 99 %: code the runtime made
-/// before the perf map was switched on and that its rundown does not list (stubs, most likely;
-/// not yet proven) stays unnamed — 24 of 2,212 leaf frames (1.1 %) in one CI run.
+/// attach: a share PASSes) and its JIT frames named, ≥ 96 %: code the runtime made before the
+/// perf map was switched on and that its rundown does not list (stubs, most likely; not yet
+/// proven) stays unnamed — 24 of 2,212 leaf frames (1.1 %) in one CI run while the stubs the map
+/// did name counted as JIT frames; since they are class `stub`, 40 of 1,477 and 31 of 1,336 JIT
+/// leaf frames (2.7 %, 2.3 %, load ~3.7).
 fn web_toml(url: &str) -> String {
     format!(
         "name = \"web-api-attached\"\nworkload = {{ dll = \"bin/web-api.dll\" }}\n\n\
@@ -88,13 +90,13 @@ fn web_toml(url: &str) -> String {
          [[collector]]\nkind = \"perf-cpu\"\nfrequency = 499\n\n\
          [[expect]]\nkind = \"share_at_least\"\nname = \"perf cpu-clock on the CPU route\"\ncollector = \"perf-cpu\"\n\
          method = \"::CpuRoute\\\\b\"\namong = [\"::CpuRoute\\\\b\", \"::BlockedRoute\\\\b\"]\nmin = 0.9\nmin_samples = 100\n\n\
-         [[expect]]\nkind = \"resolved\"\ncollector = \"perf-cpu\"\nclass = \"jit\"\nmin = 0.98\nmin_samples = 100\n"
+         [[expect]]\nkind = \"resolved\"\ncollector = \"perf-cpu\"\nclass = \"jit\"\nmin = 0.96\nmin_samples = 100\n"
     )
 }
 
 /// A web API started from a shell, W^X on and no perf map: attached by pid, its perf map switched
 /// on over IPC (the rundown names what was compiled before) and off after, the CPU route's share
-/// and ≥ 99 % of JIT leaf frames named — and the app serves on, its map gone as before.
+/// and ≥ 96 % of JIT leaf frames named (see `web_toml`) — and the app serves on, its map gone as before.
 #[test]
 fn attach_to_a_web_api_started_from_a_shell() {
     let test = "attach::attach_to_a_web_api_started_from_a_shell";
