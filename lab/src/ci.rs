@@ -194,16 +194,17 @@ pub fn generate(axes: &Axes) -> String {
         "matrix pods --shapes ${{ matrix.shape }}",
         "results-pods-${{ matrix.shape }}",
     );
-    // Tests on an image CI needs for nothing else: bookworm's (~2 min to build on a fresh machine),
-    // where LTTng-UST 2.13's soname makes the runtime's provider unloadable. CI keeps the same
-    // soname refusal on the host (lttng::lttng_host_with_ust_2_13_is_unsupported_by_soname).
+    // Tests that build what CI needs for nothing else: bookworm's and trixie's images (~2 min each
+    // on a fresh machine; LTTng-UST 2.13's soname makes the runtime's provider unloadable there,
+    // which CI keeps checking on the host: lttng::lttng_host_with_ust_2_13_is_unsupported_by_soname)
+    // and a Debian kernel's qemu guest (~2.5 min; the kernels job boots every kernel besides).
     job(
         &mut y,
         "other_images",
-        "tests on images CI does not build (bookworm)",
+        "tests on images and guests CI does not build (bookworm, trixie, a qemu guest)",
         &[],
         60,
-        "test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=lttng::lttng_bookworm_container_is_unsupported_by_soname)'",
+        "test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=lttng::lttng_bookworm_container_is_unsupported_by_soname) | test(=matrix::lttng_matrix_passes_on_2_12_and_skips_on_2_13) | test(=matrix::qemu_guest_boots_and_perf_records)'",
         "results-other-images",
     );
     // The installed binary for real: `cargo install --path tracelab` (a release build of the
@@ -394,7 +395,7 @@ mod tests {
         assert!(y.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]"), "{y}");
         assert!(y.contains("kernel: [\"5.10\", \"6.1\"]"), "{y}");
         assert!(y.contains("matrix kernels --kernels ${{ matrix.kernel }} --scenario cpu-bound,gc-heavy"), "{y}");
-        assert!(y.contains("needs: [host, containers, caps, kernels, kernel_user_events, dotnet, pods, install]"), "{y}");
+        assert!(y.contains("needs: [host, containers, caps, kernels, kernel_user_events, dotnet, pods, other_images, install]"), "{y}");
         assert!(y.contains("matrix kernels --kernels 6.12-user-events --scenario cpu-bound-collect-linux\n"), "{y}");
         assert!(y.contains("workflow_dispatch:") && y.contains("schedule:"), "{y}");
     }
@@ -439,7 +440,7 @@ mod tests {
             + y.matches("name: fuzz-").count()
             + y.matches("name: interrupt-").count()
             + y.matches("name: corpus\n").count();
-        assert_eq!(jobs, 12);
+        assert_eq!(jobs, 13);
         assert_eq!(jobs, uploads, "{y}");
     }
 

@@ -158,7 +158,7 @@ fn lttng_bullseye_gc_starts_match_truth() {
 }
 
 #[test]
-#[ignore = "nightly (job other_images): builds the bookworm image, ~2 min, for this test alone; CI checks the same soname refusal on the host"]
+#[ignore = "nightly (job other_images): builds the bookworm image, ~2 min of CI; CI checks the same soname refusal on the host"]
 fn lttng_bookworm_container_is_unsupported_by_soname() {
     let test = "lttng::lttng_bookworm_container_is_unsupported_by_soname";
     if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available, &|| require_program("nsenter")]) {

@@ -20,6 +20,7 @@ use lab::vm;
 use crate::lttng::{docker_available, dotnet_available, work_dir};
 
 #[test]
+#[ignore = "nightly (job other_images): a Debian kernel's qemu guest, ~2.5 min of CI; the kernels job boots every kernel"]
 fn qemu_guest_boots_and_perf_records() {
     let test = "matrix::qemu_guest_boots_and_perf_records";
     if !prerequisites(test, &[&|| vm::boot_prerequisites(), &require_root]) {
@@ -199,6 +200,7 @@ fn capability_probes_match_this_engine() {
 /// The LTTng axis of the matrix: PASS where LTTng-UST is 2.12 (bullseye), SKIPPED with the soname
 /// reason where it is 2.13+ (bookworm, trixie); markdown and JSON written.
 #[test]
+#[ignore = "nightly (job other_images): builds the bookworm and trixie images, ~4 min of CI; CI checks the soname refusal on the host"]
 fn lttng_matrix_passes_on_2_12_and_skips_on_2_13() {
     let test = "matrix::lttng_matrix_passes_on_2_12_and_skips_on_2_13";
     if !prerequisites(test, &[&require_root, &docker_available, &dotnet_available, &|| require_program("nsenter")]) {

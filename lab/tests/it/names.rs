@@ -3,6 +3,10 @@
 
 use tracelab_fixtures::{prerequisites, require_root};
 
+fn perf_available() -> Result<(), String> {
+    harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".into())
+}
+
 /// Scenario `generics`: one generic method, `Generics.Spin<T>`, burns CPU with bool, int, long,
 /// string (shared `__Canon` code) and a struct in an equal split. The perf map names all five
 /// `Spin(!!0,float64)`; perf frames take each code range's instantiation from the EventPipe
@@ -11,14 +15,9 @@ use tracelab_fixtures::{prerequisites, require_root};
 /// stacks, speedscope, the Firefox profile and pprof of each.
 #[test]
 fn generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe() {
-    let perf = || {
-        harness::host::environment::perf_binary()
-            .map(|_| ())
-            .ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
-    };
     if !prerequisites(
         "names::generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe",
-        &[&require_root, &perf],
+        &[&require_root, &perf_available],
     ) {
         return;
     }
@@ -115,10 +114,7 @@ fn generic_methods_are_named_by_their_instantiation_in_perf_and_eventpipe() {
 /// by their kind (`stub<VSD_ResolveStub>`) in every view, and the findings count them per kind.
 #[test]
 fn dynamic_code_and_the_runtimes_stubs_are_named() {
-    let perf = || {
-        harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
-    };
-    if !prerequisites("names::dynamic_code_and_the_runtimes_stubs_are_named", &[&require_root, &perf]) {
+    if !prerequisites("names::dynamic_code_and_the_runtimes_stubs_are_named", &[&require_root, &perf_available]) {
         return;
     }
     let scenario = harness::scenario::Scenario::find("dynamic-code").unwrap();
@@ -156,10 +152,7 @@ fn dynamic_code_and_the_runtimes_stubs_are_named() {
 /// collector sampled and the other did not (blocked threads for SampleProfiler) is no spelling.
 #[test]
 fn perf_and_eventpipe_spell_every_frame_of_a_generic_async_app_alike() {
-    let perf = || {
-        harness::host::environment::perf_binary().map(|_| ()).ok_or_else(|| "no perf binary (apt-get install linux-perf)".to_string())
-    };
-    if !prerequisites("names::perf_and_eventpipe_spell_every_frame_of_a_generic_async_app_alike", &[&require_root, &perf]) {
+    if !prerequisites("names::perf_and_eventpipe_spell_every_frame_of_a_generic_async_app_alike", &[&require_root, &perf_available]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
