@@ -319,13 +319,14 @@ impl Collector for CollectLinux {
             // symbols and user_events payloads are not turned into the model yet.
             let trace = eventpipe::read_v6(&std::fs::read(&path)?)
                 .with_context(|| format!("reading {}", path.display()))?;
-            bail!(
+            // A gap of tracelab's, not a wrong pipeline: an error of its own (exit 5), not a FAIL.
+            return Err(crate::host::errors::Infrastructure::wrap(format!(
                 "{} is nettrace V6 ({} events, {} event types) and tracelab does not decode V6 samples and events into \
-                 stacks yet",
+                 stacks yet (the file is kept in the results folder)",
                 path.display(),
                 trace.events.len(),
                 trace.metadata.len()
-            );
+            )));
         }
         let mut c = decode_nettrace(&path, &self.name)?;
         super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
