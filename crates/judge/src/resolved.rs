@@ -7,7 +7,7 @@ use super::sufficiency::floor;
 use super::{Check, Evidence, Judge, bad_key, bounds_text, fraction, resolution, within, yes};
 use model::DsoClass;
 
-/// Resolved-frame ratio for a DSO class (`jit`, `r2r`, `runtime_native`, `libc`, `kernel`,
+/// Resolved-frame ratio for a DSO class (`jit`, `r2r`, `stub`, `runtime_native`, `libc`, `kernel`,
 /// `managed` = jit + r2r) at least `min` and/or at most `max`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
