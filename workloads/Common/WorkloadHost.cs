@@ -54,6 +54,26 @@ public sealed class WorkloadContext
         return shares;
     }
 
+    /// Runs `kinds` in turn, `slice(meter, kind)` each, on `ctx.Threads` threads named
+    /// "prefix-N" until the measured seconds are over, each kind's time its own phase (named and
+    /// timed as the kind); returns each kind's declared share, an equal split. The workloads that
+    /// compare kinds of code in CPU slices (generics, dynamic-code) run on this.
+    public JsonObject RunKindsInTurn(string[] kinds, string prefix, Action<PhaseMeter, int> slice)
+    {
+        RunThreads(Math.Max(1, Threads), prefix, _ =>
+        {
+            var meters = kinds.Select(k => new PhaseMeter(k, k)).ToArray();
+            while (Clock.Elapsed.TotalSeconds < Seconds)
+            {
+                for (var kind = 0; kind < kinds.Length; kind++) slice(meters[kind], kind);
+            }
+            foreach (var m in meters) AddPhase(m.Record());
+        });
+        var declared = new JsonObject();
+        foreach (var k in kinds) declared[k] = 1.0 / kinds.Length;
+        return declared;
+    }
+
     /// Runs `body` on `count` named threads ("prefix-0" …) and waits for them.
     public void RunThreads(int count, string prefix, Action<int> body)
     {

@@ -41,17 +41,7 @@ public static class DynamicCode
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Run(WorkloadContext ctx)
     {
-        ctx.RunThreads(Math.Max(1, ctx.Threads), "dyn", _ =>
-        {
-            var meters = Kinds.Select(k => new PhaseMeter(k, k)).ToArray();
-            while (ctx.Clock.Elapsed.TotalSeconds < ctx.Seconds)
-            {
-                for (var kind = 0; kind < Kinds.Length; kind++) Slice(meters[kind], kind, SliceCpuMs);
-            }
-            foreach (var m in meters) ctx.AddPhase(m.Record());
-        });
-        var declared = new JsonObject();
-        foreach (var k in Kinds) declared[k] = 1.0 / Kinds.Length;
+        var declared = ctx.RunKindsInTurn(Kinds, "dyn", (meter, kind) => Slice(meter, kind, SliceCpuMs));
         // The dynamic code alone, without the dispatch phase: EventPipe's sampler stops a thread at
         // its next safe point, which for the call loop is its return into Slice.
         ctx.Truth["shares"] = new JsonObject

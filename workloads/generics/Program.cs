@@ -29,17 +29,7 @@ public static class Generics
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Run(WorkloadContext ctx)
     {
-        ctx.RunThreads(Math.Max(1, ctx.Threads), "gen", _ =>
-        {
-            var meters = Kinds.Select(k => new PhaseMeter(k, k)).ToArray();
-            while (ctx.Clock.Elapsed.TotalSeconds < ctx.Seconds)
-            {
-                for (var kind = 0; kind < Kinds.Length; kind++) Slice(meters[kind], kind, SliceCpuMs);
-            }
-            foreach (var m in meters) ctx.AddPhase(m.Record());
-        });
-        var declared = new JsonObject();
-        foreach (var k in Kinds) declared[k] = 1.0 / Kinds.Length;
+        var declared = ctx.RunKindsInTurn(Kinds, "gen", (meter, kind) => Slice(meter, kind, SliceCpuMs));
         ctx.Truth["shares"] = new JsonObject { ["cpu"] = ctx.CpuShares(Kinds), ["declared"] = declared };
         ctx.Truth["instantiations"] = new JsonObject
         {
