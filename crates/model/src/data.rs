@@ -18,7 +18,7 @@ pub enum DsoClass {
     R2r,
     /// Code the runtime generates that is no method: precode, virtual stub dispatch, delegate
     /// shuffle thunks, copied write barriers, dynamic helpers. It sits in the JIT's anonymous
-    /// memory; the perf map names each block `stub<N> OWNER<KIND>` ([`crate::stub_kind`]).
+    /// memory; the perf map names each block `stub OWNER<KIND>` ([`crate::stub_kind`]).
     Stub,
     /// The native runtime: libcoreclr.so, libclrjit.so and the other lib*.so of the shared framework.
     RuntimeNative,
