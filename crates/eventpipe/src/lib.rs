@@ -35,7 +35,7 @@ pub use counters::{COUNTER_EVENT, CounterKind, CounterSample, CounterSeries, RUN
 pub use decode::{DecodeOptions, Decoded, DecodedEvent, DecodedSample, FieldCount64, SampleKind, StreamDecoder, StreamEvent, StreamItem, decode};
 pub use error::{Error, Result};
 pub use metadata::EventMetadata;
-pub use nettrace_v6::{V6Event, V6Field, V6Metadata, V6Trace, is_nettrace_v6, read_v6};
+pub use nettrace_v6::{V6Event, V6Field, V6Metadata, V6Trace, V6Value, is_nettrace_v6, read_v6};
 pub use nettrace::{EventRef, Limits, NettraceReader, Stats, TraceInfo};
 pub use known::runtime_event_layout;
 pub use payload::{FieldCount, PayloadLayout, Value, count_payload, decode_payload, guid_string};

@@ -110,6 +110,29 @@ pub(crate) fn utf16_text(body: &[u8]) -> String {
 }
 
 impl EventMetadata {
+    /// The metadata of a runtime event known only by its provider, id and version (what a V6
+    /// trace of user_events carries: no name, no field list): named and laid out by the
+    /// runtime's manifest, so [`crate::decode_payload`] reads its payload as in any trace.
+    pub fn known(provider: &str, event_id: u32, version: u32) -> EventMetadata {
+        let (name, template) = match crate::known::lookup(provider, event_id, version) {
+            Some((name, template)) => (name.to_string(), template),
+            None => (String::new(), None),
+        };
+        EventMetadata {
+            metadata_id: 0,
+            provider: provider.to_string(),
+            event_id,
+            name,
+            keywords: 0,
+            version,
+            level: 0,
+            opcode: None,
+            fields: Vec::new(),
+            fields_incomplete: false,
+            template,
+        }
+    }
+
     /// Parses a metadata event's payload; `offset` is its position in the stream.
     pub fn parse(payload: &[u8], offset: u64) -> Result<EventMetadata> {
         let mut c = Cursor { buf: payload, pos: 0, base: offset };

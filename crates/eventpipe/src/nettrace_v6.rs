@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 pub struct V6Field {
     pub name: String,
     /// 6 byte, 7/8 int16/uint16, 9/10 int32/uint32, 11/12 int64/uint64, 13 single, 14 double,
-    /// 18 NUL-terminated UTF-16, 19 array (of `element_type`), 21 varuint, 23 UTF-8 (varuint length).
+    /// 18 NUL-terminated UTF-16, 19 array (of `element_type`), 21 varuint, 23 UTF-8 (u16 length:
+    /// seen in every `Universal.System` string one-collect writes).
     pub type_code: u8,
     pub element_type: Option<u8>,
 }
@@ -73,6 +74,61 @@ pub struct V6Trace {
 impl V6Trace {
     pub fn metadata_of(&self, e: &V6Event) -> Option<&V6Metadata> {
         self.metadata.get(&e.metadata_id)
+    }
+
+    /// The fields of an event whose metadata lists them (the `Universal.*` providers'; runtime
+    /// events carry none: their payload is EventPipe's, read by the manifest). `offset` is for
+    /// errors: where the event is, as the caller can say it.
+    pub fn fields(&self, e: &V6Event) -> Result<Vec<(String, V6Value)>> {
+        let Some(meta) = self.metadata_of(e) else {
+            return Err(Error::format(0, format_args!("an event of metadata id {} no metadata block defines", e.metadata_id)));
+        };
+        let mut c = Cur { buf: &e.payload, pos: 0, base: 0 };
+        let mut out = Vec::with_capacity(meta.fields.len());
+        for f in &meta.fields {
+            let what = format!("{}/{} field {}", meta.provider, meta.name, f.name);
+            let v = match f.type_code {
+                6 => V6Value::U64(c.u8(&what)?.into()),
+                7 | 8 => V6Value::U64(c.u16(&what)?.into()),
+                9 | 10 => V6Value::U64(c.u32(&what)?.into()),
+                11 | 12 => V6Value::U64(c.u64(&what)?),
+                21 => V6Value::U64(c.varint(&what)?),
+                23 => {
+                    let n = c.u16(&what)? as usize;
+                    V6Value::Str(String::from_utf8_lossy(c.bytes(n, &what)?).into_owned())
+                }
+                other => {
+                    return Err(Error::format(
+                        c.at(),
+                        format_args!("{what}: type code {other} is not read here (only integers and UTF-8 strings)"),
+                    ));
+                }
+            };
+            out.push((f.name.clone(), v));
+        }
+        Ok(out)
+    }
+}
+
+/// A field value of a `Universal.*` event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum V6Value {
+    U64(u64),
+    Str(String),
+}
+
+impl V6Value {
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            V6Value::U64(v) => Some(*v),
+            V6Value::Str(_) => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            V6Value::Str(s) => Some(s),
+            V6Value::U64(_) => None,
+        }
     }
 }
 

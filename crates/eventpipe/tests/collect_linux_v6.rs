@@ -62,3 +62,21 @@ fn collect_linux_recordings_hold_samples_and_runtime_events_with_stacks() {
     }
 }
 
+
+/// The recorder's own events read by their field lists: strings are UTF-8 with a u16 length
+/// (every mapping's file name whole), numbers varints.
+#[test]
+fn universal_system_events_read_by_their_fields() {
+    let t = read("cpu-bound");
+    let mut names = Vec::new();
+    for e in t.events.iter().filter(|e| t.metadata[&e.metadata_id].name == "ProcessMapping") {
+        let fields = t.fields(e).unwrap();
+        assert_eq!(fields.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["Id", "StartAddress", "EndAddress", "FileOffset", "FileName", "MetadataId"]);
+        names.push(fields[4].1.as_str().unwrap().to_string());
+    }
+    assert!(names.iter().any(|n| n.ends_with("/libcoreclr.so")), "{names:?}");
+    assert!(names.iter().any(|n| n == "/memfd:doublemapper (deleted)"), "{names:?}");
+    let symbol = t.events.iter().find(|e| t.metadata[&e.metadata_id].name == "ProcessSymbol").unwrap();
+    let fields = t.fields(symbol).unwrap();
+    assert!(fields[4].1.as_str().unwrap().contains("[System.Private.CoreLib]"), "{fields:?}");
+}

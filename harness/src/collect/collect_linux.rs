@@ -3,7 +3,8 @@
 //! The runtime writes its events through the kernel's user_events (an EventPipe session opened
 //! with `CollectTracing5`) and dotnet-trace's `librecordtrace.so` records them with perf events:
 //! CPU samples (`cpu-sampling`) and context switches (`thread-time`) with native and kernel
-//! frames, runtime events with call stacks, into one .nettrace that our decoder reads.
+//! frames, runtime events with call stacks, into one .nettrace (format V6) that
+//! `stacks::decode_collect_linux` reads.
 //!
 //! It needs a kernel with `CONFIG_USER_EVENTS` (6.4 or newer; no Debian kernel has it: the
 //! kernel matrix builds one, `6.12-user-events`), tracefs and root. [`Collector::preflight`]
@@ -27,7 +28,7 @@ use super::{Collector, DecodeContext};
 use crate::host::errors::Unsupported;
 use crate::run::{RunningApp, Target};
 use model::Collection;
-use stacks::decode_nettrace;
+use stacks::{decode_collect_linux, decode_nettrace};
 
 /// collect-linux's own profiles: perf events of the kernel, no runtime provider.
 pub(crate) const KERNEL_PROFILES: [&str; 2] = ["cpu-sampling", "thread-time"];
@@ -315,18 +316,9 @@ impl Collector for CollectLinux {
         if std::io::Read::read_exact(&mut std::fs::File::open(&path)?, &mut head).is_ok()
             && eventpipe::is_nettrace_v6(&head)
         {
-            // What collect-linux writes: the blocks are read (eventpipe::read_v6), their samples,
-            // symbols and user_events payloads are not turned into the model yet.
-            let trace = eventpipe::read_v6(&std::fs::read(&path)?)
-                .with_context(|| format!("reading {}", path.display()))?;
-            // A gap of tracelab's, not a wrong pipeline: an error of its own (exit 5), not a FAIL.
-            return Err(crate::host::errors::Infrastructure::wrap(format!(
-                "{} is nettrace V6 ({} events, {} event types) and tracelab does not decode V6 samples and events into \
-                 stacks yet (the file is kept in the results folder)",
-                path.display(),
-                trace.events.len(),
-                trace.metadata.len()
-            )));
+            // What collect-linux writes: perf samples, mappings, the recorder's symbols and the
+            // runtime's user_events, named as perf recordings are (stacks::decode_collect_linux).
+            return decode_collect_linux(&path, &self.name, ctx);
         }
         let mut c = decode_nettrace(&path, &self.name)?;
         super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;

@@ -164,7 +164,7 @@ pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
     coll
 }
 
-fn model_value(v: eventpipe::Value) -> Value {
+pub(super) fn model_value(v: eventpipe::Value) -> Value {
     match v {
         eventpipe::Value::U64(v) => Value::U64(v),
         eventpipe::Value::I64(v) => Value::I64(v),

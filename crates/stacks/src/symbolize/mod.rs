@@ -312,6 +312,30 @@ impl<'a> Symbolizer<'a> {
         self.cache.clear();
     }
 
+    /// Names `pid`'s JIT code by `table` (symbols a recorder resolved, as a perf map would) and,
+    /// for code the table does not cover, by any perf map found for it. Call before naming any
+    /// frame.
+    pub fn use_jit_symbols(&mut self, pid: u32, mut table: SymbolTable, source: String) {
+        if let Some(file) = self.jit.remove(&pid) {
+            for (start, end, name) in file.symbols() {
+                table.push(start, end, name);
+            }
+            table.finish();
+        }
+        self.jit.insert(pid, table);
+        self.sources.push(source);
+        self.cache.clear();
+    }
+
+    /// Names kernel frames by `table` (symbols a recorder resolved on the recording's machine),
+    /// instead of this machine's kallsyms. Call before naming any frame.
+    pub fn use_kernel_symbols(&mut self, table: SymbolTable, source: String) {
+        self.kernel = Some(std::sync::Arc::new(table));
+        self.kernel_pending = false;
+        self.sources.push(source);
+        self.cache.clear();
+    }
+
     /// The mapping covering `addr` in `pid` (kernel mappings under [`KERNEL_PID`]).
     pub fn mapping(&self, pid: u32, addr: u64) -> Option<&Mapping> {
         self.spaces.get(&pid)?.lookup(addr)

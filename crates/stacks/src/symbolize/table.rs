@@ -118,6 +118,14 @@ impl SymbolTable {
     }
 
     /// Every name in the table (in no particular order; a name listed twice comes twice).
+    /// Every symbol as (start, end, name), in the table's order.
+    pub fn symbols(&self) -> impl Iterator<Item = (u64, u64, &str)> {
+        (0..self.len()).map(|i| {
+            let row = self.row(i);
+            (row.0, row.1, self.name(&row))
+        })
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         (0..self.len()).map(|i| self.name(&self.row(i)))
     }
