@@ -35,6 +35,16 @@ pub(crate) const KERNEL_PROFILES: [&str; 2] = ["cpu-sampling", "thread-time"];
 
 pub use crate::host::environment::{USER_EVENTS_DATA, user_events_state};
 
+/// The kernel's list of registered user_events, each with who uses it (`… # Used by perf`).
+const USER_EVENTS_STATUS: &str = "/sys/kernel/tracing/user_events_status";
+
+/// Whether the kernel's user_events status (the text of [`USER_EVENTS_STATUS`]: one line per
+/// event, `NAME # Used by perf` once a perf event listens) shows the .NET runtime's events (their
+/// names start `OC_DotNet_`, as one-collect registers them) used by perf.
+fn runtime_events_used_by_perf(status: &str) -> bool {
+    status.lines().any(|l| l.starts_with("OC_DotNet_") && l.split_once(" # Used by").is_some_and(|(_, by)| by.contains("perf")))
+}
+
 /// Where the .NET runtime lets collect-linux record: `/proc/PID/root/tmp` style attaching as in
 /// the `dotnet-trace` collector needs no capability of the app's container.
 pub(crate) const DEFAULT_CAPABILITIES: &[&str] = &[];
@@ -123,6 +133,9 @@ pub(crate) struct CollectLinux {
     commands: Vec<String>,
     maps: super::process_maps::ProcessMaps,
     host_pid: u32,
+    /// When the kernel's user_events status changed while tracelab waited for the recording
+    /// (seconds after collect-linux announced its file): kept in `NAME.record.txt`.
+    start_notes: Vec<String>,
 }
 
 impl CollectLinux {
@@ -180,6 +193,7 @@ impl CollectLinux {
             commands: Vec::new(),
             maps: Default::default(),
             host_pid: 0,
+            start_notes: Vec::new(),
         })
     }
 
@@ -251,6 +265,7 @@ impl Collector for CollectLinux {
         // has created the file (given 10 s for that).
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut announced: Option<Instant> = None;
+        let (mut timeline, mut last_status) = (Vec::<String>::new(), String::new());
         loop {
             let text = self.output_text();
             if text.contains("Recording started") || text.contains("Recording trace") {
@@ -259,7 +274,16 @@ impl Collector for CollectLinux {
             if text.lines().any(|l| l.starts_with("Output File")) {
                 let since = *announced.get_or_insert_with(Instant::now);
                 let path = self.trace_path.as_ref().expect("set above");
-                if path.exists() || since.elapsed() >= Duration::from_secs(10) {
+                // The file exists before perf listens to the runtime's events: a run whose app
+                // threw its first exceptions then lost them (857 of 1,000 on the guest). Those
+                // events are recording once the kernel lists them as used by perf.
+                let status = std::fs::read_to_string(USER_EVENTS_STATUS).unwrap_or_default();
+                if status != last_status {
+                    timeline.push(format!("{:.2} s user_events_status: {}", since.elapsed().as_secs_f64(), status.trim().replace('\n', " | ")));
+                    last_status = status.clone();
+                }
+                let events_on = self.providers.is_empty() || runtime_events_used_by_perf(&status);
+                if (path.exists() && events_on) || since.elapsed() >= Duration::from_secs(30) {
                     break;
                 }
             }
@@ -279,6 +303,7 @@ impl Collector for CollectLinux {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.start_notes = timeline;
         self.child = Some(child);
         self.host_pid = app.host_pid;
         self.maps.snapshot(app.host_pid);
@@ -297,6 +322,9 @@ impl Collector for CollectLinux {
             bail!("dotnet-trace collect-linux did not finish within 120 s; killed. Output:\n{}", self.output_text().trim());
         };
         let path = self.trace_path.as_ref().unwrap();
+        // What collect-linux said, kept beside its trace (it names what record-trace could not do).
+        let notes = self.start_notes.iter().map(|l| format!("tracelab: {l}\n")).collect::<String>();
+        let _ = std::fs::write(path.with_extension("record.txt"), notes + &self.output_text());
         if !path.is_file() {
             bail!(
                 "dotnet-trace collect-linux ended ({status}) without writing {}:\n{}",
@@ -318,7 +346,21 @@ impl Collector for CollectLinux {
         {
             // What collect-linux writes: perf samples, mappings, the recorder's symbols and the
             // runtime's user_events, named as perf recordings are (stacks::decode_collect_linux).
-            return decode_collect_linux(&path, &self.name, ctx);
+            let c = decode_collect_linux(&path, &self.name, ctx)?;
+            if !self.profiles.is_empty() && c.samples.is_empty() {
+                // Not a wrong pipeline: collect-linux's perf side recorded nothing.
+                return Err(crate::host::errors::Infrastructure::wrap(format!(
+                    "dotnet-trace collect-linux was asked for `--profile {}` and its trace {} holds no CPU sample and no \
+                     context switch ({} events of the runtime): record-trace's perf events recorded nothing of pid {}. \
+                     What collect-linux printed is in {}",
+                    self.profiles.join(","),
+                    path.display(),
+                    c.events.len(),
+                    self.host_pid,
+                    path.with_extension("record.txt").display()
+                )));
+            }
+            return Ok(c);
         }
         let mut c = decode_nettrace(&path, &self.name)?;
         super::process_maps::name_frames(&mut c, &path.with_extension("maps"), ctx)?;
@@ -370,6 +412,15 @@ mod tests {
             format!("{:#}", CollectLinux::new("x", &spec).err().unwrap())
                 .contains("enables nothing")
         );
+    }
+
+    #[test]
+    fn runtime_events_are_on_once_perf_uses_them() {
+        let registered = "OC_DotNet_Microsoft_Windows_DotNETRuntime_134_All\n\nActive: 1\nBusy: 0\n";
+        assert!(!runtime_events_used_by_perf(registered));
+        let used = "other_event # Used by ftrace\nOC_DotNet_Microsoft_Windows_DotNETRuntime_134_All # Used by perf\n\nActive: 2\nBusy: 2\n";
+        assert!(runtime_events_used_by_perf(used));
+        assert!(!runtime_events_used_by_perf("OC_DotNet_X # Used by ftrace\n"));
     }
 
     #[test]

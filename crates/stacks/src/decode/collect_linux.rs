@@ -165,9 +165,12 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
                 c.samples.push(Sample { cpu: Some(e.processor), ..Sample::new(e.pid, e.tid, ns(e.timestamp), frames(e.pid, &e.stack, false)) });
             }
             ("Universal.Events", "cswitch") => {
-                // A switch away from the thread: its stack is where it blocked.
+                // A switch away from the thread: its stack is where it blocked, its value (the
+                // metric one-collect exports for it) how long, in QPC ticks.
                 switches += 1;
+                let value = t.fields(e).ok().and_then(|f| f.first().and_then(|(_, v)| v.as_u64())).unwrap_or(0);
                 c.samples.push(Sample {
+                    weight: ns(value),
                     kind: Some("blocked".into()),
                     cpu: Some(e.processor),
                     ..Sample::new(e.pid, e.tid, ns(e.timestamp), frames(e.pid, &e.stack, false))
@@ -200,10 +203,15 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
         }
     }
     // With thread-time, CPU samples and switches are two kinds: the CPU ones say so.
+    // Weights are then nanoseconds: a CPU sample stands for the sampling period (the trace's
+    // `ExpectedCPUSamplingRate`, in ns: 1 ms at record-trace's 1,000 Hz).
     if switches > 0 {
         c.sampling = model::Sampling::Other;
+        c.weight_ns = true;
+        let period = t.keys.get("ExpectedCPUSamplingRate").and_then(|v| v.parse::<u64>().ok()).filter(|&p| p > 0).unwrap_or(1_000_000);
         for s in c.samples.iter_mut().filter(|s| s.kind.is_none()) {
             s.kind = Some("cpu".into());
+            s.weight = period;
         }
     }
     c.lost_events = t.lost_events;
