@@ -347,14 +347,22 @@ impl Collector for CollectLinux {
             // What collect-linux writes: perf samples, mappings, the recorder's symbols and the
             // runtime's user_events, named as perf recordings are (stacks::decode_collect_linux).
             let c = decode_collect_linux(&path, &self.name, ctx)?;
-            if !self.profiles.is_empty() && c.samples.is_empty() {
-                // Not a wrong pipeline: collect-linux's perf side recorded nothing.
+            // Not a wrong pipeline: collect-linux's perf side recorded nothing of what a profile
+            // asked for (on the 6.12-user-events guest, `thread-time` never wrote a switch).
+            let switches = c.samples.iter().filter(|s| s.kind.as_deref() == Some("blocked")).count();
+            let cpu = c.samples.len() - switches;
+            let missing = [("cpu-sampling", cpu, "CPU sample"), ("thread-time", switches, "context switch")]
+                .into_iter()
+                .filter(|(profile, n, _)| *n == 0 && self.profiles.iter().any(|p| p == profile))
+                .map(|(profile, _, what)| format!("no {what} (`--profile {profile}`)"))
+                .collect::<Vec<_>>();
+            if !missing.is_empty() {
                 return Err(crate::host::errors::Infrastructure::wrap(format!(
-                    "dotnet-trace collect-linux was asked for `--profile {}` and its trace {} holds no CPU sample and no \
-                     context switch ({} events of the runtime): record-trace's perf events recorded nothing of pid {}. \
-                     What collect-linux printed is in {}",
-                    self.profiles.join(","),
+                    "dotnet-trace collect-linux's trace {} holds {}, which its profile asked for ({cpu} CPU samples, {switches} context \
+                     switches, {} events of the runtime): record-trace's perf events recorded nothing of that for pid {}. What \
+                     collect-linux printed is in {}",
                     path.display(),
+                    missing.join(" and "),
                     c.events.len(),
                     self.host_pid,
                     path.with_extension("record.txt").display()
