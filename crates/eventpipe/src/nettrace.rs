@@ -55,14 +55,20 @@ pub struct TraceInfo {
     pub sampling_interval_ns: u32,
 }
 
+/// QPC ticks at `frequency` per second as nanoseconds (a frequency of 0, as some writers leave
+/// it, means the ticks are nanoseconds already).
+pub(crate) fn qpc_ticks_to_ns(qpc: u64, frequency: u64) -> u64 {
+    if frequency == 0 || frequency == 1_000_000_000 {
+        return qpc;
+    }
+    (u128::from(qpc) * 1_000_000_000 / u128::from(frequency)) as u64
+}
+
 impl TraceInfo {
     /// Converts an event timestamp (QPC ticks) to nanoseconds of the same clock
     /// (CLOCK_MONOTONIC on Linux, so comparable with `perf record -k 1`).
     pub fn qpc_to_ns(&self, qpc: u64) -> u64 {
-        if self.qpc_frequency == 0 || self.qpc_frequency == 1_000_000_000 {
-            return qpc;
-        }
-        (u128::from(qpc) * 1_000_000_000 / u128::from(self.qpc_frequency)) as u64
+        qpc_ticks_to_ns(qpc, self.qpc_frequency)
     }
 
     /// Session start as Unix time in nanoseconds (from the header's SYSTEMTIME).

@@ -76,6 +76,12 @@ impl V6Trace {
         self.metadata.get(&e.metadata_id)
     }
 
+    /// An event timestamp (or a duration) in QPC ticks as nanoseconds of the same clock
+    /// (CLOCK_MONOTONIC on Linux, as perf's and EventPipe's).
+    pub fn qpc_to_ns(&self, qpc: u64) -> u64 {
+        crate::nettrace::qpc_ticks_to_ns(qpc, self.qpc_frequency)
+    }
+
     /// The fields of an event whose metadata lists them (the `Universal.*` providers'; runtime
     /// events carry none: their payload is EventPipe's, read by the manifest). `offset` is for
     /// errors: where the event is, as the caller can say it.

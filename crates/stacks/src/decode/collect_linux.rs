@@ -49,22 +49,22 @@ pub fn decode_collect_linux(path: &Path, collector: &str, ctx: &DecodeContext) -
     Ok(c)
 }
 
-/// The provider of an event's metadata, or "".
-fn provider_name<'a>(t: &'a V6Trace, e: &V6Event) -> (&'a str, &'a str, u32) {
-    t.metadata_of(e).map_or(("", "", 0), |m| (m.provider.as_str(), m.name.as_str(), m.event_id))
+/// The provider and name of an event's metadata ("" where it has none).
+fn provider_and_name<'a>(t: &'a V6Trace, e: &V6Event) -> (&'a str, &'a str) {
+    t.metadata_of(e).map_or(("", ""), |m| (m.provider.as_str(), m.name.as_str()))
 }
 
 /// A trace read by [`eventpipe::read_v6`] into the model (see the module docs).
 pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Result<Collection> {
     let field_error = |e: &V6Event, err: eventpipe::Error| {
-        let (p, n, _) = provider_name(t, e);
+        let (p, n) = provider_and_name(t, e);
         anyhow::anyhow!("{p}/{n} of pid {} at {} ns: {err}", e.pid, e.timestamp)
     };
     let mut mappings: Vec<V6Mapping> = Vec::new();
     // (pid, mapping id, start, end, name) of every symbol the recorder resolved.
     let mut symbols: Vec<(u32, u64, u64, u64, String)> = Vec::new();
     for e in &t.events {
-        let (provider, name, _) = provider_name(t, e);
+        let (provider, name) = provider_and_name(t, e);
         if provider != "Universal.System" || !matches!(name, "ProcessMapping" | "ProcessSymbol") {
             continue;
         }
@@ -119,17 +119,12 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
     let mut jit: std::collections::BTreeMap<u32, SymbolTable> = Default::default();
     let mut kernel = SymbolTable::new();
     for (pid, mapping, start, end, name) in &symbols {
+        // Addresses are the process's (every symbol of the recordings lies in its mapping).
         let Some(m) = by_id.get(mapping) else { continue };
-        // Addresses are the process's; a symbol outside its mapping's range is relative to it.
-        let (start, end) = if (m.start..=m.end).contains(start) {
-            (*start, *end)
-        } else {
-            (start + m.start - m.file_offset.min(m.start), end + m.start - m.file_offset.min(m.start))
-        };
         if m.start >= KERNEL_START {
-            kernel.push(start, end.max(start + 1), name);
+            kernel.push(*start, *end, name);
         } else if m.path == "//anon" || m.path.contains("memfd:") {
-            jit.entry(*pid).or_insert_with(SymbolTable::new).push(start, end.max(start + 1), name);
+            jit.entry(*pid).or_insert_with(SymbolTable::new).push(*start, *end, name);
         }
     }
     for (pid, mut table) in jit {
@@ -145,13 +140,7 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
 
     let mut c = Collection::new(collector);
     c.sampling = model::Sampling::CpuTime;
-    let ns = |qpc: u64| {
-        if t.qpc_frequency == 0 || t.qpc_frequency == 1_000_000_000 {
-            qpc
-        } else {
-            (u128::from(qpc) * 1_000_000_000 / u128::from(t.qpc_frequency)) as u64
-        }
-    };
+    let ns = |qpc: u64| t.qpc_to_ns(qpc);
     let mut frames = |pid: u32, stack: &[u64], skip_kernel: bool| -> Vec<Frame> {
         let user = if skip_kernel { stack.iter().position(|&a| a < KERNEL_START).unwrap_or(stack.len()) } else { 0 };
         stack[user..].iter().map(|&a| sym.frame(pid, a, a >= KERNEL_START)).collect()
