@@ -88,7 +88,7 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
                 let (Some(mapping), Some(start), Some(end)) = (num("MappingId"), num("StartAddress"), num("EndAddress")) else {
                     bail!("a ProcessSymbol event of pid {} without MappingId, StartAddress or EndAddress: {fields:?}", e.pid);
                 };
-                        symbols.push((e.pid, mapping, start, end, text("Name")));
+                symbols.push((e.pid, mapping, start, end, text("Name")));
             }
         }
     }
@@ -169,7 +169,9 @@ pub fn v6_to_collection(t: &V6Trace, collector: &str, ctx: &DecodeContext) -> Re
                 let version = e.labels.iter().find(|(k, _)| k == "Version").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
                 let known = eventpipe::EventMetadata::known(&meta.provider, meta.event_id, version);
                 let name = if known.name.is_empty() { meta.name.clone() } else { known.name.clone() };
-                let fields = match eventpipe::decode_payload(&known, &e.payload, t.pointer_size.max(8), 0) {
+                // A trace block that gave no pointer size is a 64-bit writer's (all record-trace builds).
+                let pointer_size = if t.pointer_size == 0 { 8 } else { t.pointer_size };
+                let fields = match eventpipe::decode_payload(&known, &e.payload, pointer_size, 0) {
                     Ok(f) => f.into_iter().map(|(k, v)| (k.into_owned(), super::nettrace::model_value(v))).collect(),
                     Err(_) => {
                         payload_errors += 1;
