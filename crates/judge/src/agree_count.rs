@@ -118,10 +118,12 @@ impl Judge for AgreeCountCheck {
     }
 
     fn judge(&self, name: String, _collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let mut cols = vec![];
+        let mut read = vec![];
         for cname in &self.collectors {
-            cols.push(ev.read(Some(cname))?);
+            read.push(ev.read(Some(cname))?);
         }
+        let (compared, span_note) = in_common_span(&read);
+        let cols: Vec<&Collection> = compared.iter().collect();
         if !self.every_type() {
             let counts: Vec<(String, u64)> = cols.iter().map(|c| (c.collector.clone(), count_events(c, &self.event, None))).collect();
             let lo = counts.iter().map(|c| c.1).min().unwrap_or(0);
@@ -145,6 +147,7 @@ impl Judge for AgreeCountCheck {
                 Some(pct) => format!("within ± {} % or ± {}, all > 0", pct, self.tolerance),
                 None => format!("within ± {}, all > 0", self.tolerance),
             };
+            details.extend(span_note);
             let mut check = Check::new(name, None, pass, expected, measured.join(", "));
             check.details = details;
             return Ok(check);
@@ -190,6 +193,7 @@ impl Judge for AgreeCountCheck {
             rows.push((format!("{}:{}", ty.0, ty.1), cells, truth, status));
         }
         let mut details = parity_table(&header, &rows);
+        details.extend(span_note);
         let mut fields_ok = true;
         for spec in &self.fields {
             let (event, field) = spec.split_once('.').unwrap();
@@ -216,6 +220,47 @@ impl Judge for AgreeCountCheck {
         check.values.insert("event_types_differing".into(), differing.len() as f64);
         Ok(check)
     }
+}
+
+/// The collections as compared: each one's events in the span all of them recorded
+/// ([`Collection::recorded_ns`]), so a collector that also recorded the app's startup (LTTng, set
+/// up before the launch) is not held against one that started once the app was ready; and a
+/// line saying what was left out. Every event where a collection does not say when it recorded,
+/// or where the span would leave one none of its events (its clock would not be the others').
+fn in_common_span(cols: &[&Collection]) -> (Vec<Collection>, Option<String>) {
+    let within = |c: &Collection, span: Option<(u64, u64)>| Collection {
+        collector: c.collector.clone(),
+        events: c.events.iter().filter(|e| span.is_none_or(|(from, to)| (from..=to).contains(&e.time_ns))).cloned().collect(),
+        lost_events: c.lost_events,
+        metrics: c.metrics.clone(),
+        ..Default::default()
+    };
+    let spans: Option<Vec<(u64, u64)>> = cols.iter().map(|c| c.recorded_ns).collect();
+    let common = spans.and_then(|s| {
+        let from = s.iter().map(|r| r.0).max()?;
+        let to = s.iter().map(|r| r.1).min()?;
+        (from < to).then_some((from, to))
+    });
+    if let Some((from, to)) = common {
+        let kept: Vec<Collection> = cols.iter().map(|c| within(c, Some((from, to)))).collect();
+        if !cols.iter().zip(&kept).any(|(c, k)| !c.events.is_empty() && k.events.is_empty()) {
+            let left: Vec<String> = cols
+                .iter()
+                .zip(&kept)
+                .filter(|(c, k)| c.events.len() > k.events.len())
+                .map(|(c, k)| format!("{} {}", c.collector, c.events.len() - k.events.len()))
+                .collect();
+            let note = (!left.is_empty()).then(|| {
+                format!(
+                    "counted over the {:.2} s all of them recorded; events left out, recorded while another collector was not: {}",
+                    (to - from) as f64 / 1e9,
+                    left.join(", ")
+                )
+            });
+            return (kept, note);
+        }
+    }
+    (cols.iter().map(|c| within(c, None)).collect(), None)
 }
 
 /// The parity table as aligned text lines: event type, one column per collector (— when the
@@ -321,6 +366,28 @@ mod tests {
         assert_eq!(evaluate_on(&check("GCStart", 1), &[a.clone(), b], serde_json::json!({})).verdict, Verdict::Fail);
         let judged = evaluate_on(&check("GCStart", 2), &[a], serde_json::json!({}));
         assert_eq!((judged.verdict, judged.measured.as_str()), (Verdict::Fail, "no data from collector `eventpipe`"));
+    }
+
+    #[test]
+    fn counts_are_compared_over_the_span_all_collectors_recorded() {
+        let at = |ns: u64| Event { time_ns: ns, ..event("ExceptionThrown_V1") };
+        let (mut a, mut b) = (Collection::new("lttng"), Collection::new("eventpipe"));
+        // LTTng recorded from the launch (one exception of the app's startup), EventPipe from ready.
+        a.recorded_ns = Some((100, 10_000));
+        b.recorded_ns = Some((2_000, 10_001));
+        a.events.push(at(500));
+        for t in [3_000, 4_000, 5_000] {
+            a.events.push(at(t));
+            b.events.push(at(t + 1));
+        }
+        let judged = evaluate_on(&check("ExceptionThrown", 0), &[a.clone(), b.clone()], serde_json::json!({}));
+        assert_eq!((judged.verdict, judged.measured.as_str()), (Verdict::Pass, "lttng 3, eventpipe 3"), "{judged:?}");
+        assert!(judged.details.iter().any(|d| d.contains("left out") && d.contains("lttng 1")), "{:?}", judged.details);
+        // Without spans (or with a span that would empty a collection: another clock), every event counts.
+        let judged = evaluate_on(&check("ExceptionThrown", 0), &[Collection { recorded_ns: None, ..a.clone() }, b.clone()], serde_json::json!({}));
+        assert_eq!(judged.measured, "lttng 4, eventpipe 3");
+        let judged = evaluate_on(&check("ExceptionThrown", 0), &[a, Collection { recorded_ns: Some((20_000, 30_000)), ..b }], serde_json::json!({}));
+        assert_eq!(judged.measured, "lttng 4, eventpipe 3");
     }
 
     #[test]

@@ -197,7 +197,10 @@ impl Judge for EventCountCheck {
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
         let EventCountCheck { event, provider, min, max, at_least_truth, equals_truth, tolerance, tolerance_pct, .. } = self;
-        let c = ev.read(collector)?;
+        let read = ev.read(collector)?;
+        // Held against the truth: the events of the window the truth counts.
+        let measured = (at_least_truth.is_some() || equals_truth.is_some()).then(|| crate::measured_events(read));
+        let c = measured.as_ref().unwrap_or(read);
         let filters = self.filters().map_err(|e| e.to_string())?;
         let n = if filters.is_empty() {
             count_events(c, event, provider.as_deref())
@@ -300,6 +303,25 @@ mod tests {
         let check = evaluate_on(&at_least, &[c], truth);
         assert_eq!(check.verdict, Verdict::Fail);
         assert_eq!(check.expected, "≥ 1 and ≥ 10 (truth `gc.induced`)");
+    }
+
+    #[test]
+    fn counts_against_truth_are_of_the_measured_window() {
+        // LTTng set up before the launch recorded one GC of the app's startup, which the
+        // workload's truth (counted from its release) does not hold.
+        let mut c = Collection::new("lttng");
+        c.measured_ns = Some((1_000, 9_000));
+        for t in [500, 2_000, 3_000, 4_000] {
+            c.events.push(model::Event { time_ns: t, ..event("GCStart_V2") });
+        }
+        let truth = serde_json::json!({"gc": {"collections_total": 3}});
+        let equals = EventCountCheck { equals_truth: Some("gc.collections_total".into()), tolerance: Some(0), ..count("GCStart") };
+        let check = evaluate_on(&equals, &[c.clone()], truth.clone());
+        assert_eq!((check.verdict, check.measured.as_str()), (Verdict::Pass, "3"), "{check:?}");
+        // Without the truth every event counts; a window no event lies in (another clock) leaves all.
+        assert_eq!(evaluate_on(&EventCountCheck { min: Some(1), ..count("GCStart") }, &[c.clone()], truth.clone()).measured, "4");
+        c.measured_ns = Some((50_000, 60_000));
+        assert_eq!(evaluate_on(&equals, &[c], truth).measured, "4");
     }
 
     #[test]

@@ -92,7 +92,10 @@ impl Judge for ExceptionsCheck {
     }
 
     fn judge(&self, name: String, collector: Option<&str>, ev: &Evidence) -> Result<Check, String> {
-        let c = ev.read(collector)?;
+        let read = ev.read(collector)?;
+        // Held against the truth: the exceptions of the window the truth counts.
+        let measured = self.truth.is_some().then(|| crate::measured_events(read));
+        let c = measured.as_ref().unwrap_or(read);
         let truth = ev.truth_for(&c.collector);
         let filter = self.type_pattern.as_deref().map(Regex::new).transpose().map_err(|e| e.to_string())?;
         let keep = |k: &str| filter.as_ref().is_none_or(|re| re.is_match(k));

@@ -508,6 +508,18 @@ pub fn count_events(collection: &Collection, event: &str, provider: Option<&str>
         .count() as u64
 }
 
+/// The collection's events in the measured window of its launch ([`Collection::measured_ns`]),
+/// what a workload's truth counts, as a collection of events alone. Every event where the window
+/// is unknown, or where it would leave none of them (their clock would not be the run's).
+pub(crate) fn measured_events(c: &Collection) -> Collection {
+    let kept = |(from, to): (u64, u64)| -> Vec<model::Event> { c.events.iter().filter(|e| (from..=to).contains(&e.time_ns)).cloned().collect() };
+    let events = match c.measured_ns.map(kept) {
+        Some(events) if !events.is_empty() || c.events.is_empty() => events,
+        _ => c.events.clone(),
+    };
+    Collection { collector: c.collector.clone(), events, lost_events: c.lost_events, metrics: c.metrics.clone(), ..Default::default() }
+}
+
 pub fn strip_version(name: &str) -> &str {
     match name.rfind("_V") {
         Some(i) if name[i + 2..].chars().all(|c| c.is_ascii_digit()) && i + 2 < name.len() => &name[..i],

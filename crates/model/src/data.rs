@@ -229,6 +229,15 @@ pub struct Collection {
     /// Where the collector cuts a stack, when it has such a limit: a stack that deep may be cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth_limit: Option<DepthLimit>,
+    /// When the collector recorded, CLOCK_MONOTONIC ns: from when its session surely recorded
+    /// to its stop (set by the run). Collectors compared count what they all saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_ns: Option<(u64, u64)>,
+    /// The measured window of the launch the collector watched, CLOCK_MONOTONIC ns (set by the
+    /// run): what a workload's truth counts. A collector set up before the launch (LTTng)
+    /// recorded the app's startup too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_ns: Option<(u64, u64)>,
 }
 
 /// A collector's limit on stack depth, and what sets it (the truncation check names it).

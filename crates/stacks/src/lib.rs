@@ -21,7 +21,7 @@ mod perf_script_names;
 
 // The public surface, by stage. Exporters stay one module per format (each has its
 // `file_name`, `write` …), as inferno keeps one module per collapser.
-pub use decode::{add_counter_metrics, decode_collect_linux, decode_nettrace, v6_to_collection, decode_recording, name_ready_to_run_frames, preload_samples, samples_to_model, to_collection};
+pub use decode::{add_counter_metrics, decode_collect_linux, decode_nettrace, model_value, v6_to_collection, decode_recording, name_ready_to_run_frames, preload_samples, samples_to_model, to_collection};
 pub use export::{firefox, perfcollect, pprof};
 pub use files::write_whole;
 pub use fold::{

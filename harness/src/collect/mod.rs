@@ -29,7 +29,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use model::Collection;
-use crate::run::{RunningApp, Target};
+use crate::run::{PreLaunch, RunningApp, Target};
 /// Decoding's inputs belong to symbolize (which reads them); collectors take them from there.
 use stacks::DecodeContext;
 
@@ -49,6 +49,17 @@ pub trait Collector {
     /// when this environment proves the collector cannot work (a kernel option it lacks), so
     /// the scenario SKIPs in seconds.
     fn preflight(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether this collector must be set up before the app's first instruction
+    /// ([`Collector::before_launch`]): to record the app's startup.
+    fn prepares_before_launch(&self) -> bool {
+        false
+    }
+    /// Called before the app starts, where it will run, on a target that can hold a launch
+    /// ([`Target::launch_prepared`]); `start` follows as always, once the app is ready.
+    fn before_launch(&mut self, at: &PreLaunch, artifacts: &Path) -> Result<()> {
+        let _ = (at, artifacts);
         Ok(())
     }
     /// Called once the app printed its readiness line and before it is released into its

@@ -217,7 +217,7 @@ fn launch(
     scenario: &Scenario,
     built: &crate::workload::PreparedApp,
     target: &mut dyn Target,
-    collectors: &[Box<dyn Collector>],
+    collectors: &mut [Box<dyn Collector>],
     artifacts: &Path,
     state: &mut RunState,
 ) -> Result<Launched> {
@@ -278,7 +278,29 @@ fn launch(
 
     crate::host::progress::note("launch", &format!("starting `{}` on the {} target", built.name, target.label()));
     let t_run = Instant::now();
-    let mut app = target.launch(&launch)?;
+    let mut app = if collectors.iter().any(|c| c.prepares_before_launch()) {
+        let (app, prepared) = target.launch_prepared(&launch, &mut |at| {
+            for c in collectors.iter_mut().filter(|c| c.prepares_before_launch()) {
+                crate::host::progress::note("launch", &format!("preparing collector `{}` before the app starts", c.name()));
+                c.before_launch(at, &artifacts)?;
+            }
+            Ok(())
+        })?;
+        if !prepared {
+            let names: Vec<&str> = collectors.iter().filter(|c| c.prepares_before_launch()).map(|c| c.name()).collect();
+            crate::host::progress::note(
+                "launch",
+                &format!(
+                    "the {} target cannot hold the app back before it starts: {} start(s) once the app is ready, after its startup",
+                    target.label(),
+                    names.join(", ")
+                ),
+            );
+        }
+        app
+    } else {
+        target.launch(&launch)?
+    };
     app.held_at_start = held;
     state.window = super::Window { launched_ns: crate::host::proc::monotonic_ns(), held, ..Default::default() };
     state.load.insert("app.pid".into(), f64::from(app.target_pid));
@@ -629,6 +651,12 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
         decoding.done(&format!("{} samples, {} events", collection.samples.len(), collection.events.len()));
         if collection.method_names.is_empty() {
             collection.method_names = perf_map_names.clone();
+        }
+        if let Some((Some(from), Some(to))) = state.window.collectors.get(c.name()) {
+            collection.recorded_ns = Some((*from, *to));
+        }
+        if let (Some(from), Some(to)) = (state.window.from_ns, state.window.to_ns) {
+            collection.measured_ns = Some((from, to));
         }
         if let (Some(census), true) = (census, collection.collector.starts_with("perf")) {
             collection.metrics.insert("jit_perf_map_entries".into(), map_entries as f64);

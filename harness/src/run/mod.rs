@@ -288,6 +288,16 @@ impl ToolProcess {
     }
 }
 
+/// Where a collector prepares before the app's first instruction ([`Target::launch_prepared`]).
+#[derive(Clone, Debug)]
+pub struct PreLaunch {
+    /// A host pid inside the app's namespaces (its container's init shell, which then starts
+    /// the app); `None` on the host.
+    pub anchor: Option<u32>,
+    /// `AppLaunch::work_dir` as the tools will see it.
+    pub work_dir_in_target: PathBuf,
+}
+
 /// A place to run the app and its collectors.
 pub trait Target {
     fn kind(&self) -> TargetKind;
@@ -298,6 +308,15 @@ pub trait Target {
         Vec::new()
     }
     fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp>;
+    /// Launches the app after `prepare` ran where the app will run (the host; a container's
+    /// namespaces while its init shell holds the app back), for what must exist before the app's
+    /// first instruction: an LTTng session that records its startup. The flag is `false` when
+    /// this target cannot hold a launch (a user's image is its own pid 1; a pod): `prepare`
+    /// never ran.
+    fn launch_prepared(&mut self, app: &AppLaunch, prepare: &mut dyn FnMut(&PreLaunch) -> Result<()>) -> Result<(RunningApp, bool)> {
+        let _ = prepare;
+        Ok((self.launch(app)?, false))
+    }
     /// Starts a collector tool (`argv` in the target's view) where this target runs tools.
     fn spawn_tool(&mut self, app: &RunningApp, argv: &[String], env: &[(String, String)]) -> Result<ToolProcess>;
     /// Waits for the app to exit (and returns its exit code).
@@ -377,6 +396,10 @@ impl Target for HostTarget {
     }
     fn label(&self) -> String {
         "host".into()
+    }
+    fn launch_prepared(&mut self, app: &AppLaunch, prepare: &mut dyn FnMut(&PreLaunch) -> Result<()>) -> Result<(RunningApp, bool)> {
+        prepare(&PreLaunch { anchor: None, work_dir_in_target: app.work_dir.clone() })?;
+        Ok((self.launch(app)?, true))
     }
     fn launch(&mut self, app: &AppLaunch) -> Result<RunningApp> {
         let mut cmd = match &app.program {

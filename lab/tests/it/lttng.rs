@@ -55,8 +55,10 @@ struct Run {
     truth: serde_json::Value,
 }
 
-/// Runs a workload on `target` under the LTTng collector, the way the engine does.
-fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&str], collector_spec: &str) -> anyhow::Result<Run> {
+/// Runs a workload on `target` under the LTTng collector, the way the engine does: with
+/// `from_launch`, its session opened before the app starts (what the engine does where the target
+/// can hold the app back); else opened once the app is ready (a pod, a user's image).
+fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&str], collector_spec: &str, from_launch: bool) -> anyhow::Result<Run> {
     let built = harness::workload::build_named(&dotnet(), workload, false)?;
     let mut collector = spec(collector_spec)?;
     let truth_path = work.join("truth.json");
@@ -66,7 +68,13 @@ fn run_workload(target: &mut dyn Target, work: &Path, workload: &str, args: &[&s
     all_args.extend(args.iter().map(|s| s.to_string()));
     let env: BTreeMap<String, String> = collector.app_env().into_iter().collect();
     let launch = AppLaunch::dotnet(built.dll.clone(), all_args, env, work.to_path_buf());
-    let mut app = target.launch(&launch)?;
+    let mut app = if from_launch {
+        let (app, prepared) = target.launch_prepared(&launch, &mut |at| collector.before_launch(at, work))?;
+        anyhow::ensure!(prepared, "the {} target did not hold the app back", target.label());
+        app
+    } else {
+        target.launch(&launch)?
+    };
     app.wait_for_line("TRACELAB READY", Duration::from_secs(90))?;
     let started = collector.start(target, &app, work);
     // Release the app whatever happened, so it exits and the target can be cleaned.
@@ -109,7 +117,7 @@ fn lttng_bullseye_exceptions_match_truth() {
     }
     let work = work_dir("lttng-exc");
     let mut target = container("bullseye");
-    let run = run_workload(&mut target, work.path(), "exceptions", &["--count", "600"], "kind = \"lttng\"\nprofile = \"default\"")
+    let run = run_workload(&mut target, work.path(), "exceptions", &["--count", "600"], "kind = \"lttng\"\nprofile = \"default\"", true)
         .expect("LTTng records the exceptions workload in bullseye");
     target.cleanup().unwrap();
     let c = &run.collection;
@@ -130,6 +138,16 @@ fn lttng_bullseye_exceptions_match_truth() {
     assert_eq!(want.values().sum::<u64>(), 600);
     assert_eq!(c.lost_events, 0);
     assert_eq!(c.metrics["lttng.provider_loaded"], 1.0);
+    // The session recorded from before the app's start: its startup events are in the trace.
+    assert_eq!(c.metrics["lttng.recorded_from_launch"], 1.0);
+    assert_eq!(count(c, "RuntimeInformationStart"), 1, "the runtime's first event");
+    let corelib_loads = c
+        .events
+        .iter()
+        .filter(|e| e.name == "ModuleLoad" && e.fields.get("ModuleILPath").and_then(|v| v.as_str()).is_some_and(|p| p.ends_with("System.Private.CoreLib.dll")))
+        .count();
+    assert_eq!(corelib_loads, 1, "CoreLib's ModuleLoad, fired as the runtime starts");
+    assert_eq!(c.metrics["lttng.payload_errors"], 0.0, "every whole payload laid out by the manifest");
 }
 
 #[test]
@@ -140,7 +158,7 @@ fn lttng_bullseye_gc_starts_match_truth() {
     }
     let work = work_dir("lttng-gc");
     let mut target = container("bullseye");
-    let run = run_workload(&mut target, work.path(), "gc-heavy", &["--seconds", "2", "--induced", "10"], "kind = \"lttng\"\nprofile = \"gc-collect-only\"")
+    let run = run_workload(&mut target, work.path(), "gc-heavy", &["--seconds", "2", "--induced", "10"], "kind = \"lttng\"\nprofile = \"gc-collect-only\"", false)
         .expect("LTTng records the gc-heavy workload in bullseye");
     target.cleanup().unwrap();
     let c = &run.collection;
@@ -166,7 +184,7 @@ fn lttng_bookworm_container_is_unsupported_by_soname() {
     }
     let work = work_dir("lttng-bookworm");
     let mut target = container("bookworm");
-    let err = match run_workload(&mut target, work.path(), "exceptions", &["--count", "10"], "kind = \"lttng\"") {
+    let err = match run_workload(&mut target, work.path(), "exceptions", &["--count", "10"], "kind = \"lttng\"", true) {
         Ok(_) => panic!("LTTng cannot record .NET events on bookworm (liblttng-ust.so.1), yet the run passed"),
         Err(e) => e,
     };
@@ -186,7 +204,7 @@ fn lttng_host_with_ust_2_13_is_unsupported_by_soname() {
     let dn = dotnet();
     let work = work_dir("lttng-host");
     let mut target = HostTarget::new(dn.dotnet.clone());
-    let result = run_workload(&mut target, work.path(), "exceptions", &["--count", "10"], "kind = \"lttng\"");
+    let result = run_workload(&mut target, work.path(), "exceptions", &["--count", "10"], "kind = \"lttng\"", true);
     if present.iter().any(|s| s == "liblttng-ust.so.0") {
         // A host with LTTng 2.12's library loads the provider: then the preflight must not refuse.
         if let Err(e) = &result {

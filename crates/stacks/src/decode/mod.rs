@@ -9,5 +9,5 @@ mod perf;
 
 pub use collect_linux::{decode_collect_linux, v6_to_collection};
 pub use instantiations::{InstantiationCount, Instantiations};
-pub use nettrace::{add_counter_metrics, decode_nettrace, name_ready_to_run_frames, to_collection};
+pub use nettrace::{add_counter_metrics, decode_nettrace, model_value, name_ready_to_run_frames, to_collection};
 pub use perf::{decode_recording, preload_samples, samples_to_model};

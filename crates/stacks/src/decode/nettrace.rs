@@ -164,7 +164,8 @@ pub fn to_collection(mut d: eventpipe::Decoded, collector: &str) -> Collection {
     coll
 }
 
-pub(super) fn model_value(v: eventpipe::Value) -> Value {
+/// A decoded payload field in the model (a GUID in its usual spelling, a bool as 0 or 1).
+pub fn model_value(v: eventpipe::Value) -> Value {
     match v {
         eventpipe::Value::U64(v) => Value::U64(v),
         eventpipe::Value::I64(v) => Value::I64(v),

@@ -34,7 +34,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Collector, DecodeContext};
 use model::{Collection, Event, Value};
-use crate::run::{RunningApp, Target};
+use crate::run::{PreLaunch, RunningApp, Target};
 use session::{Place, Session, Tools};
 
 
@@ -250,6 +250,29 @@ impl LttngCollector {
     }
 }
 
+impl LttngCollector {
+    /// A new session (and its daemon, when none runs) at `place`, writing into the run's
+    /// `lttng-NAME` folder. The engine makes the artifacts folder the app's work dir; tools see
+    /// it at `work_dir_in_target` (bind-mounted at the same path in containers).
+    fn open(&mut self, place: Place, work_dir_in_target: &Path, artifacts: &Path) -> Result<Session> {
+        let folder = format!("lttng-{}", self.name);
+        let out_host = artifacts.join(&folder);
+        if out_host.exists() {
+            std::fs::remove_dir_all(&out_host).with_context(|| format!("cannot clear {}", out_host.display()))?;
+        }
+        let home_host = artifacts.join(".lttng-home");
+        std::fs::create_dir_all(&home_host).with_context(|| format!("cannot create {}", home_host.display()))?;
+        let tools = Tools { place, lttng_home: work_dir_in_target.join(".lttng-home") };
+        let mut session = Session::open(tools, &work_dir_in_target.join(&folder), &artifacts.join("lttng-sessiond.log"))?;
+        // Once the daemon runs, enter the container through the daemon: it outlives the app.
+        if let (Place::Namespaces { .. }, Some(d)) = (place, &session.daemon) {
+            session.tools.place = Place::Namespaces { anchor: d.pid() };
+        }
+        self.out_host = Some(out_host);
+        Ok(session)
+    }
+}
+
 impl Collector for LttngCollector {
     fn name(&self) -> &str {
         &self.name
@@ -259,45 +282,20 @@ impl Collector for LttngCollector {
         vec![("DOTNET_EnableEventLog".into(), "1".into()), ("DOTNET_LTTng".into(), "1".into())]
     }
 
-    fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
-        let (check, root) = preflight::check_process(app.host_pid)?;
-        self.metrics.insert("lttng.provider_loaded".into(), if check.loaded == Some(true) { 1.0 } else { 0.0 });
-        check.require(&root)?;
+    /// The session exists and records before the app starts, so its startup events (RuntimeInformationStart,
+    /// the first ModuleLoad and MethodLoadVerbose) are in the trace, as in perfcollect's.
+    fn prepares_before_launch(&self) -> bool {
+        true
+    }
 
-        // The engine makes the artifacts folder the app's work dir; tools see it at
-        // `work_dir_in_target` (bind-mounted at the same path in containers).
-        let folder = format!("lttng-{}", self.name);
-        let out_host = artifacts.join(&folder);
-        if out_host.exists() {
-            std::fs::remove_dir_all(&out_host).with_context(|| format!("cannot clear {}", out_host.display()))?;
-        }
-        let home_host = artifacts.join(".lttng-home");
-        std::fs::create_dir_all(&home_host).with_context(|| format!("cannot create {}", home_host.display()))?;
-        let place = if app.container_id.is_some() { Place::Namespaces { anchor: app.host_pid } } else { Place::Host };
-        let tools = Tools { place, lttng_home: app.work_dir_in_target.join(".lttng-home") };
+    fn before_launch(&mut self, at: &PreLaunch, artifacts: &Path) -> Result<()> {
+        let place = match at.anchor {
+            Some(anchor) => Place::Namespaces { anchor },
+            None => Place::Host,
+        };
         let t0 = Instant::now();
-        let mut session = Session::open(tools, &app.work_dir_in_target.join(&folder), &artifacts.join("lttng-sessiond.log"))?;
-        // Once the daemon runs, enter the container through the daemon: it outlives the app.
-        if let (Place::Namespaces { .. }, Some(d)) = (place, &session.daemon) {
-            session.tools.place = Place::Namespaces { anchor: d.pid() };
-        }
-        let result = (|| {
-            session.enable(&self.tracepoints)?;
-            // Sentinel: the app must have registered its DotNETRuntime tracepoints with the
-            // daemon before `lttng start`, which then returns only once the app is recording.
-            let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
-            if n == 0 {
-                bail!(
-                    "the app (pid {}) registered no DotNETRuntime tracepoints with lttng-sessiond within {REGISTRATION_TIMEOUT:?}, \
-                     although its provider {} is {}; `lttng list -u` shows what registered",
-                    app.target_pid,
-                    check.provider.display(),
-                    if check.loaded == Some(true) { "loaded" } else { "present" }
-                );
-            }
-            self.metrics.insert("lttng.registered_tracepoints".into(), n as f64);
-            session.start()
-        })();
+        let mut session = self.open(place, &at.work_dir_in_target, artifacts)?;
+        let result = session.enable(&self.tracepoints).and_then(|()| session.start());
         self.metrics.insert("lttng.start_s".into(), t0.elapsed().as_secs_f64());
         self.commands.append(&mut session.commands);
         if let Err(e) = result {
@@ -305,7 +303,57 @@ impl Collector for LttngCollector {
             self.commands.append(&mut session.commands);
             return Err(e);
         }
-        self.out_host = Some(out_host);
+        self.session = Some(session);
+        Ok(())
+    }
+
+    fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
+        let (check, root) = preflight::check_process(app.host_pid)?;
+        self.metrics.insert("lttng.provider_loaded".into(), if check.loaded == Some(true) { 1.0 } else { 0.0 });
+        check.require(&root)?;
+        let unregistered = || {
+            anyhow::anyhow!(
+                "the app (pid {}) registered no DotNETRuntime tracepoints with lttng-sessiond within {REGISTRATION_TIMEOUT:?}, \
+                 although its provider {} is {}; `lttng list -u` shows what registered",
+                app.target_pid,
+                check.provider.display(),
+                if check.loaded == Some(true) { "loaded" } else { "present" }
+            )
+        };
+        if let Some(session) = &self.session {
+            // Recording since before the app started: its registration, which the runtime
+            // makes at start-up, proves the app is in the session.
+            let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
+            if n == 0 {
+                return Err(unregistered());
+            }
+            self.metrics.insert("lttng.registered_tracepoints".into(), n as f64);
+            self.metrics.insert("lttng.recorded_from_launch".into(), 1.0);
+            self.target_pid = app.target_pid;
+            return Ok(());
+        }
+        let place = if app.container_id.is_some() { Place::Namespaces { anchor: app.host_pid } } else { Place::Host };
+        let t0 = Instant::now();
+        let mut session = self.open(place, &app.work_dir_in_target, artifacts)?;
+        let result = (|| {
+            session.enable(&self.tracepoints)?;
+            // Sentinel: the app must have registered its DotNETRuntime tracepoints with the
+            // daemon before `lttng start`, which then returns only once the app is recording.
+            let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
+            if n == 0 {
+                return Err(unregistered());
+            }
+            self.metrics.insert("lttng.registered_tracepoints".into(), n as f64);
+            session.start()
+        })();
+        self.metrics.insert("lttng.start_s".into(), t0.elapsed().as_secs_f64());
+        self.metrics.insert("lttng.recorded_from_launch".into(), 0.0);
+        self.commands.append(&mut session.commands);
+        if let Err(e) = result {
+            let _ = session.close();
+            self.commands.append(&mut session.commands);
+            return Err(e);
+        }
         self.target_pid = app.target_pid;
         self.session = Some(session);
         Ok(())
@@ -342,6 +390,7 @@ pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
     let ids: HashMap<(&str, &str), (Option<u32>, u32)> =
         events::EVENTS.iter().map(|(p, s, _, v, id, ..)| ((*p, *s), (*id, *v))).collect();
     let mut bytes = 0u64;
+    let mut payload_errors = 0u64;
     for t in traces {
         let trace = ctf::Trace::open(&t)?;
         bytes += trace.stream_bytes();
@@ -361,17 +410,30 @@ pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
             let tid = ev.context_field("vtid").and_then(ctf::Value::as_u64).unwrap_or(0) as u32;
             let clock = ev.stream_class.clock.map(|c| &trace.metadata().clocks[c]);
             let class = ev.class;
-            let fields = class
+            let mut fields: BTreeMap<String, Value> = class
                 .field_names
                 .iter()
                 .zip(ev.payload)
                 .map(|(k, v)| (k.to_string(), model_value(v)))
                 .collect();
+            let version = suffix_version.or(known.map(|k| k.1)).or(Some(0));
+            // The provider writes the payload of an event with strings or arrays inside whole,
+            // as one byte sequence (`__data__`): laid out by the runtime's manifest, as EventPipe's.
+            if let (Some(Value::Bytes(data)), Some((Some(id), _))) = (fields.get(BLOB_FIELD), known) {
+                let meta = eventpipe::EventMetadata::known(&manifest_provider(provider), id, version.unwrap_or(0));
+                match eventpipe::decode_payload(&meta, data, 8, 0) {
+                    Ok(decoded) if !decoded.is_empty() => {
+                        fields = decoded.into_iter().map(|(k, v)| (k.into_owned(), stacks::model_value(v))).collect();
+                    }
+                    Ok(_) => {}
+                    Err(_) => payload_errors += 1,
+                }
+            }
             collection.events.push(Event {
                 provider: provider.to_string(),
                 name: name.to_string(),
                 id: known.and_then(|k| k.0),
-                version: suffix_version.or(known.map(|k| k.1)).or(Some(0)),
+                version,
                 time_ns: clock.map(|c| c.ns(ev.cycles)).unwrap_or(ev.cycles),
                 pid: vpid.unwrap_or(0),
                 tid,
@@ -384,7 +446,16 @@ pub fn decode_dir(dir: &Path, pid: Option<u32>) -> Result<Collection> {
     collection.events.sort_by_key(|e| e.time_ns);
     collection.metrics.insert("lttng.events".into(), collection.events.len() as f64);
     collection.metrics.insert("lttng.trace_bytes".into(), bytes as f64);
+    collection.metrics.insert("lttng.payload_errors".into(), payload_errors as f64);
     Ok(collection)
+}
+
+/// The field in which the runtime's provider writes a whole payload.
+const BLOB_FIELD: &str = "__data__";
+
+/// The EventPipe provider of an LTTng provider (`DotNETRuntime` → `Microsoft-Windows-DotNETRuntime`).
+fn manifest_provider(lttng: &str) -> String {
+    format!("Microsoft-Windows-{lttng}")
 }
 
 fn model_value(v: ctf::Value) -> Value {
