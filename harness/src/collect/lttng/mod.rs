@@ -5,10 +5,16 @@
 //! (perfcollect's profiles; `default` when absent; a comma list unites them) and `events` = extra tracepoint names
 //! (`["DotNETRuntime:GCStart_V2"]`); with `profile = "custom"` only `events` is enabled.
 //!
-//! Start: [`preflight`] proves the provider can load (else the run is SKIPPED with the soname
-//! reason, see [`crate::host::errors::Unsupported`]), a private [`session::Session`] is opened, the
-//! app's registration of `DotNETRuntime` tracepoints is awaited (`lttng list -u`), then recording
-//! starts. Stop: the session is stopped, destroyed, and a daemon we started is stopped.
+//! Start: as perfcollect's, the session exists before the app does — where the target can hold
+//! the app back (the host; a container, whose init shell waits while the daemon and a private
+//! [`session::Session`] start in its namespaces), the session is opened and started before the
+//! launch, so the app's startup (RuntimeInformationStart, the first ModuleLoad and
+//! MethodLoadVerbose) is recorded; once the app is ready [`preflight`] proves its provider loaded
+//! (else the run is SKIPPED with the soname reason, see [`crate::host::errors::Unsupported`]) and
+//! its registration of `DotNETRuntime` tracepoints (`lttng list -u`) proves it is in the session.
+//! Where the target cannot hold it (a user's image, a pod) the session is opened at ready: the
+//! registration is awaited, then recording starts. Stop: the session is stopped, destroyed, and a
+//! daemon we started is stopped.
 //!
 //! Decoding uses our own CTF reader (crates/ctf), chosen by measurement over driving babeltrace2:
 //! on a 53 MB trace of 553 k DotNETRuntime events (every tracepoint of 25 FixtureApp runs) it
