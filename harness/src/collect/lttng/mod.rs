@@ -90,12 +90,42 @@ const KW_EVENTSOURCE: u64 = 0x8_0000_0000;
 /// The private provider's binding and multicore JIT keywords (in perfcollect's default).
 const KW_PRIVATE_BINDING: u64 = 0x2;
 const KW_PRIVATE_MULTICORE_JIT: u64 = 0x2_0000;
-/// perfcollect's "GC collect only" list of the private provider.
-const PRIVATE_GC_COLLECT_ONLY: &[&str] = &["GCDecision", "GCSettings", "GCPerHeapHistory", "GCGlobalHeapHistory", "PrvGCMarkStackRoots", "PrvGCMarkFinalizeQueueRoots", "PrvGCMarkHandles", "PrvGCMarkCards"];
+/// perfcollect's "GC collect only" list of the private provider (its names, every version):
+/// the collections, their marks and background phases, not allocations.
+const PRIVATE_GC_COLLECT_ONLY: &[&str] = &[
+    "GCDecision",
+    "GCSettings",
+    "GCPerHeapHistory",
+    "GCGlobalHeapHistory",
+    "PrvGCMarkStackRoots",
+    "PrvGCMarkFinalizeQueueRoots",
+    "PrvGCMarkHandles",
+    "PrvGCMarkCards",
+    "BGCBegin",
+    "BGC1stNonConEnd",
+    "BGC1stConEnd",
+    "BGC2ndNonConBegin",
+    "BGC2ndNonConEnd",
+    "BGC2ndConBegin",
+    "BGC2ndConEnd",
+    "BGCPlanEnd",
+    "BGCSweepEnd",
+    "BGCDrainMark",
+    "BGCRevisit",
+    "BGCOverflow",
+    "BGCAllocWaitBegin",
+    "BGCAllocWaitEnd",
+    "GCFullNotify",
+    "PrvFinalizeObject",
+    "PinPlugAtGCTime",
+];
 /// Loader and JIT rundown keywords of the rundown provider.
 const KW_RUNDOWN_LOADER_JIT: u64 = 0x8 | 0x10;
 
-/// perfcollect's "GC collect only" list: the collections themselves, not allocations or marks.
+/// perfcollect's "GC collect only" list (its names, every version): the collections, their
+/// suspensions, marks, finalizers and memory pressure, not allocations. Its marks and memory
+/// pressure were once left out here: perfcollect recorded GCMarkWithType, IncreaseMemoryPressure
+/// and PinPlugAtGCTime from an app that the lttng collector did not.
 const GC_COLLECT_ONLY: &[&str] = &[
     "GCStart",
     "GCEnd",
@@ -113,6 +143,14 @@ const GC_COLLECT_ONLY: &[&str] = &[
     "GCTriggered",
     "GCPerHeapHistory",
     "GCGlobalHeapHistory",
+    "GCMarkStackRoots",
+    "GCMarkFinalizeQueueRoots",
+    "GCMarkHandles",
+    "GCMarkOlderGenerationRoots",
+    "GCMarkWithType",
+    "FinalizeObject",
+    "IncreaseMemoryPressure",
+    "DecreaseMemoryPressure",
 ];
 
 /// The tracepoint names a profile enables, `provider:symbol`, in the table's order: every
@@ -125,8 +163,11 @@ pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
         .iter()
         .filter(|(provider, sym, _, _, _, kw, _, _)| match (profile, *provider) {
             (Profile::Custom, _) => false,
-            (Profile::GcCollectOnly, "DotNETRuntime") => kw & KW_GC != 0 && collect_only(sym),
-            (Profile::GcOnly, "DotNETRuntime") => kw & KW_GC != 0,
+            // perfcollect's -gccollectonly: the collections (both providers) and exceptions.
+            (Profile::GcCollectOnly, "DotNETRuntime") => (kw & KW_GC != 0 && collect_only(sym)) || kw & KW_EXCEPTION != 0,
+            (Profile::GcCollectOnly, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0 && PRIVATE_GC_COLLECT_ONLY.contains(&base_name(sym)),
+            // perfcollect's -gconly: every GC event, with the JIT, loader and exception groups.
+            (Profile::GcOnly, "DotNETRuntime") => kw & (KW_GC | KW_JIT | KW_LOADER | KW_EXCEPTION) != 0,
             (Profile::GcOnly, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0,
             (Profile::GcWithHeap, "DotNETRuntime") => kw & (KW_GC | KW_GC_HEAP_SURVIVAL_AND_MOVEMENT) != 0,
             (Profile::GcWithHeap, "DotNETRuntimePrivate") => kw & KW_PRIVATE_GC != 0,
@@ -530,6 +571,9 @@ mod tests {
         assert!(collect_only.contains(&"DotNETRuntime:GCStart_V2".to_string()));
         assert!(collect_only.contains(&"DotNETRuntime:GCEnd_V1".to_string()));
         assert!(!collect_only.iter().any(|t| t.contains("GCAllocationTick")));
+        for t in ["DotNETRuntimePrivate:BGCBegin", "DotNETRuntime:ExceptionThrown_V1", "DotNETRuntime:GCMarkWithType"] {
+            assert!(collect_only.contains(&t.to_string()), "{t}");
+        }
         let gc_only = tracepoints(&Profile::GcOnly, &[]);
         assert!(gc_only.iter().any(|t| t.contains("GCAllocationTick")));
         assert!(!gc_only.iter().any(|t| t.contains("GCBulkMovedObjectRanges")));
@@ -547,6 +591,10 @@ mod tests {
             "DotNETRuntimePrivate:BindingPolicyPhaseStart",
             "DotNETRuntimePrivate:MulticoreJit",
             "DotNETRuntimePrivate:GCDecision_V1",
+            // perfcollect recorded these from a corpus app, once missing here.
+            "DotNETRuntime:GCMarkWithType",
+            "DotNETRuntime:IncreaseMemoryPressure",
+            "DotNETRuntimePrivate:PinPlugAtGCTime",
         ] {
             assert!(default.contains(&t.to_string()), "{t}");
         }
