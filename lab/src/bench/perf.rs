@@ -14,7 +14,8 @@
 //!
 //! Per input: a warm-up run of every side, then interleaved rounds (tracelab, inferno, samply;
 //! A B C A B C …); min/median/max wall time, peak RSS per side (wait4), the ratios, the load; then
-//! one cold run of each (page cache dropped, tracelab's symbol cache empty; needs root). Then the
+//! up to three interleaved cold rounds (page cache dropped before each side, tracelab's symbol
+//! cache empty; needs root), medians compared. Then the
 //! outputs are compared: the fold's stacks must be exactly the folding of the recording decoded
 //! sample by sample with the fold's symbolizer, and each of those samples is compared frame by
 //! frame with the same sample in `perf script`'s output (matched by thread and time); each
@@ -41,6 +42,9 @@ use model::merge_code_version;
 use model::frame_label;
 use stacks::{DecodeContext, Symbolizer};
 use perfdata::PerfRecording;
+
+/// Cold rounds at most (each drops the page cache three times).
+const COLD_ROUNDS: usize = 3;
 
 /// The recorded inputs: name, what runs, seconds.
 pub const INPUTS: &[(&str, &str, u32)] =
@@ -314,30 +318,42 @@ fn bench_one(opts: &Options, tools: &Tools, input: &Input) -> Result<()> {
     );
     println!("tracelab, warm-up run: {first_stages}");
     println!("tracelab, last run:    {last_stages}");
-    // Cold: page cache dropped before each side, tracelab's symbol cache empty.
-    match drop_page_cache() {
-        Ok(()) => {
-            let _ = std::fs::remove_dir_all(&cache);
-            let (o, _) = run_ours()?;
-            drop_page_cache()?;
-            let p = run_peer()?;
-            drop_page_cache()?;
-            let s = run_samply()?;
-            let cold = p.wall.as_secs_f64() / o.wall.as_secs_f64();
-            let cold_samply = s.wall.as_secs_f64() / o.wall.as_secs_f64();
+    // Cold: page cache dropped before each side, tracelab's symbol cache empty; interleaved
+    // rounds (one cold run swung by a third from one round to the next), medians compared.
+    let cold_rounds = opts.runs.clamp(1, COLD_ROUNDS);
+    let cold_round = || -> Result<[super::ChildRun; 3]> {
+        let _ = std::fs::remove_dir_all(&cache);
+        drop_page_cache()?;
+        let (o, _) = run_ours()?;
+        drop_page_cache()?;
+        let p = run_peer()?;
+        drop_page_cache()?;
+        let s = run_samply()?;
+        Ok([o, p, s])
+    };
+    match (0..cold_rounds).map(|_| cold_round()).collect::<Result<Vec<_>>>() {
+        Ok(rounds) => {
+            let mut ours = Side::new("tracelab trace fold");
+            let mut peer = Side::new("perf script | inferno-collapse-perf");
+            let mut sam = Side::new("samply import --save-only");
+            for [o, p, s] in rounds {
+                ours.push(ms(o.wall), o.max_rss_kib);
+                peer.push(ms(p.wall), p.max_rss_kib);
+                sam.push(ms(s.wall), s.max_rss_kib);
+            }
+            let (o, p, s) = (ours.summary().median, peer.summary().median, sam.summary().median);
+            let (cold, cold_samply) = (p / o, s / o);
             let goal = |held: bool, r: f64, g: f64| match (held, r >= g) {
                 (false, _) => String::new(),
                 (true, true) => format!(", goal >= {g}x: met"),
                 (true, false) => format!(", goal >= {g}x: NOT MET"),
             };
             println!(
-                "cold (page cache dropped, tracelab's caches empty): tracelab {:.1} ms, inferno pipeline {:.1} ms ({cold:.1}x{}), samply {:.1} ms ({cold_samply:.1}x{})",
-                ms(o.wall),
-                ms(p.wall),
+                "cold (page cache dropped, tracelab's caches empty; median of {cold_rounds} interleaved rounds): tracelab {o:.1} ms, inferno pipeline {p:.1} ms ({cold:.1}x{}), samply {s:.1} ms ({cold_samply:.1}x{})",
                 goal(goals.inferno, cold, GOAL_COLD),
-                ms(s.wall),
                 goal(goals.samply, cold_samply, GOAL_SAMPLY_COLD),
             );
+            print_table(&[&ours, &peer, &sam], "ms");
         }
         Err(e) => println!("cold: not measured ({e:#})"),
     }
@@ -375,6 +391,11 @@ fn canonical(frame: &str) -> Option<String> {
     let anonymous = frame.rsplit_once('!').is_some_and(|(_, f)| model::anonymous_function_start(f).is_some());
     if frame.starts_with("[unknown]") || module_only || anonymous {
         return None;
+    }
+    // perf prints a runtime stub as the perf map spells it (`stub CreateHelper<DynamicHelper>`),
+    // our folded stacks by its kind (`stub<DynamicHelper>`): both sides get the kind's label.
+    if let Some(kind) = model::stub_kind(frame) {
+        return Some(format!("stub<{kind}>"));
     }
     // inferno tidies names: a parameter list is cut (`Framework::Main(string[])` → `Framework::Main`).
     let name = merge_code_version(frame);
@@ -665,6 +686,12 @@ mod tests {
 
     /// perf's spelling of a JIT frame (the perf map's, parameters cut by inferno) and our folded
     /// label of the same method compare equal; unnamed frames of either side are `None`.
+    #[test]
+    fn a_stub_compares_by_its_kind() {
+        assert_eq!(canonical("stub CreateHelper<DynamicHelper>"), canonical("stub<DynamicHelper>"));
+        assert_eq!(canonical("stub Link<DelegateShuffleThunk>").as_deref(), Some("stub<DelegateShuffleThunk>"));
+    }
+
     #[test]
     fn both_spellings_of_a_method_compare_equal() {
         let peer = "instance class [System.Runtime]System.Threading.Tasks.Task [Microsoft.AspNetCore.Http] Microsoft.AspNetCore.Http.DefaultHttpResponse::StartAsync";
