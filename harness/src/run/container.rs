@@ -414,7 +414,11 @@ impl ContainerTarget {
         let mut gate = None;
         let prepared = match prepare {
             Some(prepare) if wrapped => {
-                prepare(&PreLaunch { anchor: Some(init_pid), work_dir_in_target: work_dir.clone() })?;
+                if let Err(e) = prepare(&PreLaunch { anchor: Some(init_pid), work_dir_in_target: work_dir.clone() }) {
+                    // The app never starts: its container goes with the target, its gate now.
+                    let _ = std::fs::remove_file(tmp.join(GATE_FILE));
+                    return Err(e);
+                }
                 gate = Some(open_gate(&tmp.join(GATE_FILE))?);
                 true
             }
