@@ -47,6 +47,7 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
             ));
         }
         out.extend(stub_finding(c));
+        out.extend(perfview_drops(c));
         let leaves = c.samples.iter().filter_map(|s| s.frames.first());
         let (mut total, mut doublemapped) = (0u64, 0u64);
         for f in leaves {
@@ -66,6 +67,35 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
         }
     }
     out
+}
+
+/// LTTng events TraceEvent 4.0.0 (what PerfView reads a trace.zip with) leaves out of a CTF
+/// trace without a word, as (name, version; `None`: any): found reading one of our zips back,
+/// 2,115 of 30,683 events gone.
+const PERFVIEW_DROPS: &[(&str, Option<u32>)] = &[("GCHeapStats", Some(2)), ("GCGlobalHeapHistory", Some(4)), ("MethodJitMemoryAllocatedForCode", None)];
+
+/// What PerfView will not show of an LTTng collection when it opens the run's trace.zip.
+fn perfview_drops(c: &Collection) -> Option<String> {
+    if !c.metrics.contains_key("lttng.events") {
+        return None;
+    }
+    let mut dropped: Vec<(String, u64)> = Vec::new();
+    for &(name, version) in PERFVIEW_DROPS {
+        let n = c.events.iter().filter(|e| e.name == name && version.is_none_or(|v| e.version == Some(v))).count() as u64;
+        if n > 0 {
+            dropped.push((version.map_or(name.to_string(), |v| format!("{name}_V{v}")), n));
+        }
+    }
+    let total: u64 = dropped.iter().map(|d| d.1).sum();
+    (total > 0).then(|| {
+        format!(
+            "`{}`: PerfView (TraceEvent 4.0.0) leaves {total} of its {} events out when it opens the trace.zip, without a word: {}. \
+             They are in this run's own decode (the checks, manifest.json).",
+            c.collector,
+            c.events.len(),
+            dropped.iter().map(|(n, k)| format!("{n} ×{k}")).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 /// How much of a collection ran in, or passed through, the runtime's stubs, by kind: code that is
@@ -94,4 +124,32 @@ fn stub_finding(c: &Collection) -> Option<String> {
         c.samples.len(),
         list.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_lttng_collection_says_what_perfview_will_not_show() {
+        let event = |name: &str, version: u32| model::Event {
+            provider: "DotNETRuntime".into(),
+            name: name.into(),
+            id: None,
+            version: Some(version),
+            time_ns: 0,
+            pid: 1,
+            tid: 1,
+            fields: Default::default(),
+            frames: Vec::new(),
+        };
+        let mut c = Collection::new("lttng");
+        c.events = vec![event("GCHeapStats", 2), event("GCHeapStats", 2), event("GCStart", 2), event("MethodJitMemoryAllocatedForCode", 0)];
+        assert_eq!(perfview_drops(&c), None, "not an LTTng collection");
+        c.metrics.insert("lttng.events".into(), 4.0);
+        let said = perfview_drops(&c).unwrap();
+        assert!(said.contains("leaves 3 of its 4 events out") && said.contains("GCHeapStats_V2 ×2, MethodJitMemoryAllocatedForCode ×1"), "{said}");
+        c.events.truncate(0);
+        assert_eq!(perfview_drops(&c), None);
+    }
 }
