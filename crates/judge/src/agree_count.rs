@@ -228,13 +228,6 @@ impl Judge for AgreeCountCheck {
 /// line saying what was left out. Every event where a collection does not say when it recorded,
 /// or where the span would leave one none of its events (its clock would not be the others').
 fn in_common_span(cols: &[&Collection]) -> (Vec<Collection>, Option<String>) {
-    let within = |c: &Collection, span: Option<(u64, u64)>| Collection {
-        collector: c.collector.clone(),
-        events: c.events.iter().filter(|e| span.is_none_or(|(from, to)| (from..=to).contains(&e.time_ns))).cloned().collect(),
-        lost_events: c.lost_events,
-        metrics: c.metrics.clone(),
-        ..Default::default()
-    };
     let spans: Option<Vec<(u64, u64)>> = cols.iter().map(|c| c.recorded_ns).collect();
     let common = spans.and_then(|s| {
         let from = s.iter().map(|r| r.0).max()?;
@@ -242,7 +235,7 @@ fn in_common_span(cols: &[&Collection]) -> (Vec<Collection>, Option<String>) {
         (from < to).then_some((from, to))
     });
     if let Some((from, to)) = common {
-        let kept: Vec<Collection> = cols.iter().map(|c| within(c, Some((from, to)))).collect();
+        let kept: Vec<Collection> = cols.iter().map(|c| crate::events_in(c, Some((from, to)))).collect();
         if !cols.iter().zip(&kept).any(|(c, k)| !c.events.is_empty() && k.events.is_empty()) {
             let left: Vec<String> = cols
                 .iter()
@@ -260,7 +253,7 @@ fn in_common_span(cols: &[&Collection]) -> (Vec<Collection>, Option<String>) {
             return (kept, note);
         }
     }
-    (cols.iter().map(|c| within(c, None)).collect(), None)
+    (cols.iter().map(|c| crate::events_in(c, None)).collect(), None)
 }
 
 /// The parity table as aligned text lines: event type, one column per collector (— when the

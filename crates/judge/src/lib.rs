@@ -512,12 +512,20 @@ pub fn count_events(collection: &Collection, event: &str, provider: Option<&str>
 /// what a workload's truth counts, as a collection of events alone. Every event where the window
 /// is unknown, or where it would leave none of them (their clock would not be the run's).
 pub(crate) fn measured_events(c: &Collection) -> Collection {
-    let kept = |(from, to): (u64, u64)| -> Vec<model::Event> { c.events.iter().filter(|e| (from..=to).contains(&e.time_ns)).cloned().collect() };
-    let events = match c.measured_ns.map(kept) {
-        Some(events) if !events.is_empty() || c.events.is_empty() => events,
-        _ => c.events.clone(),
-    };
-    Collection { collector: c.collector.clone(), events, lost_events: c.lost_events, metrics: c.metrics.clone(), ..Default::default() }
+    let kept = events_in(c, c.measured_ns);
+    if kept.events.is_empty() { events_in(c, None) } else { kept }
+}
+
+/// The collection's events recorded within `span` (CLOCK_MONOTONIC ns, ends included; every
+/// event when `None`), as a collection of events alone: what event checks compare.
+pub(crate) fn events_in(c: &Collection, span: Option<(u64, u64)>) -> Collection {
+    Collection {
+        collector: c.collector.clone(),
+        events: c.events.iter().filter(|e| span.is_none_or(|(from, to)| (from..=to).contains(&e.time_ns))).cloned().collect(),
+        lost_events: c.lost_events,
+        metrics: c.metrics.clone(),
+        ..Default::default()
+    }
 }
 
 pub fn strip_version(name: &str) -> &str {
