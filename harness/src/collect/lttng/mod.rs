@@ -318,6 +318,36 @@ impl LttngCollector {
         self.out_host = Some(out_host);
         Ok(session)
     }
+
+    /// Keeps a session whose set-up (started at `t0`) went well; closes one whose set-up failed.
+    /// Either way its commands go to the manifest.
+    fn keep(&mut self, mut session: Session, result: Result<()>, t0: Instant) -> Result<()> {
+        self.metrics.insert("lttng.start_s".into(), t0.elapsed().as_secs_f64());
+        self.commands.append(&mut session.commands);
+        if let Err(e) = result {
+            let _ = session.close();
+            self.commands.append(&mut session.commands);
+            return Err(e);
+        }
+        self.session = Some(session);
+        Ok(())
+    }
+}
+
+/// How many DotNETRuntime tracepoints the app registered with the session's daemon, awaited;
+/// none is an error naming the provider `check` found.
+fn registered(session: &Session, app: &RunningApp, check: &preflight::ProviderCheck) -> Result<usize> {
+    let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
+    if n == 0 {
+        bail!(
+            "the app (pid {}) registered no DotNETRuntime tracepoints with lttng-sessiond within {REGISTRATION_TIMEOUT:?}, \
+             although its provider {} is {}; `lttng list -u` shows what registered",
+            app.target_pid,
+            check.provider.display(),
+            if check.loaded == Some(true) { "loaded" } else { "present" }
+        );
+    }
+    Ok(n)
 }
 
 impl Collector for LttngCollector {
@@ -343,67 +373,34 @@ impl Collector for LttngCollector {
         let t0 = Instant::now();
         let mut session = self.open(place, &at.work_dir_in_target, artifacts)?;
         let result = session.enable(&self.tracepoints).and_then(|()| session.start());
-        self.metrics.insert("lttng.start_s".into(), t0.elapsed().as_secs_f64());
-        self.commands.append(&mut session.commands);
-        if let Err(e) = result {
-            let _ = session.close();
-            self.commands.append(&mut session.commands);
-            return Err(e);
-        }
-        self.session = Some(session);
-        Ok(())
+        self.keep(session, result, t0)
     }
 
     fn start(&mut self, _target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()> {
         let (check, root) = preflight::check_process(app.host_pid)?;
         self.metrics.insert("lttng.provider_loaded".into(), if check.loaded == Some(true) { 1.0 } else { 0.0 });
         check.require(&root)?;
-        let unregistered = || {
-            anyhow::anyhow!(
-                "the app (pid {}) registered no DotNETRuntime tracepoints with lttng-sessiond within {REGISTRATION_TIMEOUT:?}, \
-                 although its provider {} is {}; `lttng list -u` shows what registered",
-                app.target_pid,
-                check.provider.display(),
-                if check.loaded == Some(true) { "loaded" } else { "present" }
-            )
-        };
+        self.target_pid = app.target_pid;
         if let Some(session) = &self.session {
             // Recording since before the app started: its registration, which the runtime
             // makes at start-up, proves the app is in the session.
-            let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
-            if n == 0 {
-                return Err(unregistered());
-            }
+            let n = registered(session, app, &check)?;
             self.metrics.insert("lttng.registered_tracepoints".into(), n as f64);
             self.metrics.insert("lttng.recorded_from_launch".into(), 1.0);
-            self.target_pid = app.target_pid;
             return Ok(());
         }
         let place = if app.container_id.is_some() { Place::Namespaces { anchor: app.host_pid } } else { Place::Host };
         let t0 = Instant::now();
         let mut session = self.open(place, &app.work_dir_in_target, artifacts)?;
-        let result = (|| {
-            session.enable(&self.tracepoints)?;
+        self.metrics.insert("lttng.recorded_from_launch".into(), 0.0);
+        let result = session.enable(&self.tracepoints).and_then(|()| {
             // Sentinel: the app must have registered its DotNETRuntime tracepoints with the
             // daemon before `lttng start`, which then returns only once the app is recording.
-            let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
-            if n == 0 {
-                return Err(unregistered());
-            }
+            let n = registered(&session, app, &check)?;
             self.metrics.insert("lttng.registered_tracepoints".into(), n as f64);
             session.start()
-        })();
-        self.metrics.insert("lttng.start_s".into(), t0.elapsed().as_secs_f64());
-        self.metrics.insert("lttng.recorded_from_launch".into(), 0.0);
-        self.commands.append(&mut session.commands);
-        if let Err(e) = result {
-            let _ = session.close();
-            self.commands.append(&mut session.commands);
-            return Err(e);
-        }
-        self.target_pid = app.target_pid;
-        self.session = Some(session);
-        Ok(())
+        });
+        self.keep(session, result, t0)
     }
 
     fn stop(&mut self, _target: &mut dyn Target, _app: &RunningApp) -> Result<()> {
