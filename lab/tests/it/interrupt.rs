@@ -206,18 +206,23 @@ fn interrupt_at(target: TargetKind, (phase, signal, output): Cell, toml: &Path, 
         }
     }
     assert!(reached, "{target:?}/{phase}: the run never reached the phase; its output:\n{}", seen.join("\n"));
-    // Into the phase: the project's `dotnet build` runs for seconds, the collect window for 3 s.
-    std::thread::sleep(Duration::from_millis(match phase {
-        "build" => 3000,
-        "collect" => 1000,
-        _ => 0,
-    }));
+    // Into the phase: the collect window runs for 3 s; a build is watched for below.
+    std::thread::sleep(Duration::from_millis(if phase == "collect" { 1000 } else { 0 }));
     if phase == "build" {
-        // The signal must land in a build, not after it: `dotnet build` (and its nodes) run.
+        // The signal must land in a build, not before or after it: wait for `dotnet build` (and
+        // its nodes) to show, then let it get going. A fixed wait missed a small project's build
+        // on a warm machine (it was over in under 3 s).
         let helper = format!("{} ", child.id());
-        let building: Vec<String> = processes_marked(&[cache]).into_iter().filter(|p| !p.starts_with(&helper)).collect();
-        assert!(!building.is_empty(), "{target:?}/build: no build ran 3 s into the build phase; the run said:\n{}", seen.join("\n"));
-        eprintln!("{target:?}/build: signal during the build of {} processes: {building:?}", building.len());
+        let building = || -> Vec<String> { processes_marked(&[cache]).into_iter().filter(|p| !p.starts_with(&helper)).collect() };
+        let watch = Instant::now();
+        let mut found = building();
+        while found.is_empty() && watch.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(50));
+            found = building();
+        }
+        assert!(!found.is_empty(), "{target:?}/build: no build ran within 60 s of the build phase; the run said:\n{}", seen.join("\n"));
+        std::thread::sleep(Duration::from_millis(500));
+        eprintln!("{target:?}/build: signal during the build of {} processes: {found:?}", found.len());
     }
     eprintln!("{target:?}/{phase}: signal {signal} after `{}`", seen.last().map_or("", String::as_str));
     let rest: Vec<String> = if output == Output::Closed {
