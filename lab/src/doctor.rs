@@ -64,6 +64,8 @@ pub struct Tools {
     /// Whether the 6.12-user-events kernel can be built here: its source and tools, or what lacks
     /// (`None`: not checked).
     pub kernel_build: Option<Result<String, String>>,
+    /// Microsoft's perfcollect script the perfcollect collector runs (from ../shared), when present.
+    pub perfcollect: Option<String>,
     /// `--symbols` folders given, each with whether it exists and how many debug files it holds.
     pub symbols: Vec<(PathBuf, Option<usize>)>,
     /// Whether this kernel records a timer's wake-up of a thread on an idle CPU (the probe's
@@ -104,6 +106,7 @@ impl Tools {
             } else {
                 feed_pkg.map(|p| format!("{} (installed on first use)", p.display()))
             },
+            perfcollect: Some(harness::collect::perfcollect::script_path()).filter(|p| p.is_file()).map(|p| p.display().to_string()),
             symbols: symbols
                 .iter()
                 .map(|d| {
@@ -305,6 +308,11 @@ fn tool_rows(tools: &Tools) -> Vec<DoctorRow> {
         Some(v) => row("dotnet-trace", v, Status::Ok, "the dotnet-trace collector"),
         None => row("dotnet-trace", "not found", Status::Warn, "the dotnet-trace collector cannot run (no launcher, no offline feed)")
             .fix("dotnet tool install --tool-path .build/tools dotnet-trace"),
+    });
+    rows.push(match &tools.perfcollect {
+        Some(path) => row("perfcollect", path, Status::Ok, "the perfcollect peer collector (run in a sidecar of the bullseye image: perf, lttng-tools, zip, unzip)"),
+        None => row("perfcollect", "not found", Status::Warn, "the perfcollect peer collector cannot run (scenarios using it fail)")
+            .fix("put ../shared (with reference/perfcollect) beside the checkout, or set TRACELAB_SHARED to it"),
     });
     for (dir, dbg) in &tools.symbols {
         let name = format!("--symbols {}", dir.display());

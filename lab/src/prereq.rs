@@ -311,6 +311,8 @@ impl Needs {
                 // dotnet-trace's own recorder (librecordtrace.so) records through perf_event_open;
                 // it needs tracefs (below) and a kernel with user_events, which no package gives.
                 CollectorKind::CollectLinux => {}
+                // Runs only in a sidecar of the bullseye image, with the image's packages.
+                CollectorKind::Perfcollect => {}
             }
         }
         let tracepoint_kinds = [CollectorKind::PerfOffcpu, CollectorKind::PerfOffwake, CollectorKind::PerfSyscalls, CollectorKind::CollectLinux];

@@ -37,6 +37,11 @@ pub struct AgreeCountCheck {
     /// Event name → why its counts may differ between these transports (kept in the table).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub except: BTreeMap<String, String>,
+    /// With `event = "*"`: compare only the event types this collector recorded (a peer such as
+    /// perfcollect, which the others are held to); what only the others recorded is listed, each
+    /// with its `except` reason when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
 }
 
 /// An event type across transports: the provider without `Microsoft-Windows-` (LTTng's spelling)
@@ -103,6 +108,14 @@ impl Judge for AgreeCountCheck {
         if !self.every_type() && !self.except.is_empty() {
             return Err(bad_key("except", format!("`except` is for `event = \"*\"` (every event type); this check compares `{}` only", self.event)));
         }
+        if let Some(r) = &self.reference {
+            if !self.every_type() {
+                return Err(bad_key("reference", format!("`reference` is for `event = \"*\"` (every event type); this check compares `{}` only", self.event)));
+            }
+            if !self.collectors.contains(r) {
+                return Err(bad_key("reference", format!("`reference = \"{r}\"` is not one of `collectors` ({})", self.collectors.join(", "))));
+            }
+        }
         if let Some(t) = self.tolerance_pct.filter(|t| !(0.0..).contains(t)) {
             return Err(bad_key("tolerance_pct", format!("`tolerance_pct` is ≥ 0, got {t}")));
         }
@@ -164,7 +177,17 @@ impl Judge for AgreeCountCheck {
         let mut excepted = 0;
         let header: Vec<String> = cols.iter().map(|c| c.collector.clone()).collect();
         let mut rows = vec![];
+        let reference = self.reference.as_ref().and_then(|r| cols.iter().position(|c| &c.collector == r));
+        let mut beyond = vec![];
         for (ty, ns) in &counts {
+            if let Some(r) = reference
+                && ns[r] == 0
+            {
+                let why = self.except.get(&ty.1).map_or(String::new(), |w| format!(": {w}"));
+                let by: Vec<String> = header.iter().zip(ns).filter(|(_, n)| **n > 0).map(|(c, n)| format!("{c} {n}")).collect();
+                beyond.push(format!("{}:{} ({}){why}", ty.0, ty.1, by.join(", ")));
+                continue;
+            }
             let carriers: Vec<usize> = (0..cols.len()).filter(|&i| carries(cols[i], ty)).collect();
             let carried: Vec<u64> = carriers.iter().map(|&i| ns[i]).collect();
             let lo = carried.iter().copied().min().unwrap_or(0);
@@ -193,6 +216,10 @@ impl Judge for AgreeCountCheck {
             rows.push((format!("{}:{}", ty.0, ty.1), cells, truth, status));
         }
         let mut details = parity_table(&header, &rows);
+        if let (Some(r), false) = (&self.reference, beyond.is_empty()) {
+            details.push(format!("recorded by the others, not by `{r}` ({} event types, not compared):", beyond.len()));
+            details.extend(beyond.iter().map(|b| format!("- {b}")));
+        }
         details.extend(span_note);
         let mut fields_ok = true;
         for spec in &self.fields {
@@ -202,14 +229,15 @@ impl Judge for AgreeCountCheck {
             details.push(line);
         }
         let compared = rows.iter().filter(|r| r.3 != "one transport carries it").count();
-        let pass = !counts.is_empty() && differing.is_empty() && fields_ok;
+        let pass = !rows.is_empty() && differing.is_empty() && fields_ok;
         let measured = if differing.is_empty() {
-            format!("{} event types, {compared} carried by ≥ 2 transports alike ({excepted} excepted)", counts.len())
+            format!("{} event types, {compared} carried by ≥ 2 transports alike ({excepted} excepted)", rows.len())
         } else {
             format!("{} of {compared} event types differ: {}", differing.len(), differing.join("; "))
         };
         let expected = format!(
-            "every event type within ± {}{} across the transports that carry it{}",
+            "every event type{} within ± {}{} across the transports that carry it{}",
+            self.reference.as_ref().map_or(String::new(), |r| format!(" `{r}` recorded")),
             self.tolerance,
             self.tolerance_pct.map_or(String::new(), |p| format!(" or ± {p} %")),
             if self.fields.is_empty() { String::new() } else { format!("; fields {} alike", self.fields.join(", ")) }
@@ -326,6 +354,7 @@ mod tests {
             fields: vec![],
             truth: BTreeMap::new(),
             except: BTreeMap::new(),
+            reference: None,
         }
     }
 
@@ -436,6 +465,35 @@ mod tests {
         let judged = evaluate_on(&ck, &[a, b], serde_json::json!({}));
         assert_eq!(judged.verdict, Verdict::Fail);
         assert!(judged.details.last().unwrap().contains("2 unmatched (`98` 1 vs 0, `99` 0 vs 1)"), "{:?}", judged.details);
+    }
+
+    /// Held to a peer: only what the peer recorded is compared; what only ours recorded is listed
+    /// with its reason, not held against either.
+    #[test]
+    fn a_reference_collector_picks_the_event_types_compared() {
+        let mut ours = lttng();
+        let mut peer = Collection::new("perfcollect");
+        peer.metrics.insert("lttng.events".into(), 3.0);
+        for _ in 0..3 {
+            ours.events.push(runtime_event("DotNETRuntime", "ModuleLoad_V2", None));
+            peer.events.push(runtime_event("DotNETRuntime", "ModuleLoad_V2", None));
+        }
+        ours.events.push(runtime_event("DotNETRuntime", "AssemblyLoad_V1", None));
+        let mut ck = check("*", 0);
+        ck.collectors = vec!["lttng".into(), "perfcollect".into()];
+        ck.reference = Some("perfcollect".into());
+        ck.except.insert("AssemblyLoad".into(), "perfcollect never enables it".into());
+        let judged = evaluate_on(&ck, &[ours.clone(), peer.clone()], serde_json::json!({}));
+        assert_eq!(judged.verdict, Verdict::Pass, "{judged:?}");
+        assert_eq!(judged.measured, "1 event types, 1 carried by ≥ 2 transports alike (0 excepted)");
+        let details = judged.details.join("\n");
+        assert!(details.contains("- DotNETRuntime:AssemblyLoad (lttng 1): perfcollect never enables it"), "{details}");
+        // A count of the peer's that ours misses fails.
+        peer.events.push(runtime_event("DotNETRuntime", "ModuleLoad_V2", None));
+        let judged = evaluate_on(&ck, &[ours, peer], serde_json::json!({}));
+        assert_eq!(judged.verdict, Verdict::Fail, "{judged:?}");
+        ck.reference = Some("dotnet-trace".into());
+        assert!(ck.validate().unwrap_err().to_string().contains("not one of `collectors`"));
     }
 
     #[test]

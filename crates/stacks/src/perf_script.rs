@@ -12,10 +12,12 @@ pub struct ScriptFrame {
     pub dso: String,
 }
 
-/// One sample: its thread (when the header shows `PID/TID`), its time in µs and its frames,
-/// leaf first.
+/// One sample: its process and thread (when the header shows `PID/TID`), its time in µs and its
+/// frames, leaf first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScriptSample {
+    /// A system-wide recording (perfcollect's `perf record -a`) holds every process: this picks one.
+    pub pid: Option<u32>,
     pub tid: Option<u32>,
     pub time_us: u64,
     pub frames: Vec<ScriptFrame>,
@@ -65,8 +67,12 @@ impl<'s> ScriptReader<'s> {
             };
             let (s, us) = time.trim_end_matches(':').split_once('.').unwrap_or_default();
             let (s, us): (u64, u64) = (s.parse().with_context(at)?, us.parse().with_context(at)?);
-            let tid = words.iter().find_map(|w| w.split_once('/')?.1.parse().ok());
-            let next = ScriptSample { tid, time_us: s * 1_000_000 + us, frames: Vec::new() };
+            let ids = words.iter().find_map(|w| {
+                let (pid, tid) = w.split_once('/')?;
+                Some((pid.parse().ok(), tid.parse().ok()?))
+            });
+            let (pid, tid) = (ids.and_then(|i| i.0), ids.map(|i| i.1));
+            let next = ScriptSample { pid, tid, time_us: s * 1_000_000 + us, frames: Vec::new() };
             return Ok(self.current.replace(next));
         }
         let frame = line.trim();
@@ -133,7 +139,7 @@ mod tests {
                     \t            1234 [unknown] (/memfd:doublemapper (deleted))\n";
         let s = parse_script(text, "inline").unwrap();
         assert_eq!(s.len(), 1);
-        assert_eq!((s[0].tid, s[0].time_us), (Some(2), 734_742_372));
+        assert_eq!((s[0].pid, s[0].tid, s[0].time_us), (Some(1), Some(2), 734_742_372));
         assert_eq!(s[0].frames[0].symbol.as_deref(), Some("mas_leaf_max_gap"));
         assert_eq!(s[0].frames[1].symbol.as_deref(), Some("instance void [System.Runtime] X::Y(int32)[OptimizedTier1]"));
         assert_eq!(s[0].frames[1].dso, "/tmp/perf-2.map");

@@ -18,6 +18,7 @@ pub mod dotnet_trace;
 pub mod collect_linux;
 pub mod lttng;
 pub mod dump;
+pub mod perfcollect;
 #[cfg(test)]
 mod malformed;
 
@@ -51,6 +52,14 @@ pub trait Collector {
     fn preflight(&self) -> Result<()> {
         Ok(())
     }
+    /// Checked with [`Collector::preflight`], once the target is known: `Err` with an
+    /// `Unsupported` when the collector cannot run on this kind of target (perfcollect needs a
+    /// container of its own beside the app), so the run SKIPs before the app is built or given
+    /// any capability.
+    fn runs_on(&self, target: crate::run::TargetKind) -> Result<()> {
+        let _ = target;
+        Ok(())
+    }
     /// Whether this collector must be set up before the app's first instruction
     /// ([`Collector::before_launch`]): to record the app's startup.
     fn prepares_before_launch(&self) -> bool {
@@ -65,6 +74,12 @@ pub trait Collector {
     /// Called once the app printed its readiness line and before it is released into its
     /// measured phase. Returns only when the session is surely recording (a sentinel).
     fn start(&mut self, target: &mut dyn Target, app: &RunningApp, artifacts: &Path) -> Result<()>;
+    /// Whether `stop` must come before the other collectors' stops: a tool that may record
+    /// through a daemon another collector started and stops (perfcollect's LTTng session in the
+    /// `lttng` collector's session daemon) stops while that daemon still runs.
+    fn stops_first(&self) -> bool {
+        false
+    }
     /// Called after the app exited (or when the run is cut short): flush and close.
     fn stop(&mut self, target: &mut dyn Target, app: &RunningApp) -> Result<()>;
     /// Turns the raw artifacts into the model.

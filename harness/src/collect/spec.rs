@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::{Collector, collect_linux, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, syscalls};
+use super::{Collector, collect_linux, dotnet_trace, dump, eventpipe, lttng, offcpu, offwake, perf, perfcollect, syscalls};
 
 /// A mistake in one option of a collector, found when the scenario loads: the loader points at
 /// that option's `file:line:column`, not at the `[[collector]]` header above it.
@@ -72,6 +72,8 @@ pub enum CollectorOptions {
     Lttng(lttng::LttngOptions),
     #[serde(rename = "dump")]
     Dump(dump::DumpOptions),
+    #[serde(rename = "perfcollect")]
+    Perfcollect(perfcollect::PerfcollectOptions),
 }
 
 /// A collector kind without its options: what results, manifests and the capability table name.
@@ -86,6 +88,8 @@ pub enum CollectorKind {
     CollectLinux,
     Lttng,
     Dump,
+    /// Microsoft's perfcollect script, the peer tracelab is scored against.
+    Perfcollect,
 }
 
 impl CollectorKind {
@@ -102,6 +106,10 @@ impl CollectorKind {
         CollectorKind::Dump,
     ];
 
+    /// Peers: other projects' tools run as collectors, to be scored beside ours. The capability
+    /// matrix does not probe them (each needs what its own documentation asks for).
+    pub const PEERS: [CollectorKind; 1] = [CollectorKind::Perfcollect];
+
     /// The scenario's `kind` string, also the collector's default name in results.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -114,15 +122,14 @@ impl CollectorKind {
             CollectorKind::CollectLinux => "collect-linux",
             CollectorKind::Lttng => "lttng",
             CollectorKind::Dump => "dump",
+            CollectorKind::Perfcollect => "perfcollect",
         }
     }
 
     pub fn parse(s: &str) -> anyhow::Result<CollectorKind> {
-        CollectorKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
-            anyhow::anyhow!(
-                "unknown collector kind `{s}`: expected {}",
-                CollectorKind::ALL.map(CollectorKind::as_str).join(", ")
-            )
+        let every = || CollectorKind::ALL.into_iter().chain(CollectorKind::PEERS);
+        every().find(|k| k.as_str() == s).ok_or_else(|| {
+            anyhow::anyhow!("unknown collector kind `{s}`: expected {}", every().map(CollectorKind::as_str).collect::<Vec<_>>().join(", "))
         })
     }
 
@@ -139,6 +146,7 @@ impl CollectorKind {
             CollectorKind::CollectLinux => CollectorOptions::CollectLinux(collect_linux::probe_options()),
             CollectorKind::Lttng => CollectorOptions::Lttng(lttng::probe_options()),
             CollectorKind::Dump => CollectorOptions::Dump(dump::probe_options()),
+            CollectorKind::Perfcollect => CollectorOptions::Perfcollect(perfcollect::PerfcollectOptions::default()),
         })
     }
 
@@ -155,6 +163,7 @@ impl CollectorKind {
             CollectorKind::CollectLinux => collect_linux::DEFAULT_CAPABILITIES,
             CollectorKind::Lttng => lttng::DEFAULT_CAPABILITIES,
             CollectorKind::Dump => dump::DEFAULT_CAPABILITIES,
+            CollectorKind::Perfcollect => perfcollect::DEFAULT_CAPABILITIES,
         }
     }
 }
@@ -177,6 +186,7 @@ impl CollectorOptions {
             CollectorOptions::CollectLinux(_) => CollectorKind::CollectLinux,
             CollectorOptions::Lttng(_) => CollectorKind::Lttng,
             CollectorOptions::Dump(_) => CollectorKind::Dump,
+            CollectorOptions::Perfcollect(_) => CollectorKind::Perfcollect,
         }
     }
 }
@@ -284,6 +294,7 @@ pub fn from_spec(spec: &CollectorSpec) -> Result<Box<dyn Collector>> {
         CollectorOptions::CollectLinux(o) => collect_linux::from_spec(name, o)?,
         CollectorOptions::Lttng(o) => lttng::from_spec(name, o)?,
         CollectorOptions::Dump(o) => dump::from_spec(name, o)?,
+        CollectorOptions::Perfcollect(o) => perfcollect::from_spec(name, o)?,
     })
 }
 

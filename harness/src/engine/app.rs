@@ -808,7 +808,9 @@ fn stop_collectors(
     state: &mut RunState,
     first_error: &mut Option<anyhow::Error>,
 ) {
-    for &i in started {
+    let mut order = started.to_vec();
+    order.sort_by_key(|&i| !collectors[i].stops_first());
+    for i in order {
         state.window.collectors.entry(collectors[i].name().to_string()).or_default().1 = Some(crate::host::proc::monotonic_ns());
         if let Err(e) = collectors[i].stop(target, app) {
             // The tool crashed or hung around the app: infrastructure, unless the environment

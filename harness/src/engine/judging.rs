@@ -48,7 +48,8 @@ fn missing_keyword(check: &judge::AgreeCountCheck, collections: &[Collection]) -
             .collect();
         let Some((seen_by, seen)) = of.iter().find(|(_, n)| *n > 0) else { continue };
         for (collector, n) in &of {
-            if *n == 0 {
+            // The reference (a peer) is what the others are held to, not told what to enable.
+            if *n == 0 && check.reference.as_deref() != Some(*collector) {
                 out.push(format!(
                     "`{collector}` recorded no {name} where `{seen_by}` recorded {seen}: {name} needs keyword {keywords:#x} of \
                      {provider}, which `{collector}`'s session likely lacks (add it to its `providers`, e.g. \
@@ -114,7 +115,8 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     // inconclusive, whichever way it came out.
     let quality = data_quality(scenario, judged, &state.load, state.other_load.as_ref());
     let first = state.collections.first().map(|c| c.collector.as_str());
-    checks.extend(scenario.expectations.iter().map(|e| {
+    let expectations = with_peers(scenario, judged, first);
+    checks.extend(expectations.iter().map(|e| {
         let mut check = e.evaluate(&ev);
         if let crate::scenario::CheckKind::AgreeCount(a) = &e.check
             && check.verdict != Verdict::Pass
@@ -168,6 +170,34 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
     (verdict, (!reason.is_empty()).then_some(reason), checks)
 }
 
+/// The scenario's expectations, each one that reads the first collector by default judged again
+/// on every peer of the run (perfcollect): a peer is scored by the same checks as tracelab's own
+/// collector, named `NAME (collector)` both.
+fn with_peers(scenario: &Scenario, judged: &[Collection], first: Option<&str>) -> Vec<crate::scenario::Expectation> {
+    let peers: Vec<&str> = scenario
+        .collectors
+        .iter()
+        .filter(|c| collect::CollectorKind::PEERS.contains(&c.kind()) && Some(c.name()) != first)
+        .map(|c| c.name())
+        .filter(|n| judged.iter().any(|c| c.collector == *n))
+        .collect();
+    let mut out = Vec::new();
+    for e in &scenario.expectations {
+        if peers.is_empty() || e.collector.is_some() || e.check.judge().collectors().is_some() {
+            out.push(e.clone());
+            continue;
+        }
+        let name = e.name.clone().unwrap_or_else(|| e.check.judge().default_name());
+        for reader in first.into_iter().chain(peers.iter().copied()) {
+            let mut copy = e.clone();
+            copy.name = Some(format!("{name} ({reader})"));
+            copy.collector = Some(reader.to_string());
+            out.push(copy);
+        }
+    }
+    out
+}
+
 /// Each collection's data quality: lost events; for timer samplers, the effective sampling rate
 /// of the measured threads while they were runnable against the frequency the scenario asked
 /// for; and the machine's other load while the app ran (`load.*` metrics of the run, with the
@@ -189,6 +219,7 @@ pub(super) fn data_quality(
             let spec = scenario.collectors.iter().find(|s| s.name() == c.collector);
             let asked = spec.and_then(|s| match &s.options {
                 collect::CollectorOptions::PerfCpu(o) => Some(o.frequency as f64),
+                collect::CollectorOptions::Perfcollect(_) => Some(collect::perfcollect::FREQUENCY_HZ),
                 _ => None,
             });
             judge::DataQuality { load: machine.clone(), ..judge::DataQuality::measure(c, asked) }

@@ -457,8 +457,10 @@ fn execute(
         })
         .collect::<Result<_>>()?;
     // A collector the environment rules out SKIPs the run before anything is built.
+    let runs_on = if opts.attach.is_some() { TargetKind::Host } else { target_kind };
     for c in &collectors {
         c.preflight()?;
+        c.runs_on(runs_on)?;
     }
     let groups = scenario.run_groups();
 

@@ -44,7 +44,9 @@ pub struct Suite {
 pub const SUITES: &[Suite] = &[
     Suite {
         name: "bullseye",
-        packages: &["linux-perf-5.10", "lttng-tools", "liblttng-ust0", "babeltrace", "libicu67", "libssl1.1", "procps"],
+        // zip and unzip: the perfcollect collector runs Microsoft's script here, which needs both
+        // (its `install` downloads, so its packages come with the image).
+        packages: &["linux-perf-5.10", "lttng-tools", "liblttng-ust0", "babeltrace", "libicu67", "libssl1.1", "procps", "zip", "unzip"],
         perf: "perf_5.10",
         lttng_ust: "liblttng-ust.so.0",
     },

@@ -34,6 +34,13 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
         out.extend(stacks::jit_naming_finding(*map as u64, &census));
     }
     for c in collections {
+        if c.metrics.contains_key("perfcollect.fixed_settings") {
+            // A peer's stacks are perf's own names: tracelab's remedies (`--symbols`, an
+            // eventpipe session beside it) do not reach them; what would fix it does.
+            out.extend(perfcollect_settings(c));
+            out.extend(perfview_drops(c));
+            continue;
+        }
         out.extend(model::unnamed_dso_hints(c));
         let uninstantiated = c.metrics.get("generic_frames_uninstantiated").copied().unwrap_or(0.0);
         if uninstantiated > 0.0 && c.collector.starts_with("perf") {
@@ -67,6 +74,36 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
         }
     }
     out
+}
+
+/// What would make perfcollect's JIT frames resolve, when a run as its instructions say named few:
+/// on .NET 10 W^X is on by default, and the JIT's code then runs from `/memfd:doublemapper`, which
+/// neither the perf map nor the jitdump (`perf inject --jit`) it relies on describes.
+fn perfcollect_settings(c: &Collection) -> Option<String> {
+    let jit: Vec<&model::Frame> = c.samples.iter().flat_map(|s| &s.frames).filter(|f| f.class == DsoClass::Jit).collect();
+    let unnamed = jit.iter().filter(|f| f.name.is_none()).count();
+    if jit.is_empty() || unnamed * 5 < jit.len() {
+        return None;
+    }
+    let fixed = c.metrics.get("perfcollect.fixed_settings").is_some_and(|v| *v > 0.0);
+    let settings = crate::collect::perfcollect::FIXED_SETTINGS.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+    Some(if fixed {
+        format!(
+            "`{}`: {unnamed} of {} JIT frames are unnamed although the app ran with {settings}: look in its log ({}.log) for perf inject's messages.",
+            c.collector,
+            jit.len(),
+            c.collector
+        )
+    } else {
+        format!(
+            "`{}`: perfcollect as its instructions say (DOTNET_PerfMapEnabled=1) left {unnamed} of {} JIT frames ({:.1} %) unnamed: \
+             W^X is on (the .NET default), so the JIT's code runs from /memfd:doublemapper, which neither its perf map nor \
+             its jitdump describes. Start the app with {settings} (this collector's `settings = \"fixed\"`) and its JIT frames resolve.",
+            c.collector,
+            jit.len(),
+            unnamed as f64 / jit.len() as f64 * 100.0
+        )
+    })
 }
 
 /// LTTng events TraceEvent 4.0.0 (what PerfView reads a trace.zip with) leaves out of a CTF
@@ -129,6 +166,26 @@ fn stub_finding(c: &Collection) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_documented_perfcollect_run_that_names_no_jit_frame_is_told_the_settings_that_fix_it() {
+        let mut c = Collection::new("perfcollect");
+        c.metrics.insert("perfcollect.fixed_settings".into(), 0.0);
+        let doublemapped = model::Frame { name: None, dso: Some("/memfd:doublemapper (deleted)".into()), class: DsoClass::Jit, addr: 1 };
+        for _ in 0..10 {
+            c.samples.push(model::Sample::new(7, 7, 1, vec![doublemapped.clone()]));
+        }
+        let found = diagnose(std::slice::from_ref(&c));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("left 10 of 10 JIT frames") && found[0].contains("DOTNET_EnableWriteXorExecute=0"), "{}", found[0]);
+        c.metrics.insert("perfcollect.fixed_settings".into(), 1.0);
+        assert!(diagnose(std::slice::from_ref(&c))[0].contains("although the app ran with"));
+        // Named JIT frames: nothing to say.
+        for s in &mut c.samples {
+            s.frames[0].name = Some("P::Hot()".into());
+        }
+        assert!(diagnose(&[c]).is_empty());
+    }
 
     #[test]
     fn an_lttng_collection_says_what_perfview_will_not_show() {

@@ -176,6 +176,9 @@ pub(crate) fn collector_measures(kind: crate::collect::CollectorKind) -> &'stati
         }
         CollectorKind::Lttng => "runtime events (no stacks)",
         CollectorKind::Dump => "core dumps: the threads and mapped files each dump lists (no samples)",
+        CollectorKind::Perfcollect => {
+            "Microsoft's perfcollect, as users run it: perf cpu-clock samples of the app (on-CPU time) named as perf names them, and its LTTng runtime events"
+        }
     }
 }
 

@@ -26,6 +26,10 @@ use crate::host::proc::pid_in_own_namespace;
 use crate::host::docker::{Bind, ContainerSpec, Docker};
 use crate::host::image::Suite;
 
+/// The folder of the run's work dir that is `/root/lttng-traces` in a sidecar target's app and
+/// tool containers alike.
+pub(crate) const SIDECAR_LTTNG_TRACES: &str = "container-lttng-traces";
+
 /// The pseudo-capability asking for `--privileged`.
 pub(crate) const PRIVILEGED: &str = "privileged";
 
@@ -342,6 +346,14 @@ impl ContainerTarget {
         let lttng_run = work_dir.join("container-lttng-run");
         std::fs::create_dir_all(&lttng_run).with_context(|| format!("cannot create {}", lttng_run.display()))?;
         binds.push(Bind { source: lttng_run.clone(), target: "/var/run/lttng".into(), read_only: false });
+        if self.kind == TargetKind::Sidecar {
+            // A session a sidecar's client creates (perfcollect's `lttng create`) is written where
+            // that client's home says, by whichever container's daemon runs: the app's, when the
+            // lttng collector started one there. The same folder in both, so the client finds it.
+            let traces = work_dir.join(SIDECAR_LTTNG_TRACES);
+            std::fs::create_dir_all(&traces).with_context(|| format!("cannot create {}", traces.display()))?;
+            binds.push(Bind { source: traces, target: "/root/lttng-traces".into(), read_only: false });
+        }
         binds.extend(self.options.extra_binds.iter().cloned());
 
         // pid 1 is a shell that outlives the app: when a pid namespace's init exits, the kernel

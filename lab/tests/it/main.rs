@@ -12,6 +12,7 @@ mod layouts;
 mod matrix;
 mod names;
 mod perf;
+mod perfcollect;
 mod pods;
 mod progress;
 mod r2r;

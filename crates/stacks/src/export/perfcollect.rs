@@ -113,6 +113,25 @@ pub fn write(input: &TraceZipInput, run_dir: &Path) -> Result<Option<PathBuf>> {
     result.map(|()| Some(path))
 }
 
+/// Unpacks a trace.zip (perfcollect's own, or ours) into `into`; returns its trace folder (the
+/// one top folder, `<name>.trace/`). The zip crate keeps every entry inside `into`.
+pub fn unpack(zip_path: &Path, into: &Path) -> Result<PathBuf> {
+    let file = std::fs::File::open(zip_path).with_context(|| format!("cannot open {}", zip_path.display()))?;
+    let mut archive = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .with_context(|| format!("{} is not a zip archive: was it written to the end?", zip_path.display()))?;
+    archive.extract(into).with_context(|| format!("cannot unpack {} into {}", zip_path.display(), into.display()))?;
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(into)?.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    folders.sort();
+    match folders.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => anyhow::bail!(
+            "{} holds {} top folders, not the one `<name>.trace/` a trace.zip has",
+            zip_path.display(),
+            folders.len()
+        ),
+    }
+}
+
 fn write_zip(input: &TraceZipInput, path: &Path) -> Result<()> {
     let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut zip = zip::ZipWriter::new(AfterFailureDiscard::new(std::io::BufWriter::new(file)));
@@ -413,6 +432,14 @@ mod tests {
         // Entries are dated when written, not 1980-01-01 (the zip format's zero).
         let year = zip.by_name("run.trace/perf.data.txt").unwrap().last_modified().map(|d| d.year()).unwrap_or(1980);
         assert!(year >= 2025, "entry dated {year}");
+        // Read back as the perfcollect collector reads the real script's zip.
+        let out = dir.path().join("unpacked");
+        let folder = unpack(&path, &out).unwrap();
+        assert_eq!(folder, out.join("run.trace"));
+        assert_eq!(std::fs::read_to_string(folder.join("perf.data.txt")).unwrap(), text);
+        assert!(folder.join("lttngTrace/ctf-bullseye-gc-exceptions/ust/uid/0/64-bit/metadata").is_file());
+        let e = unpack(&map, &dir.path().join("x")).unwrap_err();
+        assert!(format!("{e:#}").contains("is not a zip archive"), "{e:#}");
     }
 
     #[test]
