@@ -65,6 +65,20 @@ pub fn script_path() -> PathBuf {
 /// resolve on .NET 10 (said in the summary when a documented run names few).
 pub const FIXED_SETTINGS: &[(&str, &str)] = &[("DOTNET_PerfMapEnabled", "3"), ("DOTNET_EnableWriteXorExecute", "0")];
 
+/// The committed list of event types the lttng collector records and perfcollect does not, each
+/// with why (`harness/data/perfcollect-differences.toml`).
+pub fn known_differences() -> &'static std::collections::BTreeMap<String, String> {
+    #[derive(serde::Deserialize)]
+    struct Differences {
+        except: std::collections::BTreeMap<String, String>,
+    }
+    static LIST: std::sync::OnceLock<std::collections::BTreeMap<String, String>> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let text = include_str!("../../data/perfcollect-differences.toml");
+        toml::from_str::<Differences>(text).unwrap_or_else(|e| panic!("harness/data/perfcollect-differences.toml: {e}")).except
+    })
+}
+
 pub fn from_spec(name: &str, options: &PerfcollectOptions) -> Result<Box<dyn Collector>> {
     let fixed = match options.settings.as_deref() {
         None | Some("documented") => false,
@@ -317,6 +331,16 @@ mod tests {
         assert_eq!((f.class, f.display_name().as_str()), (DsoClass::Jit, "[unknown] (/memfd:doublemapper (deleted))"));
         assert_eq!(frame(None, "[unknown]".into(), 0).dso, None);
         assert_eq!(frame(Some("x".into()), "/tmp/perf-7.map".into(), 1).class, DsoClass::Jit);
+    }
+
+    #[test]
+    fn the_known_differences_load_and_name_runtime_events() {
+        let list = known_differences();
+        assert!(list.len() >= 10, "{list:?}");
+        for (event, why) in list {
+            assert!(super::super::lttng::runtime_event_keywords(event).is_some(), "`{event}` is no event of the runtime's manifest");
+            assert!(!why.trim().is_empty(), "{event}: no reason");
+        }
     }
 
     #[test]

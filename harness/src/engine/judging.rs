@@ -172,7 +172,8 @@ pub(super) fn judge(scenario: &Scenario, state: &RunState) -> (Verdict, Option<S
 
 /// The scenario's expectations, each one that reads the first collector by default judged again
 /// on every peer of the run (perfcollect): a peer is scored by the same checks as tracelab's own
-/// collector, named `NAME (collector)` both.
+/// collector, named `NAME (collector)` both. An `agree_count` held to a perfcollect collector
+/// takes the committed known differences as `except` reasons (the scenario's own win).
 fn with_peers(scenario: &Scenario, judged: &[Collection], first: Option<&str>) -> Vec<crate::scenario::Expectation> {
     let peers: Vec<&str> = scenario
         .collectors
@@ -183,6 +184,20 @@ fn with_peers(scenario: &Scenario, judged: &[Collection], first: Option<&str>) -
         .collect();
     let mut out = Vec::new();
     for e in &scenario.expectations {
+        if let crate::scenario::CheckKind::AgreeCount(a) = &e.check
+            && a.reference.as_ref().is_some_and(|r| {
+                scenario.collectors.iter().any(|c| c.name() == r && c.kind() == collect::CollectorKind::Perfcollect)
+            })
+        {
+            let mut e = e.clone();
+            if let crate::scenario::CheckKind::AgreeCount(a) = &mut e.check {
+                for (event, why) in collect::perfcollect::known_differences() {
+                    a.except.entry(event.clone()).or_insert_with(|| why.clone());
+                }
+            }
+            out.push(e);
+            continue;
+        }
         if peers.is_empty() || e.collector.is_some() || e.check.judge().collectors().is_some() {
             out.push(e.clone());
             continue;

@@ -183,7 +183,10 @@ pub fn tracepoints(profile: &Profile, extra: &[String]) -> Vec<String> {
                 kw & (KW_PRIVATE_BINDING | KW_PRIVATE_MULTICORE_JIT) != 0
                     || (kw & KW_PRIVATE_GC != 0 && PRIVATE_GC_COLLECT_ONLY.contains(&base_name(sym)))
             }
-            (Profile::Default, "DotNETRuntimeRundown") => kw & KW_RUNDOWN_LOADER_JIT != 0,
+            // The loader and JIT rundown, and perfcollect's compilation group's one rundown event
+            // (TieredCompilationSettingsDCStart: perfcollect recorded it from a corpus app, the
+            // lttng collector beside it did not).
+            (Profile::Default, "DotNETRuntimeRundown") => kw & (KW_RUNDOWN_LOADER_JIT | KW_COMPILATION) != 0,
             _ => false,
         })
         .map(|(provider, sym, ..)| format!("{provider}:{sym}"))
@@ -592,6 +595,7 @@ mod tests {
             "DotNETRuntime:GCMarkWithType",
             "DotNETRuntime:IncreaseMemoryPressure",
             "DotNETRuntimePrivate:PinPlugAtGCTime",
+            "DotNETRuntimeRundown:TieredCompilationSettingsDCStart",
         ] {
             assert!(default.contains(&t.to_string()), "{t}");
         }
