@@ -87,6 +87,10 @@ fn how_to_open(file: &str) -> Option<&'static str> {
         }
         _ if file.ends_with(".speedscope.json") => "speedscope: drag it onto https://www.speedscope.app (it stays in the browser), or `speedscope FILE`",
         _ if file.ends_with(".pb.gz") => "pprof: `go tool pprof -top -symbolize=none FILE` (or `-http=:8080` for its web view)",
+        // The perfcollect collector keeps the real script's zip among the raw files.
+        _ if file.starts_with("artifacts/") && file.ends_with(".trace.zip") => {
+            "PerfView (Windows): File → Open; perfcollect's own recording of this run, as the script wrote it"
+        }
         _ if file.ends_with(".trace.zip") => "PerfView (Windows): File → Open; perf's on-CPU samples (and LTTng's events, when the run had LTTng) as perfcollect writes them",
         _ if file.ends_with(".nettrace") => "EventPipe trace: PerfView, or `cargo xtask trace inspect FILE` (summary, folded stacks, speedscope)",
         _ => return None,
@@ -94,8 +98,8 @@ fn how_to_open(file: &str) -> Option<&'static str> {
 }
 
 /// Every file of the run folder `dir` a viewer opens, with how: the flame graphs, the files
-/// listed in `viewer_files` (per collector, once each) and the EventPipe traces in artifacts/ (an
-/// event-only scenario's only viewer file).
+/// listed in `viewer_files` (per collector, once each), the EventPipe traces in artifacts/ (an
+/// event-only scenario's only viewer file) and perfcollect's own trace.zip there.
 pub fn viewer_list(dir: &Path, viewer_files: &BTreeMap<String, Vec<String>>) -> Vec<ViewerFile> {
     let names_in = |sub: &str| -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir.join(sub))
@@ -118,7 +122,7 @@ pub fn viewer_list(dir: &Path, viewer_files: &BTreeMap<String, Vec<String>>) -> 
         .unwrap_or_default();
     launches.sort();
     for sub in std::iter::once("artifacts".to_string()).chain(launches) {
-        paths.extend(names_in(&sub).into_iter().filter(|n| n.ends_with(".nettrace")).map(|n| format!("{sub}/{n}")));
+        paths.extend(names_in(&sub).into_iter().filter(|n| n.ends_with(".nettrace") || n.ends_with(".trace.zip")).map(|n| format!("{sub}/{n}")));
     }
     paths.into_iter().filter_map(|path| Some(ViewerFile { how: how_to_open(&path)?, path })).collect()
 }
@@ -192,6 +196,7 @@ mod tests {
         std::fs::write(dir.artifacts().join("eventpipe.nettrace"), "Nettrace").unwrap();
         std::fs::create_dir_all(dir.artifacts().join("run-2")).unwrap();
         std::fs::write(dir.artifacts().join("run-2/dotnet-trace.nettrace"), "Nettrace").unwrap();
+        std::fs::write(dir.artifacts().join("perfcollect.trace.zip"), "PK").unwrap();
         let list = viewer_list(dir.path(), &files);
         let paths: Vec<&str> = list.iter().map(|v| v.path.as_str()).collect();
         for f in ["flamegraph-perf-cpu.svg", "perf-cpu.speedscope.json", "perf-cpu.firefox.json.gz", "perf-cpu.pb.gz", "s.trace.zip", "artifacts/eventpipe.nettrace", "artifacts/run-2/dotnet-trace.nettrace"] {
@@ -202,6 +207,7 @@ mod tests {
         assert!(how("perf-cpu.firefox.json.gz").contains("cargo xtask open"));
         assert!(how("perf-cpu.pb.gz").contains("go tool pprof"));
         assert!(how("s.trace.zip").contains("PerfView"));
+        assert!(how("artifacts/perfcollect.trace.zip").contains("perfcollect's own recording"));
         assert!(how("artifacts/eventpipe.nettrace").contains("PerfView") && how("artifacts/eventpipe.nettrace").contains("trace inspect"));
         assert!(how("flamegraph-perf-cpu.svg").contains("browser"));
         let line = open_next(dir.path(), &files);

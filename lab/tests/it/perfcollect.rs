@@ -58,6 +58,7 @@ fn cpu_bound_beside_perfcollect_as_documented() {
     let summary = std::fs::read_to_string(o.dir.join("summary.md")).unwrap();
     assert!(summary.contains("DOTNET_EnableWriteXorExecute=0") && summary.contains("settings = \"fixed\""), "{summary}");
     assert!(summary.contains("| perfcollect | ") && summary.contains("| perf-cpu | "), "{summary}");
+    assert!(summary.contains("[artifacts/perfcollect.trace.zip](artifacts/perfcollect.trace.zip) | PerfView"), "{summary}");
     // The script, its unpacked zip and its LTTng folder are gone; its zip and output are kept.
     let artifacts = o.dir.join("artifacts");
     for kept in ["perfcollect.trace.zip", "perfcollect.log"] {
