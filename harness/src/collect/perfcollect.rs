@@ -205,16 +205,8 @@ impl Collector for Perfcollect {
         // The app started before the script's session daemon: it registers when the daemon comes
         // up. Released before that, its first events would be lost to the gap, not to perfcollect.
         let tools = Tools { place: Place::Namespaces { anchor: app.host_pid }, lttng_home: "/tmp".into() };
-        let pid = app.target_pid;
-        let mut registered = 0;
-        let deadline = Instant::now() + REGISTRATION_TIMEOUT;
-        while Instant::now() < deadline {
-            registered = tools.lttng_ok(&["list", "--userspace"]).map(|l| super::lttng::session::count_registered(&l, pid, "DotNETRuntime")).unwrap_or(0);
-            if registered > 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // perfcollect itself does not look: a failed look is said, not fatal.
+        let registered = tools.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT).unwrap_or(0);
         if registered == 0 {
             crate::host::progress::note(
                 "collect",

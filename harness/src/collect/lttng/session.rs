@@ -98,6 +98,26 @@ impl Tools {
         self.lttng(&["list"]).map(|o| o.ok).unwrap_or(false)
     }
 
+    /// How many tracepoints of `provider` (`DotNETRuntime`) the app with pid `pid` (as it sees
+    /// itself) registered with the daemon (`lttng list -u`).
+    pub(crate) fn registered_tracepoints(&self, pid: u32, provider: &str) -> Result<usize> {
+        let out = self.lttng_ok(&["list", "--userspace"])?;
+        Ok(count_registered(&out, pid, provider))
+    }
+
+    /// Waits until the app `pid` registered at least one tracepoint of `provider` with the daemon
+    /// (any session's: perfcollect's script opens its own); the count at `timeout` otherwise.
+    pub(crate) fn wait_registered(&self, pid: u32, provider: &str, timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let n = self.registered_tracepoints(pid, provider)?;
+            if n > 0 || Instant::now() >= deadline {
+                return Ok(n);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Names of the sessions the daemon holds.
     pub fn session_names(&self) -> Result<Vec<String>> {
         let out = self.lttng(&["list"])?;
@@ -306,23 +326,9 @@ impl Session {
         Ok(())
     }
 
-    /// Tracepoints of `provider` (e.g. `DotNETRuntime`) the app with pid `pid` (as it sees
-    /// itself) has registered with the daemon.
-    pub(crate) fn registered_tracepoints(&self, pid: u32, provider: &str) -> Result<usize> {
-        let out = self.tools.lttng_ok(&["list", "--userspace"])?;
-        Ok(count_registered(&out, pid, provider))
-    }
-
     /// Waits until the app registered at least one tracepoint of `provider`.
     pub(crate) fn wait_registered(&self, pid: u32, provider: &str, timeout: Duration) -> Result<usize> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let n = self.registered_tracepoints(pid, provider)?;
-            if n > 0 || Instant::now() >= deadline {
-                return Ok(n);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.tools.wait_registered(pid, provider, timeout)
     }
 
     /// Starts recording. `lttng start` returns after the registered apps got the session.
