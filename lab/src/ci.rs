@@ -291,7 +291,7 @@ pub fn generate(axes: &Axes) -> String {
          \x20   timeout-minutes: 60\n\
          {steps_prelude}\
          \x20     - name: run\n\
-         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=corpus::corpus_every_app_on_every_target) | test(=corpus::the_starter_scenario_holds_its_promise_on_every_corpus_app) | test(=corpus::osr_callers_are_put_back_and_agree_with_eventpipe_in_a_container)'\n\
+         \x20       run: sudo -E env \"PATH=$PATH\" bash ci/run-cell.sh test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=corpus::corpus_every_app_on_every_target) | test(=corpus::the_starter_scenario_holds_its_promise_on_every_corpus_app) | test(=corpus::osr_callers_are_put_back_and_agree_with_eventpipe_in_a_container) | test(=perfcollect::a_corpus_app_beside_perfcollect_with_its_fixed_settings)'\n\
          \x20     - name: upload the corpus table\n\
          \x20       if: always()\n\
          \x20       uses: actions/upload-artifact@v4\n\
