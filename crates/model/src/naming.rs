@@ -202,7 +202,8 @@ fn params(p: &str) -> String {
     static BOUNDS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[0\.\.\.(?:,0\.\.\.)+\]").unwrap());
     // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
     // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
-    let p = ASSEMBLY_REF.replace_all(p.trim(), "$1");
+    let p = function_pointers(p.trim());
+    let p = ASSEMBLY_REF.replace_all(&p, "$1");
     let p = KEYWORD.replace_all(&p, "");
     let p = if p.contains("0...") {
         Cow::Owned(BOUNDS.replace_all(&p, |c: &regex::Captures| format!("[{}]", ",".repeat(c[0].matches("0...").count() - 1))).into_owned())
@@ -224,6 +225,21 @@ fn params(p: &str) -> String {
     // (`System.RuntimeType+RuntimeTypeCache+CacheType`), EventPipe its own name (`CacheType`).
     static ENCLOSING: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?:[A-Za-z_][A-Za-z0-9_.`]*\+)+").unwrap());
     if p.contains('+') { ENCLOSING.replace_all(&p, "").into_owned() } else { p }
+}
+
+/// A function pointer parameter (`delegate*<…>`) in EventPipe's spelling,
+/// `fnptr [unmanaged cdecl ]RET(PARAMS)`: perf maps write `method [unmanaged [cdecl ]]RET *(PARAMS)`;
+/// EventPipe (.NET 10.0.12) names the four classic unmanaged conventions the same way and writes
+/// nothing for plain `unmanaged` (`delegate* unmanaged<…>`).
+fn function_pointers(p: &str) -> Cow<'_, str> {
+    static METHOD: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(^|[(,<\[])method (?:(?:instance|explicit|vararg) )*(unmanaged (?:cdecl|stdcall|thiscall|fastcall) )?(?:unmanaged )?([^()]*?) \*\(")
+            .unwrap()
+    });
+    if !p.contains("method ") {
+        return Cow::Borrowed(p);
+    }
+    METHOD.replace_all(p, "${1}fnptr ${2}${3}(")
 }
 
 /// The kind of code a frame is, for colours and categories (Firefox profile categories use the
@@ -507,6 +523,19 @@ mod tests {
             (
                 "void [System.Private.CoreLib] System.Reflection.CustomAttribute::AddCustomAttributes(valuetype System.RuntimeType/ListBuilder`1<object>&,class System.Reflection.RuntimeModule,int32,class System.RuntimeType,bool,valuetype System.RuntimeType/ListBuilder`1<object>)",
                 "System.Reflection.CustomAttribute::AddCustomAttributes(ListBuilder`1<object>&,System.Reflection.RuntimeModule,int32,System.RuntimeType,bool,ListBuilder`1<object>)",
+            ),
+            // Function pointers as a .NET 10.0.12 perf map and EventPipe wrote them (one run of an app
+            // with `delegate*<int, bool>`, `delegate* unmanaged<byte*, Desc*, void>` and
+            // `delegate* unmanaged[Cdecl]<long, nint>` parameters), and CoreLib's ReadyToRun code.
+            ("int32 [fnprobe] P::Managed(method bool *(int32),int32)[Optimized]", "P::Managed(fnptr bool(int32),int32)"),
+            ("int32 [fnprobe] P::Unmanaged(method unmanaged void *(uint8*,valuetype P/Desc*),int32)[Optimized]", "P::Unmanaged(fnptr void(uint8*,value class P+Desc*),int32)"),
+            (
+                "int32 [fnprobe] P::Cdecl(method unmanaged cdecl native int *(int64),method int32 *(string,object[])[])[Optimized]",
+                "P::Cdecl(fnptr unmanaged cdecl int(int64),fnptr int32(class System.String,class System.Object[])[])",
+            ),
+            (
+                "native int [System.Private.CoreLib] System.Diagnostics.Tracing.EventPipeInternal::CreateProvider(string,method unmanaged void *(uint8*,int32,uint8,int64,int64,valuetype Interop/Advapi32/EVENT_FILTER_DESCRIPTOR*,void*),void*)",
+                "System.Diagnostics.Tracing.EventPipeInternal::CreateProvider(string,fnptr void(uint8*,int32,uint8,int64,int64,EVENT_FILTER_DESCRIPTOR*,void*),void*)",
             ),
             (
                 "instance void [System.Private.CoreLib] System.Collections.Generic.Dictionary`2[System.__Canon,System.__Canon] /* MT: 0x00007F2A1B2C3D40 */::Add(!0,!1)[OptimizedTier1]",

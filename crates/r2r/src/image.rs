@@ -735,7 +735,34 @@ fn il_type(ty: &Ty, m: &Module, out: &mut String, depth: u32) -> Result<()> {
             out.push_str(&row.to_string());
         }
         Ty::Canon => out.push_str("System.__Canon"),
-        Ty::FnPtr => out.push_str("method *"),
+        // As ILDASM and the runtime's perf map write it: `method unmanaged cdecl native int *(int64)`.
+        Ty::FnPtr(sig) => {
+            out.push_str("method ");
+            if sig.has_this {
+                out.push_str("instance ");
+            }
+            if sig.conv & 0x40 != 0 {
+                out.push_str("explicit ");
+            }
+            out.push_str(match sig.conv & 0x0f {
+                0x1 => "unmanaged cdecl ",
+                0x2 => "unmanaged stdcall ",
+                0x3 => "unmanaged thiscall ",
+                0x4 => "unmanaged fastcall ",
+                0x5 => "vararg ",
+                0x9 => "unmanaged ",
+                _ => "",
+            });
+            il_type(&sig.ret, m, out, d)?;
+            out.push_str(" *(");
+            for (i, p) in sig.params.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                il_type(p, m, out, d)?;
+            }
+            out.push(')');
+        }
         Ty::Modified { ty, modifier, required } => {
             il_type(ty, m, out, d)?;
             out.push_str(if *required { " modreq(" } else { " modopt(" });
@@ -837,7 +864,8 @@ fn clr_type(ty: &Ty, m: &Module, resolve: &Resolve, out: &mut String, depth: u32
             out.push_str(&row.to_string());
         }
         Ty::Canon => out.push_str("System.__Canon"),
-        Ty::FnPtr => out.push_str("method *"),
+        // What the runtime's type names write for one (a type argument never is one in C#).
+        Ty::FnPtr(_) => out.push_str("(fnptr)"),
         Ty::Modified { ty, .. } => clr_type(ty, m, resolve, out, d)?,
     }
     Ok(())

@@ -37,13 +37,17 @@ pub enum Ty {
     GenericParam(u32),
     /// `System.__Canon`, the shared instantiation of reference types.
     Canon,
-    FnPtr,
+    /// A function pointer (`delegate*<…>`) with its own signature.
+    FnPtr(Box<MethodSig>),
     Modified { ty: Box<Ty>, modifier: Box<Ty>, required: bool },
 }
 
 /// A method signature blob, parsed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MethodSig {
+    /// The signature's first byte: calling convention (low nibble) and flags (`HASTHIS` 0x20,
+    /// `EXPLICITTHIS` 0x40, `GENERIC` 0x10).
+    pub conv: u8,
     pub has_this: bool,
     pub ret: Ty,
     pub params: Vec<Ty>,
@@ -142,9 +146,7 @@ impl<'a> SigReader<'a> {
                 Ty::GenericInst(Box::new(generic), args)
             }
             0x1b => {
-                let sig = self.method_sig_at(d)?;
-                let _ = sig;
-                Ty::FnPtr
+                Ty::FnPtr(Box::new(self.method_sig_at(d)?))
             }
             0x1f | 0x20 => {
                 let modifier = self.type_token(false)?;
@@ -187,7 +189,7 @@ impl<'a> SigReader<'a> {
             }
             params.push(self.ty_at(depth + 1)?);
         }
-        Ok(MethodSig { has_this: conv & 0x20 != 0, ret, params })
+        Ok(MethodSig { conv, has_this: conv & 0x20 != 0, ret, params })
     }
 
     /// The module context tokens are read in (changed by MODULE_ZAPSIG and UpdateContext).

@@ -43,6 +43,10 @@ fn corelib_names_known_methods_in_perf_map_spelling() {
     for want in ["System.Threading.Thread::Sleep", "System.String::Concat", "System.Collections.Generic.List`1"] {
         assert!(names.iter().any(|n| n.contains(want)), "no method named like `{want}`");
     }
+    // A function pointer parameter with its signature, as the runtime's perf map writes one.
+    let want = "System.Diagnostics.Tracing.EventPipeInternal::CreateProvider(string,method unmanaged void *(uint8*,int32,uint8,int64,int64,valuetype ";
+    let with_fnptr: Vec<&String> = names.iter().filter(|n| n.contains("EventPipeInternal::CreateProvider(")).collect();
+    assert!(with_fnptr.iter().any(|n| n.contains(want)), "{with_fnptr:?}");
     let unnamed = names.iter().filter(|n| n.contains("<unnamed method")).count();
     assert!(unnamed * 100 < names.len(), "{unnamed} of {} methods unnamed", names.len());
 }
