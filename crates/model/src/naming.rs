@@ -160,7 +160,7 @@ fn type_path(t: &str) -> Cow<'_, str> {
 
 /// `p` with EventPipe's words for primitive types in the common spelling: each token
 /// (`[A-Za-z_][A-Za-z0-9_.]*`, leftmost first) `int` → `nint`, `wchar` → `char`,
-/// `System.String` → `string`, `System.Object` → `object`.
+/// `System.String` → `string`, `System.Object` → `object`, `refany` → `typedref`.
 fn primitive_words(p: &str) -> Cow<'_, str> {
     let bytes = p.as_bytes();
     let (mut out, mut copied, mut i) = (String::new(), 0, 0);
@@ -178,6 +178,7 @@ fn primitive_words(p: &str) -> Cow<'_, str> {
             "wchar" => "char",
             "System.String" => "string",
             "System.Object" => "object",
+            "refany" => "typedref",
             _ => continue,
         };
         out.push_str(&p[copied..start]);
@@ -203,6 +204,7 @@ fn params(p: &str) -> String {
     // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
     // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
     let p = function_pointers(p.trim());
+    let p = custom_modifiers(&p);
     let p = ASSEMBLY_REF.replace_all(&p, "$1");
     let p = KEYWORD.replace_all(&p, "");
     let p = if p.contains("0...") {
@@ -240,6 +242,49 @@ fn function_pointers(p: &str) -> Cow<'_, str> {
         return Cow::Borrowed(p);
     }
     METHOD.replace_all(p, "${1}fnptr ${2}${3}(")
+}
+
+/// A parameter with a custom modifier in the perf map's (ILDASM's) spelling, `TYPE modreq(MODIFIER)`:
+/// EventPipe writes `required_modifier MODIFIER TYPE` (and `optional_modifier` for `modopt`) —
+/// an `in` parameter of a virtual or interface method carries `modreq(InAttribute)`.
+fn custom_modifiers(p: &str) -> Cow<'_, str> {
+    if !p.contains("_modifier ") {
+        return Cow::Borrowed(p);
+    }
+    // Parameters split at the commas between them (not those inside `<…>`, `[…]`, `(…)`).
+    let (mut params, mut depth, mut from) = (Vec::new(), 0i32, 0);
+    for (i, c) in p.char_indices() {
+        match c {
+            '<' | '[' | '(' => depth += 1,
+            '>' | ']' | ')' => depth -= 1,
+            ',' if depth == 0 => {
+                params.push(&p[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    params.push(&p[from..]);
+    let respelled: Vec<String> = params
+        .iter()
+        .map(|param| {
+            let (mut ty, mut modifiers) = (param.trim(), Vec::new());
+            loop {
+                let (keyword, rest) = if let Some(rest) = ty.strip_prefix("required_modifier ") {
+                    ("modreq", rest)
+                } else if let Some(rest) = ty.strip_prefix("optional_modifier ") {
+                    ("modopt", rest)
+                } else {
+                    break;
+                };
+                let Some((modifier, rest)) = rest.split_once(' ') else { break };
+                modifiers.push(format!(" {keyword}({modifier})"));
+                ty = rest;
+            }
+            format!("{ty}{}", modifiers.concat())
+        })
+        .collect();
+    Cow::Owned(respelled.join(","))
 }
 
 /// The kind of code a frame is, for colours and categories (Firefox profile categories use the
@@ -485,6 +530,7 @@ mod tests {
                 "wchar" => "char".to_string(),
                 "System.String" => "string".to_string(),
                 "System.Object" => "object".to_string(),
+                "refany" => "typedref".to_string(),
                 other => other.to_string(),
             })
             .into_owned()
@@ -533,6 +579,16 @@ mod tests {
                 "int32 [fnprobe] P::Cdecl(method unmanaged cdecl native int *(int64),method int32 *(string,object[])[])[Optimized]",
                 "P::Cdecl(fnptr unmanaged cdecl int(int64),fnptr int32(class System.String,class System.Object[])[])",
             ),
+            // `in` parameters of an interface and a virtual method, and a TypedReference (the same run).
+            (
+                "instance float64 [sigprobe] Probe.Ascii.Derived::Probe.Ascii.IShape.Area(valuetype Probe.Ascii.Vec& modreq([System.Runtime]System.Runtime.InteropServices.InAttribute))[OptimizedTier1]",
+                "Probe.Ascii.Derived::Probe.Ascii.IShape.Area(required_modifier System.Runtime.InteropServices.InAttribute value class Probe.Ascii.Vec&)",
+            ),
+            (
+                "instance int64 [sigprobe] Probe.Ascii.Derived::Virt(valuetype Probe.Ascii.Vec& modreq([System.Runtime]System.Runtime.InteropServices.InAttribute),int32& modreq([System.Runtime]System.Runtime.InteropServices.InAttribute))[Optimized]",
+                "Probe.Ascii.Derived::Virt(required_modifier System.Runtime.InteropServices.InAttribute value class Probe.Ascii.Vec&,required_modifier System.Runtime.InteropServices.InAttribute int32&)",
+            ),
+            ("int64 [sigprobe] Probe.Ascii.Work::Typed(typedref)[Optimized]", "Probe.Ascii.Work::Typed(refany)"),
             (
                 "native int [System.Private.CoreLib] System.Diagnostics.Tracing.EventPipeInternal::CreateProvider(string,method unmanaged void *(uint8*,int32,uint8,int64,int64,valuetype Interop/Advapi32/EVENT_FILTER_DESCRIPTOR*,void*),void*)",
                 "System.Diagnostics.Tracing.EventPipeInternal::CreateProvider(string,fnptr void(uint8*,int32,uint8,int64,int64,EVENT_FILTER_DESCRIPTOR*,void*),void*)",

@@ -30,7 +30,7 @@ pub use fold::{
     write_folded, write_folded_into, write_speedscope,
 };
 pub use perf_script::{ScriptFrame, ScriptReader, ScriptSample};
-pub use symbolize::jit::{JitDumpCensus, jit_naming_finding, jitdump_census, parse_perf_map};
+pub use symbolize::jit::{JitDumpCensus, PerfMapDamage, jit_naming_finding, jitdump_census, parse_perf_map, perf_map_damage_finding};
 pub use decode::{InstantiationCount, Instantiations};
 pub use symbolize::r2r::R2rResolver;
 pub use symbolize::{DecodeContext, Symbolizer, map_file, prefetch_job};

@@ -631,10 +631,12 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
     // lists every method the JIT compiled, sampled or not: the ground truth of JIT names.
     let perf_map = artifacts.join(format!("perf-{}.map", app.target_pid));
     let mut map_entries = 0u64;
+    let mut map_damage = stacks::PerfMapDamage::default();
     let perf_map_names = if perf_map.is_file() {
         let bytes = std::fs::read(&perf_map).with_context(|| format!("cannot read {}", perf_map.display()))?;
-        let table = stacks::parse_perf_map(&bytes, &perf_map)?;
+        let (table, damage) = stacks::parse_perf_map(&bytes, &perf_map)?;
         map_entries = table.names().count() as u64;
+        map_damage = damage;
         table.names().map(|n| model::merge_code_version(n).to_string()).collect()
     } else {
         std::collections::BTreeSet::new()
@@ -657,6 +659,14 @@ fn decode(opts: &RunOptions, target: &mut dyn Target, collectors: &mut [Box<dyn 
         }
         if let (Some(from), Some(to)) = (state.window.from_ns, state.window.to_ns) {
             collection.measured_ns = Some((from, to));
+        }
+        if map_damage.lines > 0 && collection.collector.starts_with("perf") {
+            // Said once in the findings (see `report::findings`); counted per perf collection.
+            collection.metrics.insert("jit_perf_map_damaged_lines".into(), map_damage.lines as f64);
+            collection.metrics.insert("jit_perf_map_recovered_records".into(), map_damage.recovered as f64);
+            collection.metrics.insert("jit_perf_map_damaged_from_byte".into(), map_damage.first_at.unwrap_or(0) as f64);
+            collection.metrics.insert("jit_perf_map_damaged_non_ascii".into(), f64::from(u8::from(map_damage.non_ascii)));
+            collection.metrics.insert("jit_perf_map_pid".into(), f64::from(app.target_pid));
         }
         if let (Some(census), true) = (census, collection.collector.starts_with("perf")) {
             collection.metrics.insert("jit_perf_map_entries".into(), map_entries as f64);

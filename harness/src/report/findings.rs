@@ -33,6 +33,17 @@ pub(crate) fn diagnose(collections: &[Collection]) -> Vec<String> {
         let census = stacks::JitDumpCensus { code_loads: *loads as u64, ..Default::default() };
         out.extend(stacks::jit_naming_finding(*map as u64, &census));
     }
+    // The run's perf map, damaged where the runtime wrote names it could not: said once.
+    if let Some(c) = collections.iter().find(|c| c.metrics.contains_key("jit_perf_map_damaged_lines")) {
+        let metric = |k: &str| c.metrics.get(k).copied().unwrap_or(0.0) as u64;
+        let damage = stacks::PerfMapDamage {
+            lines: metric("jit_perf_map_damaged_lines"),
+            recovered: metric("jit_perf_map_recovered_records"),
+            first_at: Some(metric("jit_perf_map_damaged_from_byte")),
+            non_ascii: metric("jit_perf_map_damaged_non_ascii") > 0,
+        };
+        out.extend(stacks::perf_map_damage_finding(&format!("artifacts/perf-{}.map", metric("jit_perf_map_pid")), &damage));
+    }
     for c in collections {
         if c.metrics.contains_key("perfcollect.fixed_settings") {
             // A peer's stacks are perf's own names: tracelab's remedies (`--symbols`, an

@@ -13,10 +13,29 @@ use super::table::SymbolTable;
 /// long, but a megabyte line means the file is not a perf map.
 const MAX_LINE: usize = 1 << 20;
 
-/// Parses a perf map. A malformed line is an error naming the file, line and byte offset; a
-/// last line without its newline is ignored (the runtime was killed mid-write).
-pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<SymbolTable> {
+/// What a perf map held that could not be read: lines that are no `HEXSTART HEXSIZE NAME` record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerfMapDamage {
+    /// Lines no record could be read from whole: each lost at least one method.
+    pub lines: u64,
+    /// Whole records read back from the end of such lines (written after a damaged record that
+    /// lost its newline).
+    pub recovered: u64,
+    /// The byte offset of the first damaged line.
+    pub first_at: Option<u64>,
+    /// Whether damaged lines hold non-ASCII bytes: .NET 10.0.12 writes every method whose name
+    /// has a non-ASCII character damaged (see [`perf_map_damage_finding`]).
+    pub non_ascii: bool,
+}
+
+/// Parses a perf map. A line that is no record is counted in the [`PerfMapDamage`], and a whole
+/// record at its end (after a damaged one that lost its newline) is kept; a file without one
+/// readable record is an error naming the file, the first bad line and its byte offset. A last
+/// line without its newline is ignored (the runtime was killed mid-write).
+pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<(SymbolTable, PerfMapDamage)> {
     let mut table = SymbolTable::new();
+    let mut damage = PerfMapDamage::default();
+    let mut first_bad: Option<anyhow::Error> = None;
     let mut offset = 0usize;
     let mut line_no = 0usize;
     while offset < text.len() {
@@ -35,29 +54,70 @@ pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<SymbolTable> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let bad = |why: &str| -> anyhow::Error {
-            let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
-            anyhow::anyhow!(
-                "{}: line {line_no} at byte offset {at} is not `HEXSTART HEXSIZE NAME` ({why}): {shown:?}",
-                path.display()
-            )
-        };
-        let text_line = std::str::from_utf8(line).map_err(|_| bad("not UTF-8"))?;
-        let mut parts = text_line.splitn(3, ' ');
-        let start = parts.next().unwrap_or("");
-        let size = parts.next().ok_or_else(|| bad("no size"))?;
-        let name = parts.next().ok_or_else(|| bad("no name"))?;
-        let hex = |s: &str, what: &str| -> Result<u64> {
-            let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
-            u64::from_str_radix(digits, 16).map_err(|_| bad(&format!("{what} `{s}` is not hexadecimal")))
-        };
-        let start = hex(start, "start")?;
-        let size = hex(size, "size")?;
-        let end = start.checked_add(size).ok_or_else(|| bad("start + size overflows"))?;
-        table.push(start, end, name.trim_end());
+        match perf_map_record(line) {
+            Ok((start, end, name)) => table.push(start, end, name),
+            Err(why) => {
+                damage.lines += 1;
+                damage.first_at.get_or_insert(at as u64);
+                damage.non_ascii |= !line.is_ascii();
+                first_bad.get_or_insert_with(|| {
+                    let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+                    anyhow::anyhow!("{}: line {line_no} at byte offset {at} is not `HEXSTART HEXSIZE NAME` ({why}): {shown:?}", path.display())
+                });
+                let glued = (1..line.len()).filter(|&i| line[i..].starts_with(b"0x")).find_map(|i| perf_map_record(&line[i..]).ok());
+                if let Some((start, end, name)) = glued {
+                    table.push(start, end, name);
+                    damage.recovered += 1;
+                }
+            }
+        }
+    }
+    if let Some(e) = first_bad
+        && table.is_empty()
+    {
+        return Err(e);
     }
     table.finish();
-    Ok(table)
+    Ok((table, damage))
+}
+
+/// One perf-map record, `HEXSTART HEXSIZE NAME`: (start, end, name), or why it is none.
+fn perf_map_record(line: &[u8]) -> std::result::Result<(u64, u64, &str), String> {
+    let text_line = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
+    let mut parts = text_line.splitn(3, ' ');
+    let start = parts.next().unwrap_or("");
+    let size = parts.next().ok_or("no size")?;
+    let name = parts.next().ok_or("no name")?;
+    let hex = |s: &str, what: &str| -> std::result::Result<u64, String> {
+        let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+        u64::from_str_radix(digits, 16).map_err(|_| format!("{what} `{s}` is not hexadecimal"))
+    };
+    let start = hex(start, "start")?;
+    let size = hex(size, "size")?;
+    let end = start.checked_add(size).ok_or("start + size overflows")?;
+    Ok((start, end, name.trim_end()))
+}
+
+/// What a user loses to a damaged perf map, and why: `None` when it is whole.
+pub fn perf_map_damage_finding(map: &str, damage: &PerfMapDamage) -> Option<String> {
+    if damage.lines == 0 {
+        return None;
+    }
+    let why = if damage.non_ascii {
+        "the runtime writes a method whose name has a non-ASCII character (a namespace, type or method named in another \
+         script) damaged — its address overwritten, its last bytes and newline lost — in .NET 10.0.12 with any \
+         `DOTNET_PerfMapEnabled`; the jitdump cannot stand in (it stops after its first records on this runtime)"
+    } else {
+        "something other than the runtime wrote into it, or the file was cut"
+    };
+    Some(format!(
+        "{map}: {} line(s) from byte offset {} hold no readable method ({} whole record(s) read back from their ends): {why}. \
+         Those methods' JIT frames are unnamed in every perf view; an `eventpipe` collector in the same run names them \
+         from the runtime's own method events.",
+        damage.lines,
+        damage.first_at.unwrap_or(0),
+        damage.recovered
+    ))
 }
 
 /// Reads a jitdump file's code-load records into a table.
@@ -190,7 +250,7 @@ pub fn load_jit_symbols(dirs: &[PathBuf], ns_pid: u32) -> Result<Option<(SymbolT
         let map = dir.join(format!("perf-{ns_pid}.map"));
         if map.is_file() {
             let bytes = std::fs::read(&map).with_context(|| format!("cannot read {}", map.display()))?;
-            return Ok(Some((parse_perf_map(&bytes, &map)?, map)));
+            return Ok(Some((parse_perf_map(&bytes, &map)?.0, map)));
         }
     }
     for dir in dirs {
@@ -210,16 +270,38 @@ mod tests {
     fn perf_map_lines_parse() {
         let text = b"0x7fd7da650000 110 stub InitThreadManagerPerfMapData<JIT_CopiedWriteBarriers>\n\
                      7fd7db640000 10000 [FixtureApp] Fixture.Phases::CpuHot(int64)[OptimizedTier1]\n";
-        let t = parse_perf_map(text, Path::new("perf-1.map")).unwrap();
+        let (t, damage) = parse_perf_map(text, Path::new("perf-1.map")).unwrap();
         assert_eq!(t.len(), 2);
+        assert_eq!(damage, PerfMapDamage::default());
         assert_eq!(t.lookup(0x7fd7db640010), Some("[FixtureApp] Fixture.Phases::CpuHot(int64)[OptimizedTier1]"));
     }
 
     #[test]
-    fn bad_perf_map_line_names_file_and_offset() {
-        let text = b"1000 10 ok\nzz 10 bad\n";
+    fn a_file_with_no_readable_record_is_an_error_naming_file_and_offset() {
+        let text = b"\nzz 10 bad\n";
         let err = parse_perf_map(text, Path::new("perf-9.map")).unwrap_err().to_string();
-        assert!(err.contains("perf-9.map") && err.contains("line 2") && err.contains("byte offset 11"), "{err}");
+        assert!(err.contains("perf-9.map") && err.contains("line 2") && err.contains("byte offset 1"), "{err}");
+        // One bad line among good ones is counted, not fatal.
+        let (t, damage) = parse_perf_map(b"1000 10 ok\nzz 10 bad\n", Path::new("perf-9.map")).unwrap();
+        assert_eq!((t.len(), damage.lines, damage.first_at, damage.non_ascii), (1, 1, Some(11), false));
+    }
+
+    /// A perf map .NET 10.0.12 wrote for an app whose namespace is `Probe.Ünïcode`
+    /// (fixtures/perfmap, README): its methods' records are damaged, the records around them whole.
+    #[test]
+    fn the_runtimes_damaged_records_of_non_ascii_names_are_counted_and_their_neighbours_kept() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/perfmap/non-ascii-10.0.12.map");
+        let (t, damage) = parse_perf_map(&std::fs::read(&path).unwrap(), &path).unwrap();
+        assert_eq!((damage.lines, damage.recovered, damage.non_ascii), (4, 4, true), "{damage:?}");
+        assert_eq!(t.len(), 13 + 4);
+        // A record written after a damaged one, which lost its newline.
+        assert_eq!(
+            t.lookup(0x7f0adac84750),
+            Some("instance void [System.Private.CoreLib] System.Runtime.CompilerServices.AsyncTaskMethodBuilder::Start(!!0&)[QuickJitted]")
+        );
+        assert!(t.names().all(|n| !n.contains("Probe.")), "a damaged record was read as a method");
+        let finding = perf_map_damage_finding("perf-21612.map", &damage).unwrap();
+        assert!(finding.contains("non-ASCII") && finding.contains("4 line(s)") && finding.contains("eventpipe"), "{finding}");
     }
 
     #[test]

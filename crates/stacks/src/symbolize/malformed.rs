@@ -26,7 +26,7 @@ proptest! {
     #[test]
     fn valid_perf_map_lines_are_found(entries in proptest::collection::vec((0x1000u64..1 << 40, 1u64..0x1000), 1..30)) {
         let text: String = entries.iter().enumerate().map(|(i, (s, n))| format!("{s:x} {n:x} m{i}\n")).collect();
-        let table = parse_perf_map(text.as_bytes(), Path::new("perf-7.map")).unwrap();
+        let (table, _) = parse_perf_map(text.as_bytes(), Path::new("perf-7.map")).unwrap();
         for (start, size) in &entries {
             prop_assert!(table.lookup(*start).is_some());
             prop_assert!(table.lookup(start + size - 1).is_some());

@@ -117,7 +117,6 @@ impl SymbolTable {
         }
     }
 
-    /// Every name in the table (in no particular order; a name listed twice comes twice).
     /// Every symbol as (start, end, name), in the table's order.
     pub fn symbols(&self) -> impl Iterator<Item = (u64, u64, &str)> {
         (0..self.len()).map(|i| {
@@ -126,6 +125,7 @@ impl SymbolTable {
         })
     }
 
+    /// Every name in the table (in no particular order; a name listed twice comes twice).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         (0..self.len()).map(|i| self.name(&self.row(i)))
     }
