@@ -244,19 +244,21 @@ pub fn candidate_dirs(artifacts: &Path, app_tmp: &Path, host_pid: u32) -> Vec<Pa
     ]
 }
 
-/// JIT names for a process: its perf map if one exists, else its jitdump. `Ok(None)` if neither.
-pub fn load_jit_symbols(dirs: &[PathBuf], ns_pid: u32) -> Result<Option<(SymbolTable, PathBuf)>> {
+/// JIT names for a process: its perf map if one exists (with what it held damaged), else its
+/// jitdump. `Ok(None)` if neither.
+pub fn load_jit_symbols(dirs: &[PathBuf], ns_pid: u32) -> Result<Option<(SymbolTable, PathBuf, PerfMapDamage)>> {
     for dir in dirs {
         let map = dir.join(format!("perf-{ns_pid}.map"));
         if map.is_file() {
             let bytes = std::fs::read(&map).with_context(|| format!("cannot read {}", map.display()))?;
-            return Ok(Some((parse_perf_map(&bytes, &map)?.0, map)));
+            let (table, damage) = parse_perf_map(&bytes, &map)?;
+            return Ok(Some((table, map, damage)));
         }
     }
     for dir in dirs {
         let dump = dir.join(format!("jit-{ns_pid}.dump"));
         if dump.is_file() {
-            return Ok(Some((read_jitdump(&dump)?, dump)));
+            return Ok(Some((read_jitdump(&dump)?, dump, PerfMapDamage::default())));
         }
     }
     Ok(None)

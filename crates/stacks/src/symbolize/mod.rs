@@ -196,8 +196,9 @@ impl<'a> Symbolizer<'a> {
                 jit::ns_pid(pid).ok().flatten().unwrap_or(pid)
             };
             let dirs = jit::candidate_dirs(ctx.artifacts, ctx.app_tmp_dir, pid);
-            if let Some((table, path)) = jit::load_jit_symbols(&dirs, ns)? {
+            if let Some((table, path, damage)) = jit::load_jit_symbols(&dirs, ns)? {
                 s.sources.push(format!("pid {pid}: {} JIT symbols from {}", table.len(), path.display()));
+                s.warnings.extend(jit::perf_map_damage_finding(&path.display().to_string(), &damage));
                 s.jit.insert(pid, table);
             }
         }
