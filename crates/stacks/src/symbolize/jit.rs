@@ -104,9 +104,9 @@ pub fn perf_map_damage_finding(map: &str, damage: &PerfMapDamage) -> Option<Stri
         return None;
     }
     let why = if damage.non_ascii {
-        "the runtime writes a method whose name has a non-ASCII character (a namespace, type or method named in another \
-         script) damaged — its address overwritten, its last bytes and newline lost — in .NET 10.0.12 with any \
-         `DOTNET_PerfMapEnabled`; the jitdump cannot stand in (it stops after its first records on this runtime)"
+        "the runtime wrote the methods whose names have a non-ASCII character (a namespace, type or method named in \
+         another script) damaged — address overwritten, last bytes and newline lost — as .NET 10.0.12 does with any \
+         `DOTNET_PerfMapEnabled`; its jitdump cannot stand in (10.0.12's stops after its first records)"
     } else {
         "something other than the runtime wrote into it, or the file was cut"
     };
