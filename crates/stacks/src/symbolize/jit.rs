@@ -80,34 +80,29 @@ pub fn parse_perf_map(text: &[u8], path: &Path) -> Result<(SymbolTable, PerfMapD
     Ok((table, damage))
 }
 
-/// A whole record at the end of a damaged line: the first `0xHEX HEX NAME` from which the rest of
-/// the line is one. Only the line's last run of valid UTF-8 can hold it, and each place `0x`
-/// starts is tried by its first few dozen bytes, so a long line of garbage costs one pass.
+/// A whole record at the end of a damaged line: the first place `0x` starts from which the rest of
+/// the line is one. Only the line's last run of valid UTF-8 can hold it, and each start is tried
+/// by its first few dozen bytes, so a long line of garbage costs one pass.
 fn glued_record(line: &[u8]) -> Option<(u64, u64, &str)> {
     let last = line.utf8_chunks().last()?;
     if !last.invalid().is_empty() {
         return None;
     }
     let tail = last.valid();
-    let hex_then_space = |s: &str| -> Option<(u64, usize)> {
-        let digits = s.bytes().take(17).take_while(u8::is_ascii_hexdigit).count();
-        if digits == 0 || digits > 16 || s.as_bytes().get(digits) != Some(&b' ') {
-            return None;
-        }
-        Some((u64::from_str_radix(&s[..digits], 16).ok()?, digits + 1))
-    };
-    tail.match_indices("0x").find_map(|(i, _)| {
-        let rest = &tail[i + 2..];
-        let (start, n) = hex_then_space(rest)?;
-        let (size, m) = hex_then_space(&rest[n..])?;
-        let name = rest[n + m..].trim_end();
-        (!name.is_empty()).then_some((start, start.checked_add(size)?, name))
-    })
+    // Both spaces of a record come within its first 35 bytes (two 16-digit numbers): a start
+    // without them is passed over before the record reader would search the rest of the line.
+    tail.match_indices("0x")
+        .filter(|&(i, _)| tail.as_bytes()[i..].iter().take(36).filter(|&&b| b == b' ').count() >= 2)
+        .find_map(|(i, _)| text_record(&tail[i..]).ok())
 }
 
 /// One perf-map record, `HEXSTART HEXSIZE NAME`: (start, end, name), or why it is none.
 fn perf_map_record(line: &[u8]) -> std::result::Result<(u64, u64, &str), String> {
-    let text_line = std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
+    text_record(std::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?)
+}
+
+/// [`perf_map_record`] of a line already known to be UTF-8.
+fn text_record(text_line: &str) -> std::result::Result<(u64, u64, &str), String> {
     let mut parts = text_line.splitn(3, ' ');
     let start = parts.next().unwrap_or("");
     let size = parts.next().ok_or("no size")?;

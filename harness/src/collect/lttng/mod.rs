@@ -340,7 +340,7 @@ impl LttngCollector {
 /// How many DotNETRuntime tracepoints the app registered with the session's daemon, awaited;
 /// none is an error naming the provider `check` found.
 fn registered(session: &Session, app: &RunningApp, check: &preflight::ProviderCheck) -> Result<usize> {
-    let n = session.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
+    let n = session.tools.wait_registered(app.target_pid, "DotNETRuntime", REGISTRATION_TIMEOUT)?;
     if n == 0 {
         bail!(
             "the app (pid {}) registered no DotNETRuntime tracepoints with lttng-sessiond within {REGISTRATION_TIMEOUT:?}, \

@@ -326,11 +326,6 @@ impl Session {
         Ok(())
     }
 
-    /// Waits until the app registered at least one tracepoint of `provider`.
-    pub(crate) fn wait_registered(&self, pid: u32, provider: &str, timeout: Duration) -> Result<usize> {
-        self.tools.wait_registered(pid, provider, timeout)
-    }
-
     /// Starts recording. `lttng start` returns after the registered apps got the session.
     pub fn start(&mut self) -> Result<()> {
         let name = self.name.clone();
