@@ -293,9 +293,8 @@ impl PerfCpuCollector {
         self.max_stack = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").ok().and_then(|s| s.trim().parse().ok());
         let mut argv = vec![perf, "record".into(), "-k".into(), "1".into()];
         argv.extend(self.call_graph.perf_args());
-        // No `--sample-cpu` yet: with `[cpu]` in perf.data.txt TraceEvent 4.0.0 dropped one more
-        // sample (2807 of 2809 read, 2808 without), and every cpu-bound sample once said CPU 0.
         argv.extend([
+            "--sample-cpu".into(),
             "-e".into(),
             "cpu-clock".into(),
             "-F".into(),

@@ -298,10 +298,13 @@ impl Drop for PerfControl {
     }
 }
 
-/// Inserts `control`'s options right after `record` in a `perf record` command line.
+/// Inserts `control`'s options right after `record` in a `perf record` command line, and
+/// `--no-buildid-cache`: at its end perf would otherwise copy every binary the samples touched into
+/// the user's ~/.debug (24 MB for one host run of a .NET app), which no run asked for. The build ids
+/// stay in the recording's header, which is where tracelab reads them.
 pub(crate) fn with_control(mut argv: Vec<String>, control: &PerfControl) -> Vec<String> {
     let at = argv.iter().position(|a| a == "record").map_or(argv.len(), |i| i + 1);
-    argv.splice(at..at, control.args());
+    argv.splice(at..at, control.args().into_iter().chain(["--no-buildid-cache".to_string()]));
     argv
 }
 
@@ -449,7 +452,7 @@ mod tests {
         assert!(std::fs::metadata(&ctl).unwrap().file_type().is_fifo());
         let with = with_control(argv, &control);
         assert_eq!(&with[..6], ["perf", "record", "-D", "-1", "--control", &format!("fifo:{},{}", ctl.display(), dir.path().join(".x.data.ack").display())]);
-        assert_eq!(&with[6..], ["-k", "1", "-p", "7", "-o", "x.data"]);
+        assert_eq!(&with[6..], ["--no-buildid-cache", "-k", "1", "-p", "7", "-o", "x.data"]);
         drop(control);
         assert!(!ctl.exists(), "the FIFOs are removed with the control");
     }
