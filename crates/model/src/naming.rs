@@ -203,20 +203,27 @@ fn params(p: &str) -> String {
     static BOUNDS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[0\.\.\.(?:,0\.\.\.)+\]").unwrap());
     // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
     // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
+    // Each rewrite runs only where its words occur: labels are made per distinct frame, most lists
+    // hold none of them (`()`, `(int32,string)`), and a regex search per rewrite was a fifth of a
+    // small recording's fold.
     let p = function_pointers(p.trim());
     let p = custom_modifiers(&p);
-    let p = ASSEMBLY_REF.replace_all(&p, "$1");
-    let p = KEYWORD.replace_all(&p, "");
+    let p = if p.contains('[') { ASSEMBLY_REF.replace_all(&p, "$1") } else { p };
+    let p = if p.contains("class ") || p.contains("valuetype ") { KEYWORD.replace_all(&p, "") } else { p };
     let p = if p.contains("0...") {
         Cow::Owned(BOUNDS.replace_all(&p, |c: &regex::Captures| format!("[{}]", ",".repeat(c[0].matches("0...").count() - 1))).into_owned())
     } else {
         p
     };
-    let p = UNSIGNED.replace_all(&p, |c: &regex::Captures| match (&c[0], c.get(1)) {
-        (_, Some(bits)) => format!("uint{}", bits.as_str()),
-        ("native int", None) => "nint".to_string(),
-        _ => "nuint".to_string(),
-    });
+    let p = if !p.contains("unsigned int") && !p.contains("native ") {
+        p
+    } else {
+        UNSIGNED.replace_all(&p, |c: &regex::Captures| match (&c[0], c.get(1)) {
+            (_, Some(bits)) => format!("uint{}", bits.as_str()),
+            ("native int", None) => "nint".to_string(),
+            _ => "nuint".to_string(),
+        })
+    };
     // EventPipe's own words for the primitive types (its `int` is a native int). Checked token by
     // token without a regex: a list holds one only in EventPipe's spelling, and a replacement
     // per token allocated for every parameter of every frame's label.
