@@ -194,6 +194,18 @@ pub fn generate(axes: &Axes) -> String {
         "matrix pods --shapes ${{ matrix.shape }}",
         "results-pods-${{ matrix.shape }}",
     );
+    // Attaching in pods (lab/tests/it/attach.rs): a user's own pod by its host pid, and
+    // `attach = true` in the sidecar and debug shapes (35 s and 25 s of CI on two cores; CI
+    // attaches on the host, in a user's container and in tracelab's sidecar).
+    job(
+        &mut y,
+        "pod_attach",
+        "attach · pods",
+        &[],
+        60,
+        "test -- -p lab --test it --run-ignored all --success-output immediate -E 'test(=attach::attach_to_a_web_api_in_a_users_pod_by_its_host_pid) | test(=attach::attach_true_in_a_sidecar_pod_and_a_debug_pod)'",
+        "results-pod-attach",
+    );
     // Tests that build what CI needs for nothing else: bookworm's and trixie's images (~2 min each
     // on a fresh machine; LTTng-UST 2.13's soname makes the runtime's provider unloadable there,
     // which CI keeps checking on the host: lttng::lttng_host_with_ust_2_13_is_unsupported_by_soname)
@@ -258,7 +270,8 @@ pub fn generate(axes: &Axes) -> String {
     );
     // The kill test's whole grid (lab/tests/it/interrupt.rs): build, launch, collect and
     // decode × SIGINT and SIGKILL on each target, then a run that must pass and say what it swept
-    // (CI runs two cells per target). The table of leftovers is the job's artifact.
+    // (CI runs a few cells on the host and in a container). The table of leftovers is the job's
+    // artifact.
     let _ = write!(
         y,
         "  interrupt:\n\
@@ -395,7 +408,7 @@ mod tests {
         assert!(y.contains("scenario: [\"cpu-bound\", \"gc-heavy\"]"), "{y}");
         assert!(y.contains("kernel: [\"5.10\", \"6.1\"]"), "{y}");
         assert!(y.contains("matrix kernels --kernels ${{ matrix.kernel }} --scenario cpu-bound,gc-heavy"), "{y}");
-        assert!(y.contains("needs: [host, containers, caps, kernels, kernel_user_events, dotnet, pods, other_images, install]"), "{y}");
+        assert!(y.contains("needs: [host, containers, caps, kernels, kernel_user_events, dotnet, pods, pod_attach, other_images, install]"), "{y}");
         assert!(y.contains("matrix kernels --kernels 6.12-user-events --scenario cpu-bound-collect-linux\n"), "{y}");
         assert!(y.contains("workflow_dispatch:") && y.contains("schedule:"), "{y}");
     }
@@ -440,7 +453,7 @@ mod tests {
             + y.matches("name: fuzz-").count()
             + y.matches("name: interrupt-").count()
             + y.matches("name: corpus\n").count();
-        assert_eq!(jobs, 13);
+        assert_eq!(jobs, 14);
         assert_eq!(jobs, uploads, "{y}");
     }
 
