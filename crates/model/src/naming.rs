@@ -201,13 +201,13 @@ fn params(p: &str) -> String {
     // A multi-dimensional array: perf maps write each rank's lower bound (`int32[0...,0...]`),
     // EventPipe only the commas (`int32[,]`).
     static BOUNDS: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\[0\.\.\.(?:,0\.\.\.)+\]").unwrap());
-    // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
-    // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
     // Each rewrite runs only where its words occur: labels are made per distinct frame, most lists
     // hold none of them (`()`, `(int32,string)`), and a regex search per rewrite was a fifth of a
     // small recording's fold.
     let p = function_pointers(p.trim());
     let p = custom_modifiers(&p);
+    // `[System.Runtime]System.Action`: the assembly before a type name (not an instantiation's
+    // `[System.__Canon]`, which follows a type and precedes `,`, `]`, `>` or `)`).
     let p = if p.contains('[') { ASSEMBLY_REF.replace_all(&p, "$1") } else { p };
     let p = if p.contains("class ") || p.contains("valuetype ") { KEYWORD.replace_all(&p, "") } else { p };
     let p = if p.contains("0...") {
