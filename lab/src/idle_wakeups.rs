@@ -125,7 +125,7 @@ pub fn probe(perf: &Path, work: &Path) -> Result<IdleWakeups> {
     let data = work.join("idle-wakeups.data");
     let script = vec![format!("{SLEEPER} {SLEEP_S}"); SLEEPS].join("; ");
     let out = Command::new(perf)
-        .args(["record", "-q", "-a", "-e", "sched:sched_waking", "-e", "sched:sched_switch", "-o"])
+        .args(["record", "-q", "--no-buildid-cache", "-a", "-e", "sched:sched_waking", "-e", "sched:sched_switch", "-o"])
         .arg(&data)
         .args(["--", "sh", "-c", &script])
         .output()

@@ -189,7 +189,7 @@ fn runs_started_together_beside_a_users_perf_all_decide() {
     let dir = tempfile::tempdir().unwrap();
     // The user's own system-wide recording, with ring buffers past the whole budget.
     let mut user_perf = Command::new(detect_perf_binary().unwrap())
-        .args(["record", "-a", "-e", "cpu-clock", "-F", "49", "-m", "256", "-o"])
+        .args(["record", "--no-buildid-cache", "-a", "-e", "cpu-clock", "-F", "49", "-m", "256", "-o"])
         .arg(dir.path().join("user.data"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -575,7 +575,7 @@ fn record(perf: &Path, dir: &Path, app: &str, seconds: u32, frequency: u32) -> R
     let web = app == "web-routes";
     println!("recording {app} for {seconds} s at {frequency} Hz{} into {} …", if web { " under loopback load" } else { "" }, data.display());
     let mut cmd = Command::new(perf);
-    cmd.args(["record", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
+    cmd.args(["record", "--no-buildid-cache", "-k", "1", "-g", "-e", "cpu-clock", "-F"])
         .arg(frequency.to_string())
         .arg("-o")
         .arg(&partial)

@@ -616,7 +616,7 @@ pub fn record_framework(dotnet: &Dotnet, perf: &Path, dir: &Path, seconds: u32, 
     let built = harness::workload::build_named(dotnet, "framework", false)?;
     let data = dir.join("perf.data");
     let out = Command::new(perf)
-        .args(["record", "-g", "-e", "cpu-clock", "-F"])
+        .args(["record", "--no-buildid-cache", "-g", "-e", "cpu-clock", "-F"])
         .arg(frequency.to_string())
         .arg("-o")
         .arg(&data)

@@ -179,7 +179,7 @@ impl BudgetHolder {
         let dir = tempfile::tempdir_in(work)?;
         // 256 pages (1 MiB) per CPU is past the default budget of 516 KiB per CPU.
         let mut cmd = std::process::Command::new(perf);
-        cmd.args(["record", "-a", "-e", "cpu-clock", "-F", "1", "-m", "256", "-o"])
+        cmd.args(["record", "--no-buildid-cache", "-a", "-e", "cpu-clock", "-F", "1", "-m", "256", "-o"])
             .arg(dir.path().join("hold.data"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());

@@ -119,7 +119,7 @@ fn perf_resolves_jit_frames(test: &str, kind: TargetKind, interrupt: bool) {
     assert!(map.is_file(), "{} is visible on the host", map.display());
 
     let data = app.work_dir_in_target.join("perf.data");
-    let argv: Vec<String> = ["perf", "record", "-k", "1", "-g", "-e", "cpu-clock", "-F", "999", "-o"]
+    let argv: Vec<String> = ["perf", "record", "--no-buildid-cache", "-k", "1", "-g", "-e", "cpu-clock", "-F", "999", "-o"]
         .iter()
         .map(|s| s.to_string())
         .chain([data.display().to_string(), "-p".into(), app.target_pid.to_string()])
