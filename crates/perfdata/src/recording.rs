@@ -345,6 +345,11 @@ pub struct ChainCounts {
     /// The chains' entries, one after the other (one arena rather than a list per chain: memory
     /// grows with the distinct chains of a long recording).
     pub ips: Vec<u64>,
+    /// The prefetch job, still running or done: the counts do not wait for it (on a cold page
+    /// cache the kernel's symbols take longer to read than the whole count, and the caller has
+    /// other files to read meanwhile). Whoever needs its result waits for that result; the caller
+    /// joins this before it exits, so a job writing a cache is never cut off half-way.
+    pub prefetch: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ChainCounts {
@@ -355,7 +360,8 @@ impl ChainCounts {
 
     /// Counts the samples of a perf.data file by callchain, streaming over the mapped file on
     /// two threads (one per half of the data section); `prefetch` as in
-    /// [`PerfRecording::read_with`].
+    /// [`PerfRecording::read_with`], except that its job may outlive the count
+    /// ([`ChainCounts::prefetch`]).
     pub fn read_with(path: &Path, prefetch: impl FnOnce(&[PerfMmap], Option<&str>) -> Option<PrefetchJob>) -> Result<ChainCounts> {
         let map = map_file(path)?;
         // The walks give the mapped pages back behind them: the fold's resident memory stays the
@@ -382,13 +388,10 @@ impl ChainCounts {
         let (data, index, mut rec, layout) = open_recording(bytes, path, map)?;
         rec.mmaps = scan_mmaps(bytes, &index.mmaps, &layout);
         rec.fill_build_ids();
-        let job = prefetch(&rec.mmaps, rec.os_release.as_deref());
+        let prefetch = prefetch(&rec.mmaps, rec.os_release.as_deref()).map(std::thread::spawn);
         let end = (data.offset + data.size) as usize;
         let middle = index.middle;
         let (first, second) = std::thread::scope(|scope| {
-            if let Some(job) = job {
-                scope.spawn(job);
-            }
             let second = scope.spawn(|| count_chains(bytes, middle, end, &layout, path, PagesBehind::new(map, middle)));
             let first = count_chains(bytes, data.offset as usize, middle, &layout, path, PagesBehind::new(map, data.offset as usize));
             (first, second.join().unwrap_or_else(|_| Err(Error::ThreadPanicked { path: path.to_path_buf() })))
@@ -400,7 +403,7 @@ impl ChainCounts {
         let chains = counted
             .map(|c| CountedChain { pid: c.pid, in_kernel: c.in_kernel, chain: ChainRange { start: c.at, len: c.len }, count: c.count })
             .collect();
-        Ok(ChainCounts { recording: rec, chains, ips })
+        Ok(ChainCounts { recording: rec, chains, ips, prefetch })
     }
 }
 

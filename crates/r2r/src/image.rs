@@ -194,6 +194,81 @@ pub struct R2rImage {
     dir: Option<PathBuf>,
     cache: Arc<ModuleCache>,
     pub stats: Stats,
+    index_reused: bool,
+}
+
+const INDEX_MAGIC: &[u8; 8] = b"TLR2RIX1";
+/// Magic, then the image's size, the function and method counts and the six [`Stats`].
+const INDEX_HEADER: usize = 8 + 9 * 8;
+/// The top bit of a method's kind in [`R2rImage::index_bytes`]: an instantiation (the rest is its
+/// signature's file offset), else a MethodDef row.
+const INDEX_INSTANCE: u64 = 1 << 63;
+
+/// A method index read back from [`R2rImage::index_bytes`].
+struct Index {
+    funcs: Vec<(u32, u32)>,
+    owner: Vec<u32>,
+    methods: Vec<MethodEntry>,
+    stats: Stats,
+}
+
+impl Index {
+    /// The index in `bytes` when it is whole and fits an image of `image_len` bytes with
+    /// `method_rows` MethodDef rows: functions in order, owners and method parts in range.
+    /// Anything else is `None` (the caller builds the index anew).
+    fn decode(bytes: &[u8], image_len: usize, method_rows: u32) -> Option<Index> {
+        let rest = bytes.strip_prefix(INDEX_MAGIC)?;
+        let u64_at = |at: usize| -> Option<usize> { usize::try_from(u64::from_le_bytes(rest.get(at..at + 8)?.try_into().ok()?)).ok() };
+        let u32_at = |at: usize| -> Option<u32> { Some(u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?)) };
+        let field = |i: usize| u64_at(i * 8);
+        if field(0)? != image_len {
+            return None;
+        }
+        let (n, m) = (field(1)?, field(2)?);
+        let body = INDEX_HEADER - 8;
+        if rest.len() != body.checked_add(n.checked_mul(12)?)?.checked_add(m.checked_mul(16)?)? {
+            return None;
+        }
+        let stats = Stats {
+            runtime_functions: field(3)?,
+            methoddef_entries: field(4)?,
+            instance_entries: field(5)?,
+            instance_entries_skipped: field(6)?,
+            funclets: field(7)?,
+            unowned_functions: field(8)?,
+        };
+        let mut funcs = Vec::with_capacity(n);
+        for i in 0..n {
+            let (begin, end) = (u32_at(body + i * 8)?, u32_at(body + i * 8 + 4)?);
+            if end < begin || funcs.last().is_some_and(|&(prev, _)| prev > begin) {
+                return None;
+            }
+            funcs.push((begin, end));
+        }
+        let owners = body + n * 8;
+        let owner: Vec<u32> = (0..n).map(|i| u32_at(owners + i * 4)).collect::<Option<_>>()?;
+        if owner.iter().any(|&o| o != NO_METHOD && o as usize >= m) {
+            return None;
+        }
+        let at = owners + n * 4;
+        let mut methods = Vec::with_capacity(m);
+        for i in 0..m {
+            let row = at + i * 16;
+            let kind = u64::from_le_bytes(rest.get(row..row + 8)?.try_into().ok()?);
+            let (first, last) = (u32_at(row + 8)?, u32_at(row + 12)?);
+            let kind = if kind & INDEX_INSTANCE != 0 {
+                let offset = usize::try_from(kind & !INDEX_INSTANCE).ok().filter(|&o| o < image_len)?;
+                MethodKind::Instance(offset)
+            } else {
+                MethodKind::Def(u32::try_from(kind).ok().filter(|&rid| rid >= 1 && rid <= method_rows)?)
+            };
+            if first > last || last as usize >= n {
+                return None;
+            }
+            methods.push(MethodEntry { kind, first, last });
+        }
+        Some(Index { funcs, owner, methods, stats })
+    }
 }
 
 impl std::fmt::Debug for R2rImage {
@@ -212,12 +287,56 @@ impl R2rImage {
     /// Reads and parses the image at `path`; other assemblies are looked up beside it.
     /// I/O errors come back as `Err(io)`, format errors as `Ok(Err(..))` so callers can name both.
     pub fn open(path: &Path, cache: Arc<ModuleCache>) -> std::io::Result<Result<R2rImage>> {
+        R2rImage::open_indexed(path, cache, None)
+    }
+
+    /// As [`R2rImage::open`], taking the method index from `index` (an earlier parse's
+    /// [`R2rImage::index_bytes`] of the same file) when it fits this image; else (or when `None`)
+    /// the index is built from the image's tables. [`R2rImage::index_reused`] says which.
+    pub fn open_indexed(path: &Path, cache: Arc<ModuleCache>, index: Option<&[u8]>) -> std::io::Result<Result<R2rImage>> {
         let data = Data::map(path)?;
-        Ok(R2rImage::parse_in(data, path.parent().map(Path::to_path_buf), cache))
+        Ok(R2rImage::parse_with(data, path.parent().map(Path::to_path_buf), cache, &|_| false, index))
     }
 
     fn parse_in(data: Data, dir: Option<PathBuf>, cache: Arc<ModuleCache>) -> Result<R2rImage> {
         R2rImage::parse_forgetting(data, dir, cache, &|_| false)
+    }
+
+    /// The method index built for this image — which runtime function each method's code
+    /// starts at and which method each function belongs to — as bytes to keep beside it.
+    /// Building it walks every method entry point of the image (System.Private.CoreLib: ~40 k,
+    /// each instantiation's signature decoded), the most costly step of naming a recording's
+    /// first framework frame; it depends on the image's bytes alone.
+    pub fn index_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(INDEX_HEADER + self.funcs.len() * 12 + self.methods.len() * 16);
+        out.extend_from_slice(INDEX_MAGIC);
+        let st = &self.stats;
+        let stats = [st.runtime_functions, st.methoddef_entries, st.instance_entries, st.instance_entries_skipped, st.funclets, st.unowned_functions];
+        for n in [self.module.data.len(), self.funcs.len(), self.methods.len()].into_iter().chain(stats) {
+            out.extend_from_slice(&(n as u64).to_le_bytes());
+        }
+        for &(begin, end) in &self.funcs {
+            out.extend_from_slice(&begin.to_le_bytes());
+            out.extend_from_slice(&end.to_le_bytes());
+        }
+        for &o in &self.owner {
+            out.extend_from_slice(&o.to_le_bytes());
+        }
+        for m in &self.methods {
+            let kind = match m.kind {
+                MethodKind::Def(rid) => rid as u64,
+                MethodKind::Instance(at) => at as u64 | INDEX_INSTANCE,
+            };
+            out.extend_from_slice(&kind.to_le_bytes());
+            out.extend_from_slice(&m.first.to_le_bytes());
+            out.extend_from_slice(&m.last.to_le_bytes());
+        }
+        out
+    }
+
+    /// Whether this image's method index came from [`R2rImage::open_indexed`]'s bytes.
+    pub fn index_reused(&self) -> bool {
+        self.index_reused
     }
 
     /// `forget_instance(i)` treats the i-th InstanceMethodEntryPoints entry as undecodable, so
@@ -227,6 +346,16 @@ impl R2rImage {
         dir: Option<PathBuf>,
         cache: Arc<ModuleCache>,
         forget_instance: &dyn Fn(usize) -> bool,
+    ) -> Result<R2rImage> {
+        R2rImage::parse_with(data, dir, cache, forget_instance, None)
+    }
+
+    fn parse_with(
+        data: Data,
+        dir: Option<PathBuf>,
+        cache: Arc<ModuleCache>,
+        forget_instance: &dyn Fn(usize) -> bool,
+        index: Option<&[u8]>,
     ) -> Result<R2rImage> {
         let pe = pe::parse(&data)?;
         let metadata = parse_metadata(&data, &pe)?;
@@ -267,6 +396,17 @@ impl R2rImage {
         };
         // Only amd64's RUNTIME_FUNCTION has an end field; x86, arm and arm64 have (begin, unwind).
         let machine_has_end = pe.machine == pe::MACHINE_AMD64;
+        if let Some(ix) = index.and_then(|bytes| Index::decode(bytes, data.len(), metadata.rows(md::METHOD_DEF))) {
+            let manifest = match section(SECTION_MANIFEST_METADATA, "ManifestMetadata")? {
+                Some((at, size)) => Some(Metadata::parse(b, at, size)?),
+                None => None,
+            };
+            let assembly = assembly_name(b, &metadata)?;
+            let module = Arc::new(Module { data, metadata, assembly, ready_to_run: true });
+            let Index { funcs, owner, methods, stats } = ix;
+            let names = Mutex::default();
+            return Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats, index_reused: true });
+        }
         let entry_size = if machine_has_end { 12 } else { 8 };
         let n = rf_size / entry_size;
         let mut funcs = Vec::with_capacity(n);
@@ -339,7 +479,7 @@ impl R2rImage {
         let names = Mutex::default();
         let assembly = assembly_name(b, &metadata)?;
         let module = Arc::new(Module { data, metadata, assembly, ready_to_run: true });
-        Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats })
+        Ok(R2rImage { module, pe, machine_has_end, funcs, owner, methods, names, manifest, dir, cache, stats, index_reused: false })
     }
 
     pub fn assembly(&self) -> &str {
@@ -955,6 +1095,32 @@ mod tests {
             .iter()
             .map(|&o| (o != NO_METHOD).then(|| image.funcs[image.methods[o as usize].first as usize].0))
             .collect()
+    }
+
+    /// An image opened with its saved method index names every method as one parsed anew; an
+    /// index that does not fit (cut short, of another file, pointing past the image) is not
+    /// used, and the image is parsed as if there were none.
+    #[test]
+    fn a_saved_method_index_names_as_a_fresh_parse_and_a_bad_one_is_rebuilt() {
+        let path = crate::test_common::corelib();
+        let cache = || Arc::new(ModuleCache::default());
+        let fresh = R2rImage::open(&path, cache()).unwrap().unwrap();
+        assert!(!fresh.index_reused());
+        let index = fresh.index_bytes();
+        let reused = R2rImage::open_indexed(&path, cache(), Some(&index)).unwrap().unwrap();
+        assert!(reused.index_reused());
+        assert_eq!(reused.stats, fresh.stats);
+        assert_eq!(reused.methods().collect::<Vec<_>>(), fresh.methods().collect::<Vec<_>>());
+        let mut past_the_image = index.clone();
+        let last_kind = past_the_image.len() - 16;
+        past_the_image[last_kind..last_kind + 8].copy_from_slice(&(u64::MAX >> 1 | INDEX_INSTANCE).to_le_bytes());
+        let mut other_size = index.clone();
+        other_size[8] ^= 1;
+        for (what, bad) in [("cut short", &index[..index.len() - 1]), ("past the image", &past_the_image[..]), ("another file's", &other_size[..])] {
+            let image = R2rImage::open_indexed(&path, cache(), Some(bad)).unwrap().unwrap();
+            assert!(!image.index_reused(), "an index {what} was used");
+            assert_eq!(image.stats, fresh.stats, "{what}");
+        }
     }
 
     #[test]

@@ -627,7 +627,17 @@ pub struct PerfFold {
 /// once. No per-sample structure is built: for folding, that was most of the cost. What
 /// `cargo xtask trace fold` and `cargo xtask bench perf` run.
 pub fn fold_perf_file(path: &Path, ctx: &DecodeContext) -> Result<PerfFold> {
-    let counts = ChainCounts::read_with(path, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+    let mut counts = ChainCounts::read_with(path, |mmaps, os| crate::symbolize::prefetch_job(ctx, mmaps, os))?;
+    let prefetch = counts.prefetch.take();
+    let fold = fold_counts(path, ctx, counts);
+    // The prefetch may still be writing its cache when no frame needed what it read.
+    if let Some(job) = prefetch {
+        let _ = job.join();
+    }
+    fold
+}
+
+fn fold_counts(path: &Path, ctx: &DecodeContext, counts: ChainCounts) -> Result<PerfFold> {
     let (rec, chains) = (&counts.recording, &counts.chains);
     let mut pids: Vec<u32> = chains.iter().map(|c| c.pid).collect();
     pids.sort_unstable();
@@ -766,6 +776,9 @@ struct NamedStacks {
     stacks: Vec<(std::ops::Range<u32>, u64)>,
     /// The process of each of `stacks`.
     pids: Vec<u32>,
+    /// Labels made ahead, by frame id (the user frames', made while the kernel's symbols were
+    /// still being read); each is taken by the fold, which labels a frame once.
+    labels: Vec<String>,
 }
 
 impl NamedStacks {
@@ -781,9 +794,13 @@ impl NamedStacks {
         complete_osr_callers_interned(&mut view, symbolizer)
     }
     /// Labels each distinct frame once and folds.
-    fn fold(&self, symbolizer: &Symbolizer) -> FoldedStacks {
+    fn fold(&mut self, symbolizer: &Symbolizer) -> FoldedStacks {
+        let mut labels = std::mem::take(&mut self.labels);
         let stacks = self.stacks.iter().map(|(range, count)| (&self.ids[range.start as usize..range.end as usize], *count));
-        fold_interned(stacks, |id| frame_label(symbolizer.frame_by_id(id)))
+        fold_interned(stacks, |id| match labels.get_mut(id as usize) {
+            Some(made) if !made.is_empty() => std::mem::take(made),
+            _ => frame_label(symbolizer.frame_by_id(id)),
+        })
     }
 }
 
@@ -810,12 +827,31 @@ fn name_chains<'c>(chains: impl Iterator<Item = (u32, bool, &'c [u64], u64)>, sy
         ids: Vec::with_capacity(chains.iter().map(|c| c.2.len()).sum()),
         stacks: Vec::with_capacity(chains.len()),
         pids: Vec::with_capacity(chains.len()),
+        labels: Vec::new(),
     };
+    // Kernel frames last: the kernel's symbols may still be being read by the prefetch, and
+    // naming every user frame first overlaps that read (on a cold page cache, the slowest one).
+    let mut kernel_frames: Vec<(u32, u64)> = Vec::new();
     for &(pid, in_kernel, chain, count) in &chains {
         let start = named.ids.len() as u32;
-        named.ids.extend(chain_frames(chain, in_kernel).map(|f| symbolizer.frame_id(pid, f.addr, f.in_kernel)));
+        for f in chain_frames(chain, in_kernel) {
+            if f.in_kernel {
+                kernel_frames.push((named.ids.len() as u32, f.addr));
+                named.ids.push(u32::MAX);
+            } else {
+                named.ids.push(symbolizer.frame_id(pid, f.addr, false));
+            }
+        }
         named.stacks.push((start..named.ids.len() as u32, count));
         named.pids.push(pid);
+    }
+    // While the kernel's symbols are still on their way, the user frames' labels (the fold's
+    // costliest step after naming) are made; the fold takes them.
+    if kernel_frames.first().is_some_and(|_| !symbolizer.kernel_ready()) {
+        named.labels = (0..symbolizer.frame_count() as u32).map(|id| frame_label(symbolizer.frame_by_id(id))).collect();
+    }
+    for (at, addr) in kernel_frames {
+        named.ids[at as usize] = symbolizer.frame_id(perfdata::KERNEL_PID, addr, true);
     }
     named
 }

@@ -191,18 +191,23 @@ fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
 /// modules load; perf keeps copies for the same reason (`~/.debug/[kernel.kallsyms]`). The key
 /// is the boot id, the release and /proc/modules' names and load addresses. Symbols the kernel
 /// adds at run time (BPF programs, ftrace trampolines) are not in a cached copy.
-pub fn running_kallsyms() -> Result<SymbolTable> {
+///
+/// Returns the table and, when it was read fresh, the cache file to save it to
+/// ([`save_kallsyms`]): the caller hands the table to its waiters first.
+pub fn running_kallsyms() -> Result<(SymbolTable, Option<PathBuf>)> {
     let cache = kallsyms_cache_path();
     // Mapped, not read: a lookup touches a few of its pages.
     if let Some(table) = cache.as_deref().and_then(SymbolTable::from_file) {
-        return Ok(table);
+        return Ok((table, None));
     }
     let table = read_kallsyms(Path::new("/proc/kallsyms"))?;
-    if let Some(path) = &cache {
-        // Best effort: a read-only home only costs the next run a fresh read.
-        let _ = write_atomically(path, &table.to_bytes());
-    }
-    Ok(table)
+    Ok((table, cache))
+}
+
+/// Saves a freshly read running kernel's table where [`running_kallsyms`] said. Best effort: a
+/// read-only home only costs the next run a fresh read.
+pub fn save_kallsyms(table: &SymbolTable, path: &Path) {
+    let _ = write_atomically(path, &table.to_bytes());
 }
 
 /// `<cache>/kallsyms-<key>.bin` for the running kernel, `None` when no cache folder can be named.
@@ -238,7 +243,7 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 /// Writes the cache file whole or not at all, making its folder first.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
     crate::files::write_whole(path, |out| out.write_all(bytes))
 }
@@ -247,12 +252,25 @@ pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
     let text = std::str::from_utf8(text).map_err(|e| {
         anyhow::anyhow!("{}: not UTF-8 text at byte offset {}: not a kallsyms file", path.display(), e.valid_up_to())
     })?;
-    let mut table = SymbolTable::new();
+    // ~45 bytes a line, a name about half of it: sized once instead of grown by doubling.
+    let mut table = SymbolTable::with_capacity(text.len() / 40, text.len() / 2);
     let mut offset = 0;
     let mut nonzero = false;
     for (i, line) in text.split_inclusive('\n').enumerate() {
         let at = offset;
         offset += line.len();
+        // The common line, `ADDR T NAME\n`, read by bytes: the kernel's read of /proc/kallsyms
+        // outlasts the rest of a cold fold, and this parse came after it. Anything else (a
+        // module's symbol, odd spacing) goes the general way below.
+        match kallsyms_line(line) {
+            Some(KallsymsLine::Other) => continue,
+            Some(KallsymsLine::Text { addr, name }) => {
+                nonzero |= addr != 0;
+                table.push_unsized(addr, name);
+                continue;
+            }
+            None => {}
+        }
         let mut parts = line.split_whitespace();
         let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
             if line.trim().is_empty() {
@@ -282,6 +300,38 @@ pub fn parse_kallsyms(text: &[u8], path: &Path) -> Result<SymbolTable> {
     Ok(table)
 }
 
+/// One /proc/kallsyms line read the quick way (see [`parse_kallsyms`]).
+enum KallsymsLine<'a> {
+    /// A text symbol (`t`, `T`, `w`, `W`) with no module.
+    Text { addr: u64, name: &'a str },
+    /// Any other well-formed symbol: not a function.
+    Other,
+}
+
+/// `ADDR K NAME\n` with single spaces, a hex address of at most 16 digits and a name with no
+/// whitespace; `None` for anything else (which the general parse then reads or rejects).
+fn kallsyms_line(line: &str) -> Option<KallsymsLine<'_>> {
+    let bytes = line.as_bytes();
+    let space = bytes.iter().position(|&b| b == b' ')?;
+    if space == 0 || space > 16 || bytes.get(space + 2) != Some(&b' ') {
+        return None;
+    }
+    let mut addr = 0u64;
+    for &b in &bytes[..space] {
+        let digit = (b as char).to_digit(16)?;
+        addr = addr << 4 | digit as u64;
+    }
+    let body = line.get(space + 3..)?.strip_suffix('\n')?;
+    if body.is_empty() || body.bytes().any(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    Some(match bytes[space + 1] {
+        b't' | b'T' | b'w' | b'W' => KallsymsLine::Text { addr, name: body },
+        b if b.is_ascii_whitespace() => return None,
+        _ => KallsymsLine::Other,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +340,32 @@ mod tests {
     /// Its `__libc_init_first` is one byte; the main thread's caller frame at 0x2724a lies in the
     /// static `__libc_start_call_main` just after it, which .dynsym does not list. Stretching the
     /// one-byte symbol named nearly every main-thread stack `__libc_init_first`.
+    /// The quick line reader and the general one agree: same table, same refusals.
+    #[test]
+    fn kallsyms_lines_read_alike_the_quick_and_the_general_way() {
+        let text = "ffffffff81000000 T _stext\nffffffff81000010 t helper\nffffffff81000020 D some_data\n\
+                    ffffffff81000030 W weak_one\nffffffffc0201000 t ftrace_trampoline\t[__builtin__ftrace]\n\
+                    ffffffffc0202000 t  spaced\nffffffffc0203000 T last";
+        let table = parse_kallsyms(text.as_bytes(), Path::new("k")).unwrap();
+        assert_eq!(table.len(), 6, "text symbols only");
+        let names: Vec<Option<&str>> =
+            [0xffffffff81000000, 0xffffffff81000010, 0xffffffff81000030, 0xffffffffc0201000, 0xffffffffc0202000, 0xffffffffc0203000]
+                .into_iter()
+                .map(|a| table.lookup(a))
+                .collect();
+        let want = ["_stext", "helper", "weak_one", "ftrace_trampoline [__builtin__ftrace]", "spaced", "last"];
+        assert_eq!(names, want.map(Some));
+        assert!(matches!(kallsyms_line("ffffffff81000000 T _stext\n"), Some(KallsymsLine::Text { addr: 0xffffffff81000000, name: "_stext" })));
+        assert!(matches!(kallsyms_line("ffffffff81000020 D some_data\n"), Some(KallsymsLine::Other)));
+        assert!(kallsyms_line("ffffffffc0201000 t tramp\t[mod]\n").is_none(), "a module's symbol goes the general way");
+        assert!(kallsyms_line("zzzz T x\n").is_none());
+        assert!(kallsyms_line("ffffffff81000000 T \n").is_none());
+        let err = parse_kallsyms(b"ffffffff81000000 T a\nzzzz T x\n", Path::new("k")).unwrap_err().to_string();
+        assert!(err.contains("line 2") && err.contains("`zzzz` is not an address"), "{err}");
+        let err = parse_kallsyms(b"0000000000000000 T a\n0000000000000000 T b\n", Path::new("k")).unwrap_err().to_string();
+        assert!(err.contains("every address is 0"), "{err}");
+    }
+
     #[test]
     fn a_one_byte_symbol_does_not_name_the_function_after_it() {
         let libc = ElfSymbols::read(&tracelab_fixtures::fixture("perf/dsos/libc.so.6")).unwrap();

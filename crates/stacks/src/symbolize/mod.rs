@@ -247,7 +247,12 @@ impl<'a> Symbolizer<'a> {
                 _ => {}
             }
         }
-        let want_kernel = want_kernel && self.kernel_pending;
+        // The running kernel's symbols are not waited for here: a prefetch ([`prefetch_job`])
+        // may still be reading them, and on a cold page cache that read outlasts everything
+        // else. [`Symbolizer::frame_id`] takes them at the first kernel frame, so a caller that
+        // names user frames first ([`crate::fold`]) overlaps the two; with no prefetch, they are
+        // read beside the images here.
+        let want_kernel = want_kernel && self.kernel_pending && !kernel_symbols_started();
         let r2r = &mut self.r2r;
         let debug_files = &self.debug_files;
         let (kernel, elves) = std::thread::scope(|scope| {
@@ -375,6 +380,17 @@ impl<'a> Symbolizer<'a> {
         (self.frames.len() - 1) as u32
     }
 
+    /// Frames interned so far (ids run from 0 to this).
+    pub fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Whether naming a kernel frame now would wait for nothing: the kernel's symbols are loaded,
+    /// or no read of them is pending.
+    pub fn kernel_ready(&self) -> bool {
+        !self.kernel_pending
+    }
+
     pub fn frame_by_id(&self, id: u32) -> &Frame {
         &self.frames[id as usize]
     }
@@ -498,16 +514,30 @@ fn made_on_running_kernel(os_release: Option<&str>) -> bool {
     os_release.is_some_and(|r| r == running_kernel_release())
 }
 
+/// Whether this process has begun reading the running kernel's symbols (a prefetch took them on).
+fn kernel_symbols_started() -> bool {
+    KERNEL_SYMBOLS_STARTED.load(std::sync::atomic::Ordering::Acquire)
+}
+
+static KERNEL_SYMBOLS_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The running kernel's symbols, read once per process (and cached on disk across processes,
 /// see [`elf::running_kallsyms`]).
 fn running_kernel_symbols() -> Result<std::sync::Arc<SymbolTable>> {
     static RUNNING: std::sync::Mutex<Option<std::sync::Arc<SymbolTable>>> = std::sync::Mutex::new(None);
     let mut cached = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+    KERNEL_SYMBOLS_STARTED.store(true, std::sync::atomic::Ordering::Release);
     if let Some(table) = cached.as_ref() {
         return Ok(table.clone());
     }
-    let table = std::sync::Arc::new(elf::running_kallsyms()?);
+    let (table, save_to) = elf::running_kallsyms()?;
+    let table = std::sync::Arc::new(table);
     *cached = Some(table.clone());
+    // Waiters take the table now; saving 6 MB is the next process's gain, not theirs.
+    drop(cached);
+    if let Some(path) = save_to {
+        elf::save_kallsyms(&table, &path);
+    }
     Ok(table)
 }
 

@@ -42,8 +42,16 @@ fn shared_image(path: &Path) -> Parsed {
     );
     let cell = shared_images().lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().clone();
     cell.get_or_init(|| {
-        Arc::new(match r2r::R2rImage::open(path, shared_modules()) {
-            Ok(Ok(image)) => Ok(image),
+        let saved = meta.as_ref().ok().and_then(|m| index_cache_path(path, m));
+        let index = saved.as_deref().and_then(|p| std::fs::read(p).ok());
+        Arc::new(match r2r::R2rImage::open_indexed(path, shared_modules(), index.as_deref()) {
+            Ok(Ok(image)) => {
+                if let Some(saved) = saved.filter(|_| !image.index_reused()) {
+                    // Best effort, as the kernel's symbols: a read-only home costs the next run a parse.
+                    let _ = super::elf::write_atomically(&saved, &image.index_bytes());
+                }
+                Ok(image)
+            }
             Ok(Err(e)) => Err(format!("{}: {e}", path.display())),
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
         })
@@ -51,12 +59,42 @@ fn shared_image(path: &Path) -> Parsed {
     .clone()
 }
 
-/// Parses the images at `paths` (each on a thread of its own) into the process's cache, so a
-/// later [`R2rResolver`] finds them ready.
+/// `<cache>/r2r-<key>.bin`: where the method index of the image at `path` is kept across runs
+/// (see [`r2r::R2rImage::index_bytes`]), keyed by the file's path, device, inode, size and
+/// modification time: a replaced or rebuilt assembly gets a key of its own, and the index read
+/// back is checked against the image before use. `None` when no cache folder can be named.
+fn index_cache_path(path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let dir = super::elf::cache_dir()?;
+    let mut key = Sha256::new();
+    key.update(path.as_os_str().as_bytes());
+    for n in [meta.dev(), meta.ino(), meta.size(), meta.mtime() as u64, meta.mtime_nsec() as u64] {
+        key.update(n.to_le_bytes());
+    }
+    Some(dir.join(format!("r2r-{}.bin", super::elf::hex(&key.finalize()[..12]))))
+}
+
+/// Parses the images at `paths` into the process's cache, so a later [`R2rResolver`] finds them
+/// ready: as many threads as cores, each taking the largest image left. A thread per image (a
+/// .NET process maps a dozen) started System.Private.CoreLib, the longest, after the others on
+/// two cores.
 pub fn prefetch(paths: &[PathBuf]) {
+    let mut by_size: Vec<(u64, &PathBuf)> = paths.iter().map(|p| (std::fs::metadata(p).map(|m| m.len()).unwrap_or(0), p)).collect();
+    by_size.sort_by(|a, b| b.0.cmp(&a.0));
+    let queue = Mutex::new(by_size.into_iter().map(|(_, p)| p));
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(paths.len());
     std::thread::scope(|scope| {
-        for path in paths {
-            scope.spawn(move || shared_image(path));
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while let Some(path) = {
+                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                    next
+                } {
+                    shared_image(path);
+                }
+            });
         }
     });
 }

@@ -52,6 +52,11 @@ impl SymbolTable {
         SymbolTable::default()
     }
 
+    /// An empty table with room for `symbols` symbols whose names total `name_bytes`.
+    pub fn with_capacity(symbols: usize, name_bytes: usize) -> Self {
+        SymbolTable { entries: Vec::with_capacity(symbols), names: String::with_capacity(name_bytes), ..SymbolTable::default() }
+    }
+
     /// A symbol covering `start..end`. A sized symbol keeps its size, however small: libc's
     /// `__libc_init_first` is one byte (`ret`), and widening it named the function after it.
     /// An empty range (`end <= start`) is taken as one byte; use [`SymbolTable::push_unsized`]
