@@ -432,6 +432,10 @@ fn compare_outputs(tools: &Tools, data: &Path, pid: u32, ours_path: &Path, sampl
     let identity = |p: &Path| -> Option<PathBuf> { Some(p.to_path_buf()) };
     let ctx = DecodeContext { artifacts: &dir, app_tmp_dir: &dir, host_pid: pid, target_pid: pid, path_map: &identity, symbol_dirs: &[] };
     let mut symbolizer = Symbolizer::new(&ctx, &rec)?;
+    // As the fold names them: a recording of .NET's default (W^X on) runs its JIT code from a
+    // memfd alias the perf map's addresses name. Without this, every such frame made the fold
+    // "differ from its samples" on a corpus app's recording.
+    symbolizer.set_name_doublemapped(true);
     stacks::preload_samples(&rec, &mut symbolizer);
     let stacks: Vec<Vec<u32>> =
         rec.samples.iter().map(|s| rec.frames(s).map(|f| symbolizer.frame_id(s.pid, f.addr, f.in_kernel)).collect()).collect();
