@@ -46,9 +46,14 @@ fn shared_image(path: &Path) -> Parsed {
         let index = saved.as_deref().and_then(|p| std::fs::read(p).ok());
         Arc::new(match r2r::R2rImage::open_indexed(path, shared_modules(), index.as_deref()) {
             Ok(Ok(image)) => {
-                if let Some(saved) = saved.filter(|_| !image.index_reused()) {
-                    // Best effort, as the kernel's symbols: a read-only home costs the next run a parse.
-                    let _ = super::elf::write_atomically(&saved, &image.index_bytes());
+                if let Some(saved) = &saved {
+                    if image.index_reused() {
+                        keep_fresh(saved);
+                    } else {
+                        // Best effort, as the kernel's symbols: a read-only home costs the next run a parse.
+                        let _ = super::elf::write_atomically(saved, &image.index_bytes());
+                        prune_index_cache(saved.parent().unwrap_or(Path::new(".")), INDEX_CACHE_FILES);
+                    }
                 }
                 Ok(image)
             }
@@ -74,6 +79,37 @@ fn index_cache_path(path: &Path, meta: &std::fs::Metadata) -> Option<PathBuf> {
         key.update(n.to_le_bytes());
     }
     Some(dir.join(format!("r2r-{}.bin", super::elf::hex(&key.finalize()[..12]))))
+}
+
+/// Saved method indexes kept at most: each installed runtime, app and container image rebuilt
+/// adds its assemblies' (a test run adds ~150, 9 MB); the least recently used go first.
+const INDEX_CACHE_FILES: usize = 512;
+
+/// Marks a saved index as used (its modification time, renewed at most daily), so that
+/// [`prune_index_cache`] keeps the ones in use.
+fn keep_fresh(saved: &Path) {
+    let now = std::time::SystemTime::now();
+    let stale = std::fs::metadata(saved).and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age.as_secs() > 86_400));
+    if stale {
+        let _ = std::fs::File::options().write(true).open(saved).and_then(|f| f.set_modified(now));
+    }
+}
+
+/// Removes the least recently used saved indexes beyond `keep` from `dir`.
+fn prune_index_cache(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut saved: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("r2r-") && n.ends_with(".bin")))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if saved.len() <= keep {
+        return;
+    }
+    saved.sort();
+    for (_, path) in &saved[..saved.len() - keep] {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Parses the images at `paths` into the process's cache, so a later [`R2rResolver`] finds them
@@ -159,5 +195,28 @@ impl R2rResolver {
     /// How many images were parsed successfully.
     pub fn images_loaded(&self) -> usize {
         self.images.values().filter(|r| r.is_ok()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pruning keeps the most recently used saved indexes and touches nothing else in the folder.
+    #[test]
+    fn pruning_removes_the_least_recently_used_indexes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        let now = std::time::SystemTime::now();
+        for (name, age) in [("r2r-old.bin", 3), ("r2r-mid.bin", 2), ("r2r-new.bin", 1), ("kallsyms-x.bin", 9)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").unwrap();
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(now - day * age).unwrap();
+        }
+        keep_fresh(&dir.path().join("r2r-old.bin"));
+        prune_index_cache(dir.path(), 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["kallsyms-x.bin", "r2r-new.bin", "r2r-old.bin"], "r2r-old.bin was used now, r2r-mid.bin least recently");
     }
 }
