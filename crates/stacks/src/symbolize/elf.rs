@@ -336,10 +336,6 @@ fn kallsyms_line(line: &str) -> Option<KallsymsLine<'_>> {
 mod tests {
     use super::*;
 
-    /// The recorded libc (fixtures/perf/dsos, Debian 2.36-9+deb12u14, stripped: .dynsym only).
-    /// Its `__libc_init_first` is one byte; the main thread's caller frame at 0x2724a lies in the
-    /// static `__libc_start_call_main` just after it, which .dynsym does not list. Stretching the
-    /// one-byte symbol named nearly every main-thread stack `__libc_init_first`.
     /// The quick line reader and the general one agree: same table, same refusals.
     #[test]
     fn kallsyms_lines_read_alike_the_quick_and_the_general_way() {
@@ -366,6 +362,10 @@ mod tests {
         assert!(err.contains("every address is 0"), "{err}");
     }
 
+    /// The recorded libc (fixtures/perf/dsos, Debian 2.36-9+deb12u14, stripped: .dynsym only).
+    /// Its `__libc_init_first` is one byte; the main thread's caller frame at 0x2724a lies in the
+    /// static `__libc_start_call_main` just after it, which .dynsym does not list. Stretching the
+    /// one-byte symbol named nearly every main-thread stack `__libc_init_first`.
     #[test]
     fn a_one_byte_symbol_does_not_name_the_function_after_it() {
         let libc = ElfSymbols::read(&tracelab_fixtures::fixture("perf/dsos/libc.so.6")).unwrap();

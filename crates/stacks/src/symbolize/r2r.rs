@@ -124,10 +124,8 @@ pub fn prefetch(paths: &[PathBuf]) {
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
-                while let Some(path) = {
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
-                    next
-                } {
+                loop {
+                    let Some(path) = queue.lock().unwrap_or_else(|p| p.into_inner()).next() else { break };
                     shared_image(path);
                 }
             });
